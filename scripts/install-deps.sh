@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kvdice builds and tests with. Idempotent: does nothing when all are present.
+set -euo pipefail
+pkgs=(build-essential cmake ninja-build pkg-config python3 python3-pip
+      libopenblas-dev libpcre2-dev nlohmann-json3-dev libcli11-dev libutf8proc-dev libfmt-dev
+      libgtest-dev libcpp-httplib-dev clang libclang-rt-14-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  sudo_cmd=""; [[ $(id -u) -ne 0 ]] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
