@@ -29,6 +29,9 @@ struct BudgetSpec {
   // pl = min(prompt_len, K_sel - 1) for protecting policies.
   int protected_slots(int prompt_len) const;
   bool prompt_too_long(int prompt_len) const { return bounded() && prompt_len >= selection(); }
+  // Throws Error under LongPromptRule::Error when the prompt is too long; under Warn the caller
+  // warns (the library does not log) and protected_slots() leaves one free selection slot.
+  void check_prompt(int prompt_len) const;
   // Slots to reserve at admission: max(prompt, T) + r bounded, prompt + max_new otherwise.
   int reservation(int prompt_len, int max_new_tokens) const;
   std::string describe() const;

@@ -1,0 +1,14 @@
+// Each subcommand lives in its own file and registers itself on the root CLI11 app. Files here
+// parse arguments and call the library; no logic of their own.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace kvdice::cli {
+
+void add_generate_command(CLI::App& app);
+void add_inspect_command(CLI::App& app);
+void add_pull_command(CLI::App& app);
+void add_probe_command(CLI::App& app);
+
+}  // namespace kvdice::cli

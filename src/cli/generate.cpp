@@ -1,0 +1,167 @@
+// `kvdice generate`: chat-templated or raw generation for one or more prompts under a KV budget.
+#include <fmt/core.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/engine.h"
+#include "engine/model_bundle.h"
+#include "engine/run_summary.h"
+
+namespace kvdice::cli {
+namespace {
+
+struct GenerateOptions {
+  std::string model;
+  std::vector<std::string> prompts;
+  std::vector<std::string> prompt_files;
+  bool chat = false;
+  bool no_think = false;
+  std::string system;
+  std::string chat_template;
+  std::string policy = "random_pp";
+  int budget = 0;
+  int window = 64;
+  std::string long_prompt = "warn";
+  uint64_t seed = 0;
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  int top_k = 0;
+  int max_new_tokens = 256;
+  int samples = 1;
+  bool ignore_eos = false;
+  int threads = 0;
+  bool json = false;
+  bool quiet = false;
+};
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read prompt file {}", path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+void run_generate(const GenerateOptions& o) {
+  if (o.quiet || o.json) set_log_level(LogLevel::Warn);
+  std::vector<std::string> texts = o.prompts;
+  for (const auto& f : o.prompt_files) texts.push_back(read_text_file(f));
+  if (texts.empty()) fail("no prompt: pass --prompt TEXT or --prompt-file FILE");
+  if (o.samples < 1) fail("--samples must be >= 1 (got {})", o.samples);
+  if (o.long_prompt != "warn" && o.long_prompt != "error") fail("--long-prompt must be warn or error (got '{}')", o.long_prompt);
+
+  engine::EngineConfig config;
+  config.budget = {o.budget, o.window, o.long_prompt == "error" ? kv::LongPromptRule::Error : kv::LongPromptRule::Warn};
+  config.policy = o.policy;
+  config.eviction_seed = o.seed;
+  // Validate the cheap things before loading weights.
+  auto policy = policy::make_policy(o.policy);
+  if (policy->evicts()) {
+    if (o.budget <= 0) fail("policy '{}' needs --budget T (T > r, T a multiple of r = --window)", o.policy);
+    config.budget.validate();
+  }
+  engine::SamplingParams sampling{o.temperature, o.top_p, o.top_k, o.seed};
+  sampling.validate();
+
+  const auto model_path = resolve_model_argument(o.model);
+  engine::ModelBundle bundle = engine::load_model_bundle(model_path);
+  auto backend = backend::make_cpu_backend(o.threads);
+  engine::Engine eng(*bundle.model, *backend, config);
+
+  std::vector<int> stop_ids = bundle.generation.eos_ids;
+  for (const std::string& text : texts) {
+    std::vector<int> ids;
+    if (o.chat) {
+      const auto kind = engine::resolve_chat_template(bundle, o.chat_template);
+      ids = engine::encode_chat_prompt(bundle, kind, text, o.system, !o.no_think);
+    } else {
+      ids = engine::encode_raw_prompt(bundle, text);
+    }
+    for (int i = 0; i < o.samples; ++i) {
+      engine::GenerationRequest req{ids, o.max_new_tokens, sampling, stop_ids, o.ignore_eos};
+      eng.submit(std::move(req));
+    }
+  }
+  const int n_sequences = static_cast<int>(texts.size()) * o.samples;
+  const bool stream = !o.json && n_sequences == 1;
+  if (!o.json && !o.quiet) {
+    fmt::print(stderr, "kvdice: model {} ({}), backend {}, policy {}, budget {}\n", bundle.source, bundle.format,
+               backend->name(), eng.policy().name(), eng.budget().describe());
+  }
+  tokenizer::StreamDecoder decoder(*bundle.tokenizer);
+  const auto start = std::chrono::steady_clock::now();
+  eng.run([&](const engine::TokenEvent& ev) {
+    if (!stream) return;
+    const bool is_stop = std::find(stop_ids.begin(), stop_ids.end(), ev.token) != stop_ids.end();
+    if (!is_stop || o.ignore_eos) fmt::print("{}", decoder.push(ev.token));
+    if (ev.finished) fmt::print("{}\n", decoder.flush());
+    std::fflush(stdout);
+  });
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  auto results = eng.take_finished();
+  std::sort(results.begin(), results.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  const int bytes_per_element = 4;  // the CPU backend holds K/V in fp32
+  int64_t total_generated = 0;
+  Json records = Json::array();
+  for (const auto& r : results) {
+    total_generated += r.stats.generated_tokens;
+    std::vector<int> visible = r.tokens;
+    if (r.finish == engine::FinishReason::Stop && !visible.empty()) visible.pop_back();
+    const std::string text = bundle.tokenizer->decode(visible);
+    if (o.json) {
+      Json rec = engine::result_json(r, text, bundle.model->config(), bytes_per_element);
+      rec["model"] = bundle.source;
+      rec["policy"] = std::string(eng.policy().name());
+      rec["budget"] = eng.budget().budget;
+      rec["window"] = eng.budget().window;
+      rec["seed"] = o.seed;
+      records.push_back(std::move(rec));
+    } else {
+      if (!stream) fmt::print("=== sequence {} ===\n{}\n", r.id, text);
+      fmt::print(stderr, "--- sequence {} ---\n{}", r.id, engine::result_summary(r, bundle.model->config(), bytes_per_element));
+    }
+  }
+  if (o.json) {
+    fmt::print("{}\n", records.size() == 1 ? records[0].dump() : records.dump());
+  } else {
+    fmt::print(stderr, "total: {} sequences, {} generated tokens in {:.2f} s ({:.1f} tok/s overall)\n", results.size(),
+               total_generated, wall, wall > 0 ? total_generated / wall : 0.0);
+  }
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app) {
+  auto o = std::make_shared<GenerateOptions>();
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text under a KV-cache budget");
+  cmd->add_option("--model,-m", o->model, "HF checkpoint directory, .gguf file, or a known model name (e.g. default)")->required();
+  cmd->add_option("--prompt,-p", o->prompts, "Prompt text (repeat for several sequences in one batch)");
+  cmd->add_option("--prompt-file", o->prompt_files, "File holding one prompt (repeatable)");
+  cmd->add_flag("--chat", o->chat, "Wrap each prompt as a user message in the model's chat template");
+  cmd->add_option("--system", o->system, "System message (with --chat)");
+  cmd->add_flag("--no-think", o->no_think, "Qwen3: thinking off (pre-fills an empty <think></think>)");
+  cmd->add_option("--chat-template", o->chat_template, "Override the chat template (qwen3, chatml, llama3, phi4)");
+  cmd->add_option("--policy", o->policy, "Eviction policy (full, random_pp, random, random_shared, recency_pp, recency, streaming)");
+  cmd->add_option("--budget,-T", o->budget, "KV budget T per layer and KV head (includes prompt and window)");
+  cmd->add_option("--window,-r", o->window, "Recency window r; rounds fire every r decode tokens");
+  cmd->add_option("--long-prompt", o->long_prompt, "Prompt longer than T - r: warn (reference behaviour) or error");
+  cmd->add_option("--seed", o->seed, "Seed for eviction and sampling streams");
+  cmd->add_option("--temperature", o->temperature, "Sampling temperature (0 = greedy)");
+  cmd->add_option("--top-p", o->top_p, "Nucleus sampling mass");
+  cmd->add_option("--top-k", o->top_k, "Top-k (0 = off)");
+  cmd->add_option("--max-new-tokens,-n", o->max_new_tokens, "Tokens to generate per sequence");
+  cmd->add_option("--samples", o->samples, "Sequences per prompt (independent streams)");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at end-of-sequence tokens");
+  cmd->add_option("--threads", o->threads, "CPU threads (0 = all)");
+  cmd->add_flag("--json", o->json, "Print one JSON record (or an array) instead of text");
+  cmd->add_flag("--quiet,-q", o->quiet, "Only the generated text and the final statistics");
+  cmd->callback([o] { run_generate(*o); });
+}
+
+}  // namespace kvdice::cli

@@ -1,0 +1,19 @@
+#include "cli/model_options.h"
+
+#include <cstdlib>
+
+#include "model/model_store.h"
+
+namespace kvdice::cli {
+
+std::filesystem::path kvdice_home() {
+  if (const char* home = std::getenv("KVDICE_HOME"); home != nullptr && *home != '\0') return home;
+  const char* user_home = std::getenv("HOME");
+  return std::filesystem::path(user_home != nullptr ? user_home : ".") / ".cache" / "kvdice";
+}
+
+std::filesystem::path resolve_model_argument(const std::string& name_or_path) {
+  return model::resolve_model_path(name_or_path, kvdice_home());
+}
+
+}  // namespace kvdice::cli

@@ -1,0 +1,79 @@
+// `kvdice probe passcode`: the once-only fact probe over several policies.
+#include <fmt/core.h>
+
+#include <fstream>
+
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "core/error.h"
+#include "kv/budget.h"
+#include "probe/passcode.h"
+
+namespace kvdice::cli {
+namespace {
+
+struct ProbeOptions {
+  std::string model;
+  probe::PasscodeConfig config;
+  std::string policies = "full,random_pp,recency_pp,random";
+  bool no_think = false;
+  int threads = 0;
+  std::string json_out;
+};
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    if (end > start) out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+void run_passcode(ProbeOptions& o) {
+  o.config.policies = split_commas(o.policies);
+  if (o.config.policies.empty()) fail("--policies is empty");
+  o.config.enable_thinking = !o.no_think;
+  kv::BudgetSpec{o.config.budget, o.config.window}.validate();
+  const auto path = resolve_model_argument(o.model);
+  engine::ModelBundle bundle = engine::load_model_bundle(path);
+  auto backend = backend::make_cpu_backend(o.threads);
+  fmt::print(stderr, "kvdice: passcode probe on {}: T={} r={} rounds={} instances={}\n", bundle.source,
+             o.config.budget, o.config.window, o.config.rounds, o.config.instances);
+  const auto results = probe::run_passcode_probe(bundle, *backend, o.config);
+  fmt::print("{}", probe::passcode_results_table(results));
+  if (!o.json_out.empty()) {
+    Json j = probe::passcode_results_json(o.config, results);
+    j["model"] = bundle.source;
+    std::ofstream out(o.json_out);
+    if (!out) fail("cannot write {}", o.json_out);
+    out << j.dump(2) << "\n";
+  }
+}
+
+}  // namespace
+
+void add_probe_command(CLI::App& app) {
+  CLI::App* probe = app.add_subcommand("probe", "Mechanism studies");
+  probe->require_subcommand(1);
+  auto o = std::make_shared<ProbeOptions>();
+  CLI::App* cmd = probe->add_subcommand("passcode", "Once-only fact probe: is a passcode stated once still retrievable?");
+  cmd->add_option("--model,-m", o->model, "HF checkpoint directory, .gguf file, or a known model name")->required();
+  cmd->add_option("--policies", o->policies, "Comma-separated policies");
+  cmd->add_option("--budget,-T", o->config.budget, "KV budget T");
+  cmd->add_option("--window,-r", o->config.window, "Recency window r");
+  cmd->add_option("--rounds", o->config.rounds, "Eviction rounds the filler is sized for");
+  cmd->add_option("--instances,-n", o->config.instances, "Passcodes per policy");
+  cmd->add_option("--digits", o->config.digits, "Passcode digits");
+  cmd->add_option("--seed", o->config.seed, "Seed for passcodes, fillers and eviction");
+  cmd->add_option("--chat-template", o->config.chat_template, "Override the chat template");
+  cmd->add_flag("--no-think", o->no_think, "Qwen3: thinking off");
+  cmd->add_option("--threads", o->threads, "CPU threads (0 = all)");
+  cmd->add_option("--json-out", o->json_out, "Also write the results as JSON to this file");
+  cmd->callback([o] { run_passcode(*o); });
+}
+
+}  // namespace kvdice::cli

@@ -1,0 +1,99 @@
+#include "engine/model_bundle.h"
+
+#include "core/error.h"
+#include "model/safetensors.h"
+#include "model/weights.h"
+
+namespace kvdice::engine {
+namespace fs = std::filesystem;
+
+// GGUF loading lives in gguf_bundle.cpp.
+ModelBundle load_gguf_file(const fs::path& path);
+CheckpointSummary summarize_gguf(const fs::path& path);
+
+namespace {
+
+bool is_gguf_file(const fs::path& path) { return fs::is_regular_file(path) && path.extension() == ".gguf"; }
+
+void check_exists(const fs::path& path) {
+  if (!fs::exists(path)) fail("model path {} does not exist (give an HF checkpoint directory or a .gguf file)", path.string());
+  if (!fs::is_directory(path) && !is_gguf_file(path)) {
+    fail("{} is neither an HF checkpoint directory nor a .gguf file", path.string());
+  }
+}
+
+ModelBundle load_hf_dir(const fs::path& dir) {
+  ModelBundle bundle;
+  bundle.source = dir.string();
+  bundle.format = "safetensors";
+  model::ModelConfig config = model::ModelConfig::from_hf_dir(dir);
+  bundle.generation = model::GenerationConfig::from_hf_dir(dir);
+  bundle.weight_dtype = std::string(dtype_name(config.dtype));
+  auto source = model::open_safetensors_dir(dir);
+  model::ModelWeights weights = model::load_weights(config, *source);
+  bundle.model = std::make_unique<model::Model>(std::move(config), std::move(weights));
+  bundle.tokenizer = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_hf_dir(dir));
+  return bundle;
+}
+
+}  // namespace
+
+ModelBundle load_model_bundle(const fs::path& path) {
+  check_exists(path);
+  ModelBundle bundle = is_gguf_file(path) ? load_gguf_file(path) : load_hf_dir(path);
+  const int vocab = bundle.model->config().vocab;
+  if (bundle.tokenizer->vocab_size() > vocab) {
+    fail("{}: tokenizer has {} tokens but the model's vocabulary is {}", path.string(), bundle.tokenizer->vocab_size(), vocab);
+  }
+  return bundle;
+}
+
+CheckpointSummary summarize_tensors(const model::TensorSource& source) {
+  CheckpointSummary summary;
+  for (const model::TensorInfo& info : source.list()) {
+    int64_t n = 1;
+    for (int64_t d : info.shape) n *= d;
+    summary.parameters += n;
+    summary.tensors++;
+    summary.dtype_counts[info.dtype]++;
+  }
+  return summary;
+}
+
+CheckpointSummary summarize_checkpoint(const fs::path& path) {
+  check_exists(path);
+  if (is_gguf_file(path)) return summarize_gguf(path);
+  CheckpointSummary summary = summarize_tensors(*model::open_safetensors_dir(path));
+  summary.format = "safetensors";
+  summary.config = model::ModelConfig::from_hf_dir(path);
+  return summary;
+}
+
+tokenizer::ChatTemplate resolve_chat_template(const ModelBundle& bundle, const std::string& override_name) {
+  if (!override_name.empty()) return tokenizer::chat_template_from_name(override_name);
+  return tokenizer::detect_chat_template(bundle.tokenizer->chat_template_source());
+}
+
+namespace {
+std::vector<int> with_bos(const ModelBundle& bundle, std::vector<int> ids) {
+  const auto bos = bundle.tokenizer->bos_id();
+  if (bundle.tokenizer->add_bos() && bos && (ids.empty() || ids.front() != *bos)) ids.insert(ids.begin(), *bos);
+  return ids;
+}
+}  // namespace
+
+std::vector<int> encode_chat_prompt(const ModelBundle& bundle, tokenizer::ChatTemplate kind, const std::string& user_text,
+                                    const std::string& system_text, bool enable_thinking) {
+  std::vector<tokenizer::ChatMessage> messages;
+  if (!system_text.empty()) messages.push_back({"system", system_text});
+  messages.push_back({"user", user_text});
+  const std::string rendered = tokenizer::render_chat(kind, messages, {true, enable_thinking});
+  // Templates that start with BOS text already carry it; with_bos() does not add a second one.
+  return with_bos(bundle, bundle.tokenizer->encode(rendered, /*parse_special=*/true));
+}
+
+std::vector<int> encode_raw_prompt(const ModelBundle& bundle, const std::string& text) {
+  return with_bos(bundle, bundle.tokenizer->encode(text, /*parse_special=*/false));
+}
+
+}  // namespace kvdice::engine

@@ -1,0 +1,50 @@
+// ModelBundle: everything needed to chat with a checkpoint — config, weights, tokenizer, chat
+// template and stop ids — loaded from an HF directory or a GGUF file.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "model/config.h"
+#include "model/model.h"
+#include "model/tensor_source.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvdice::engine {
+
+struct ModelBundle {
+  std::string source;  // path it was loaded from
+  std::string format;  // "safetensors" or "gguf"
+  model::GenerationConfig generation;
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  std::string weight_dtype;  // as stored, e.g. "bfloat16" or "Q4_K_M mix"
+};
+
+// Loads an HF checkpoint directory or a .gguf file; Error naming the path otherwise.
+ModelBundle load_model_bundle(const std::filesystem::path& path);
+// What `inspect` shows, read without converting any weights.
+struct CheckpointSummary {
+  std::string format;
+  model::ModelConfig config;
+  int64_t parameters = 0;
+  int64_t tensors = 0;
+  std::map<std::string, int64_t> dtype_counts;  // stored dtype -> number of tensors
+};
+CheckpointSummary summarize_checkpoint(const std::filesystem::path& path);
+CheckpointSummary summarize_tensors(const model::TensorSource& source);
+
+// The chat template to use: `override_name` when given, else detected from the tokenizer's Jinja.
+tokenizer::ChatTemplate resolve_chat_template(const ModelBundle& bundle, const std::string& override_name);
+
+// Renders one user message through the chat template and tokenizes it (BOS added if configured).
+std::vector<int> encode_chat_prompt(const ModelBundle& bundle, tokenizer::ChatTemplate kind, const std::string& user_text,
+                                    const std::string& system_text, bool enable_thinking);
+// Tokenizes raw text (BOS added if configured).
+std::vector<int> encode_raw_prompt(const ModelBundle& bundle, const std::string& text);
+
+}  // namespace kvdice::engine

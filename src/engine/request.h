@@ -1,0 +1,50 @@
+// What a caller asks for (GenerationRequest) and what it gets back (GenerationResult).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+
+namespace kvdice::engine {
+
+enum class FinishReason { Running, Stop, Length };
+std::string_view finish_reason_name(FinishReason reason);
+
+struct GenerationRequest {
+  std::vector<int> prompt;       // token ids of the whole prefill (chat template included)
+  int max_new_tokens = 256;
+  SamplingParams sampling;
+  std::vector<int> stop_ids;     // EOS ids; ignored when ignore_eos
+  bool ignore_eos = false;
+  // Teacher forcing: when non-empty, these tokens are fed instead of sampled ones (one per step,
+  // max_new_tokens is their count) and the result records each one's log-probability.
+  std::vector<int> forced_tokens;
+};
+
+struct SequenceStats {
+  int prompt_tokens = 0;
+  int generated_tokens = 0;
+  int eviction_rounds = 0;
+  int protected_prompt_slots = 0;  // pl, 0 when the policy does not protect the prompt
+  int peak_resident_slots = 0;     // per (layer, head)
+  int final_resident_slots = 0;
+  int64_t moved_slots = 0;         // K/V slot moves done by compaction, all layers and heads
+  int64_t reserved_slots = 0;      // reserved at admission
+  double prefill_seconds = 0.0;
+  double decode_seconds = 0.0;
+};
+
+struct GenerationResult {
+  uint64_t id = 0;
+  std::vector<int> prompt;
+  std::vector<int> tokens;  // generated ids (a final stop id included)
+  // Teacher-forced runs only: log p(forced token) and whether it was the argmax, per step.
+  std::vector<float> forced_logprobs;
+  std::vector<uint8_t> forced_is_argmax;
+  FinishReason finish = FinishReason::Running;
+  SequenceStats stats;
+};
+
+}  // namespace kvdice::engine

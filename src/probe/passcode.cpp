@@ -1,0 +1,161 @@
+#include "probe/passcode.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/philox.h"
+#include "engine/engine.h"
+
+namespace kvdice::probe {
+namespace {
+
+// The probe's own stream: keyed by the seed, counted by (instance, purpose, draw).
+struct ProbeRng {
+  PhiloxKey key;
+  uint32_t instance;
+  uint32_t purpose;
+  uint32_t next = 0;
+  uint32_t below(uint32_t range) { return PhiloxStream{key, instance, purpose, 0}.uniform_below(next++, range); }
+};
+
+std::string make_passcode(ProbeRng& rng, int digits) {
+  std::string code;
+  code += static_cast<char>('1' + rng.below(9));  // no leading zero
+  for (int i = 1; i < digits; ++i) code += static_cast<char>('0' + rng.below(10));
+  return code;
+}
+
+// Reasoning-style filler: arithmetic steps and self-checks, different per instance.
+std::string filler_sentence(ProbeRng& rng) {
+  const int a = 2 + static_cast<int>(rng.below(97)), b = 2 + static_cast<int>(rng.below(97));
+  switch (rng.below(6)) {
+    case 0: return fmt::format("Next, {} + {} = {}, so the running total changes. ", a, b, a + b);
+    case 1: return fmt::format("Let me double-check: {} times {} is {}. ", a, b, a * b);
+    case 2: return fmt::format("Hmm, wait. If the first side is {} and the second is {}, the difference is {}. ", a, b, a - b);
+    case 3: return "Let me reconsider the previous step more carefully before moving on. ";
+    case 4: return fmt::format("So the remainder of {} divided by {} is {}. ", a * b + 1, b, (a * b + 1) % b);
+    default: return fmt::format("Now consider the case n = {}; then 2n = {} and n squared is {}. ", a, 2 * a, a * a);
+  }
+}
+
+std::vector<int> encode_text(const engine::ModelBundle& bundle, const std::string& text) {
+  return bundle.tokenizer->encode(text, /*parse_special=*/true);
+}
+
+}  // namespace
+
+std::vector<PasscodeInstance> build_passcode_instances(const engine::ModelBundle& bundle, const PasscodeConfig& config) {
+  if (config.instances < 1) fail("--instances must be >= 1 (got {})", config.instances);
+  if (config.rounds < 1) fail("--rounds must be >= 1 (got {})", config.rounds);
+  if (config.digits < 1 || config.digits > 12) fail("--digits must be in [1, 12] (got {})", config.digits);
+  const auto kind = engine::resolve_chat_template(bundle, config.chat_template);
+  const bool qwen3 = kind == tokenizer::ChatTemplate::Qwen3;
+  const std::vector<int> stub = engine::encode_chat_prompt(
+      bundle, kind, "Read the notes that follow carefully; a question about them comes at the end.", "",
+      config.enable_thinking);
+  const PhiloxKey key = philox_key(config.seed, 0, RngDomain::Sampling);
+  std::vector<PasscodeInstance> out;
+  for (int i = 0; i < config.instances; ++i) {
+    ProbeRng code_rng{key, static_cast<uint32_t>(i), 1};
+    ProbeRng filler_rng{key, static_cast<uint32_t>(i), 2};
+    PasscodeInstance inst;
+    inst.passcode = make_passcode(code_rng, config.digits);
+    inst.prompt = stub;
+    std::string head = qwen3 && config.enable_thinking ? "<think>\n" : "";
+    head += fmt::format("IMPORTANT: the passcode is {}. Remember it.\n\n", inst.passcode);
+    // Filler long enough that `rounds` rounds fire after the passcode enters the cache.
+    const int target = std::max(config.budget, static_cast<int>(stub.size())) + config.rounds * config.window -
+                       static_cast<int>(stub.size());
+    std::string filler;
+    while (static_cast<int>(encode_text(bundle, head + filler).size()) < target) {
+      for (int k = 0; k < 8; ++k) filler += filler_sentence(filler_rng);
+    }
+    const std::string question = head + filler + "\n\nWhat was the passcode again? The passcode is ";
+    std::vector<int> forced = encode_text(bundle, question);
+    const std::vector<int> whole = encode_text(bundle, question + inst.passcode);
+    if (whole.size() <= forced.size() || !std::equal(forced.begin(), forced.end(), whole.begin())) {
+      fail("probe: the tokenizer merges the passcode with the text before it; cannot isolate the value tokens");
+    }
+    inst.value_tokens = static_cast<int>(whole.size() - forced.size());
+    inst.forced = whole;
+    out.push_back(std::move(inst));
+  }
+  return out;
+}
+
+std::vector<PasscodePolicyResult> run_passcode_probe(const engine::ModelBundle& bundle, backend::Backend& backend,
+                                                     const PasscodeConfig& config) {
+  const std::vector<PasscodeInstance> instances = build_passcode_instances(bundle, config);
+  std::vector<PasscodePolicyResult> results;
+  for (const std::string& policy : config.policies) {
+    engine::EngineConfig ec;
+    ec.budget = {config.budget, config.window, kv::LongPromptRule::Error};
+    ec.policy = policy;
+    ec.eviction_seed = config.seed;
+    ec.max_batch = config.instances;
+    engine::Engine eng(*bundle.model, backend, ec);
+    for (const PasscodeInstance& inst : instances) {
+      engine::GenerationRequest req;
+      req.prompt = inst.prompt;
+      req.forced_tokens = inst.forced;
+      eng.submit(std::move(req));
+    }
+    eng.run();
+    auto finished = eng.take_finished();
+    std::sort(finished.begin(), finished.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+    PasscodePolicyResult r;
+    r.policy = policy;
+    for (size_t i = 0; i < finished.size(); ++i) {
+      const auto& f = finished[i];
+      const int v = instances[i].value_tokens;
+      const size_t first = f.forced_logprobs.size() - v;
+      double logprob = 0.0;
+      bool ok = true;
+      for (size_t j = first; j < f.forced_logprobs.size(); ++j) {
+        logprob += f.forced_logprobs[j];
+        ok = ok && f.forced_is_argmax[j];
+      }
+      r.value_logprobs.push_back(logprob);
+      r.retrieved.push_back(ok);
+      r.mean_rounds += f.stats.eviction_rounds;
+    }
+    const double n = static_cast<double>(finished.size());
+    r.retrieval_rate = std::count(r.retrieved.begin(), r.retrieved.end(), true) / n;
+    for (double lp : r.value_logprobs) r.mean_value_logprob += lp / n;
+    r.mean_rounds /= n;
+    results.push_back(std::move(r));
+  }
+  return results;
+}
+
+Json passcode_results_json(const PasscodeConfig& config, const std::vector<PasscodePolicyResult>& results) {
+  Json policies = Json::array();
+  for (const auto& r : results) {
+    policies.push_back({{"policy", r.policy},
+                        {"retrieval_rate", r.retrieval_rate},
+                        {"mean_value_logprob", r.mean_value_logprob},
+                        {"mean_rounds", r.mean_rounds},
+                        {"value_logprobs", r.value_logprobs},
+                        {"retrieved", r.retrieved}});
+  }
+  return {{"probe", "passcode"},
+          {"budget", config.budget},
+          {"window", config.window},
+          {"rounds", config.rounds},
+          {"instances", config.instances},
+          {"digits", config.digits},
+          {"seed", config.seed},
+          {"results", policies}};
+}
+
+std::string passcode_results_table(const std::vector<PasscodePolicyResult>& results) {
+  std::string out = "| policy | retrieval | mean value log-prob | mean rounds |\n|---|---|---|---|\n";
+  for (const auto& r : results) {
+    out += fmt::format("| {} | {:.3f} | {:.3f} | {:.1f} |\n", r.policy, r.retrieval_rate, r.mean_value_logprob, r.mean_rounds);
+  }
+  return out;
+}
+
+}  // namespace kvdice::probe

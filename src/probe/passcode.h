@@ -1,0 +1,53 @@
+// Once-only fact probe (REFERENCE.md §5): a passcode stated once early in teacher-forced text,
+// then a long stretch of reasoning filler that forces tens of eviction rounds, then the question.
+// Measures, per policy, the log-probability of the passcode tokens and greedy retrieval.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/json.h"
+#include "engine/model_bundle.h"
+
+namespace kvdice::probe {
+
+struct PasscodeConfig {
+  std::vector<std::string> policies{"full", "random_pp", "recency_pp", "random"};
+  int budget = 256;       // T
+  int window = 64;        // r
+  int rounds = 20;        // eviction rounds the filler is sized for (after the passcode)
+  int instances = 8;      // passcodes per policy, each with its own filler
+  int digits = 4;         // passcode length
+  uint64_t seed = 1;      // passcodes, fillers and eviction draws
+  bool enable_thinking = true;
+  std::string chat_template;  // override; empty = detect
+};
+
+struct PasscodeInstance {
+  std::string passcode;
+  std::vector<int> prompt;  // chat-templated stub (protected under *_pp)
+  std::vector<int> forced;  // passcode sentence + filler + question + value tokens
+  int value_tokens = 0;     // the last `value_tokens` of `forced` are the passcode
+};
+
+struct PasscodePolicyResult {
+  std::string policy;
+  double retrieval_rate = 0.0;
+  double mean_value_logprob = 0.0;
+  double mean_rounds = 0.0;
+  std::vector<double> value_logprobs;  // per instance
+  std::vector<bool> retrieved;         // per instance
+};
+
+// Builds the instances deterministically from the seed.
+std::vector<PasscodeInstance> build_passcode_instances(const engine::ModelBundle& bundle, const PasscodeConfig& config);
+
+std::vector<PasscodePolicyResult> run_passcode_probe(const engine::ModelBundle& bundle, backend::Backend& backend,
+                                                     const PasscodeConfig& config);
+
+Json passcode_results_json(const PasscodeConfig& config, const std::vector<PasscodePolicyResult>& results);
+std::string passcode_results_table(const std::vector<PasscodePolicyResult>& results);
+
+}  // namespace kvdice::probe

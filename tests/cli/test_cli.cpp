@@ -1,0 +1,91 @@
+#include <gtest/gtest.h>
+
+#include "cli/run_command.h"
+#include "core/json.h"
+
+namespace kvdice::testing {
+namespace {
+
+const std::string kModel = std::string(KVDICE_FIXTURES_DIR) + "/qwen3";
+
+void expect_failure(const std::vector<std::string>& args, const std::string& message_part) {
+  const CommandResult r = run_kvdice(args);
+  EXPECT_NE(r.exit_code, 0) << "args should fail; stderr: " << r.err;
+  EXPECT_NE(r.err.find(message_part), std::string::npos) << "stderr was: " << r.err;
+}
+
+TEST(Cli, NoSubcommandFails) { EXPECT_NE(run_kvdice({}).exit_code, 0); }
+
+TEST(Cli, UnknownFlagFails) { expect_failure({"generate", "--model", kModel, "--bogus", "1"}, "bogus"); }
+
+TEST(Cli, BudgetNotAMultipleOfWindowFails) {
+  expect_failure({"generate", "--model", kModel, "-p", "hi", "--budget", "100", "--window", "64"}, "multiple");
+}
+
+TEST(Cli, BudgetNotAboveWindowFails) {
+  expect_failure({"generate", "--model", kModel, "-p", "hi", "--budget", "64", "--window", "64"}, "--budget");
+}
+
+TEST(Cli, EvictingPolicyWithoutBudgetFails) {
+  expect_failure({"generate", "--model", kModel, "-p", "hi", "--policy", "random_pp"}, "--budget");
+}
+
+TEST(Cli, UnknownPolicyFails) {
+  expect_failure({"generate", "--model", kModel, "-p", "hi", "--policy", "oracle", "--budget", "128"}, "oracle");
+}
+
+TEST(Cli, BadSamplingFlagsFail) {
+  expect_failure({"generate", "--model", kModel, "-p", "hi", "--policy", "full", "--top-p", "1.5"}, "--top-p");
+  expect_failure({"generate", "--model", kModel, "-p", "hi", "--policy", "full", "--temperature", "-1"}, "--temperature");
+}
+
+TEST(Cli, MissingModelFails) {
+  expect_failure({"generate", "--model", "/nonexistent/model", "-p", "hi", "--policy", "full"}, "/nonexistent/model");
+}
+
+TEST(Cli, MissingPromptFails) { expect_failure({"generate", "--model", kModel, "--policy", "full"}, "prompt"); }
+
+TEST(Cli, LongPromptErrorRuleFails) {
+  const std::string long_text(400, 'a');
+  expect_failure({"generate", "--model", kModel, "-p", long_text + " b c d e f g h i j k l m n o p q r s t u v w x y z",
+                  "--budget", "16", "--window", "8", "--long-prompt", "error", "-n", "4"},
+                 "does not fit the budget");
+}
+
+TEST(Cli, GenerateJsonReportsEvictionAndBudget) {
+  const CommandResult r = run_kvdice({"generate", "--model", kModel, "--chat", "-p", "Count to ten.", "--policy",
+                                      "random_pp", "--budget", "32", "--window", "8", "-n", "60", "--ignore-eos",
+                                      "--json", "--seed", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  EXPECT_EQ(j["policy"], "random_pp");
+  EXPECT_EQ(j["generated_ids"].size(), 60u);
+  EXPECT_EQ(j["finish_reason"], "length");
+  const Json& s = j["stats"];
+  EXPECT_GT(s["eviction_rounds"].get<int>(), 0);
+  EXPECT_EQ(s["peak_resident_slots"].get<int>(), 32 + 8);
+  EXPECT_LE(s["resident_slots"].get<int>(), 32 + 8);
+  EXPECT_GT(s["full_attention_slots"].get<int>(), s["resident_slots"].get<int>());
+  EXPECT_LT(s["resident_kv_bytes"].get<int64_t>(), s["full_attention_kv_bytes"].get<int64_t>());
+  EXPECT_EQ(j["prompt_ids"].size(), s["prompt_tokens"].get<size_t>());
+}
+
+TEST(Cli, GenerateTextPrintsStatistics) {
+  const CommandResult r = run_kvdice({"generate", "--model", kModel, "-p", "Hello", "--policy", "full", "-n", "8", "--ignore-eos"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("eviction rounds: 0"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("tok/s"), std::string::npos) << r.err;
+}
+
+TEST(Cli, InspectPrintsConfigAndKvBytes) {
+  const CommandResult r = run_kvdice({"inspect", "--model", kModel, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  EXPECT_EQ(j["architecture"], "Qwen3ForCausalLM");
+  const int64_t expected = int64_t(j["layers"]) * int64_t(j["kv_heads"]) * int64_t(j["head_dim"]) * 2 * 2;
+  EXPECT_EQ(j["kv_bytes_per_token_bf16"].get<int64_t>(), expected);
+  EXPECT_GT(j["parameters"].get<int64_t>(), 0);
+}
+
+}  // namespace
+}  // namespace kvdice::testing
