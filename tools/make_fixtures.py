@@ -721,6 +721,9 @@ def make_logits_golden(family: str, model_dir: Path, golden_dir: Path) -> dict:
                      "the prompt); row len(prompt_ids)+k: logits after feeding decode_ids[k] at "
                      "position len(prompt_ids)+k with the KV cache",
         "argmax": [int(i) for i in array.argmax(axis=1)],
+        # Smallest gap between the best and second-best logit of any row: how much numerical
+        # error an argmax comparison can absorb.
+        "min_top2_margin": float(np.min(np.diff(np.sort(array, axis=1)[:, -2:], axis=1))),
         "max_abs_diff_full_vs_cached": diff,
         "attn_implementation": "eager",
         "versions": versions(),

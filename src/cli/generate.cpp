@@ -128,7 +128,9 @@ void run_generate(const GenerateOptions& o) {
     }
   }
   if (o.json) {
-    fmt::print("{}\n", records.size() == 1 ? records[0].dump() : records.dump());
+    // Generated text may end inside a UTF-8 character: replace invalid bytes rather than fail.
+    const Json& out = records.size() == 1 ? records[0] : records;
+    fmt::print("{}\n", out.dump(-1, ' ', false, Json::error_handler_t::replace));
   } else {
     fmt::print(stderr, "total: {} sequences, {} generated tokens in {:.2f} s ({:.1f} tok/s overall)\n", results.size(),
                total_generated, wall, wall > 0 ? total_generated / wall : 0.0);

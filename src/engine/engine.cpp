@@ -20,8 +20,13 @@ std::string_view finish_reason_name(FinishReason reason) {
 
 struct Engine::Sequence {
   Sequence(uint64_t id_, GenerationRequest req, kv::KvShape shape, int capacity)
-      : id(id_), request(std::move(req)), sampler(request.sampling, id_), kv(shape, capacity) {}
+      : id(id_),
+        stream_id(req.stream_id.value_or(id_)),
+        request(std::move(req)),
+        sampler(request.sampling, stream_id),
+        kv(shape, capacity) {}
   uint64_t id;
+  uint64_t stream_id;
   GenerationRequest request;
   Sampler sampler;
   kv::SequenceKv kv;
@@ -153,7 +158,7 @@ void Engine::decode() {
 
 void Engine::maybe_evict(Sequence& seq) {
   if (!budget_.should_evict(seq.kv.length())) return;
-  kv::RoundContext context{config_.eviction_seed, seq.id, static_cast<uint32_t>(seq.stats.eviction_rounds),
+  kv::RoundContext context{config_.eviction_seed, seq.stream_id, static_cast<uint32_t>(seq.stats.eviction_rounds),
                            seq.stats.prompt_tokens};
   kv::RoundRecord record;
   const kv::RoundResult result =

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@ struct GenerationRequest {
   // Teacher forcing: when non-empty, these tokens are fed instead of sampled ones (one per step,
   // max_new_tokens is their count) and the result records each one's log-probability.
   std::vector<int> forced_tokens;
+  // Keys this sequence's eviction and sampling streams; defaults to the engine-assigned id. Set it
+  // to reproduce a sequence exactly in another batch or run (e.g. problem index * runs + run).
+  std::optional<uint64_t> stream_id;
 };
 
 struct SequenceStats {

@@ -1,8 +1,8 @@
 #include "kv/budget.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "core/error.h"
 

@@ -14,8 +14,8 @@ enum class LongPromptRule {
 };
 
 struct BudgetSpec {
-  int budget = 0;  // T: resident slots right after a round; 0 = unbounded (full attention)
-  int window = 64; // r: newest slots never candidates; rounds fire every r decode tokens
+  int budget = 0;   // T: resident slots right after a round; 0 = unbounded (full attention)
+  int window = 64;  // r: newest slots never candidates; rounds fire every r decode tokens
   LongPromptRule long_prompt = LongPromptRule::Warn;
 
   bool bounded() const { return budget > 0; }

@@ -9,7 +9,8 @@ namespace kvdice::kv {
 
 int compact_head(SequenceKv& kv, int layer, int head, const std::vector<uint8_t>& keep, int target) {
   const int len = kv.length();
-  KVDICE_CHECK(static_cast<int>(keep.size()) == len, "keep has {} flags for {} resident slots", keep.size(), len);
+  KVDICE_CHECK(static_cast<int>(keep.size()) == len, "keep has {} flags for {} resident slots", keep.size(),
+               len);
   KVDICE_CHECK(target >= 0 && target <= len, "compaction target {} outside [0, {}]", target, len);
   // Holes below the target and survivors above it come in equal numbers because exactly `target`
   // flags are set; pairing both in ascending order keeps the moves to len - target at most.
@@ -41,8 +42,8 @@ RoundResult run_eviction_round(SequenceKv& kv, const BudgetSpec& budget, const p
   const int keep = budget.selection();
   // Compaction never moves a kept slot below T, so the prompt stays in slots [0, pl).
   const int n_protected = policy.protects_prompt() ? budget.protected_slots(context.prompt_len) : 0;
-  KVDICE_CHECK(n_protected <= keep && n_protected <= n_candidates, "{} protected slots with {} kept of {} candidates",
-               n_protected, keep, n_candidates);
+  KVDICE_CHECK(n_protected <= keep && n_protected <= n_candidates,
+               "{} protected slots with {} kept of {} candidates", n_protected, keep, n_candidates);
 
   const PhiloxKey key = philox_key(context.seed, context.sequence_id, RngDomain::Eviction);
   RoundResult result;
@@ -83,8 +84,8 @@ RoundResult run_eviction_round(SequenceKv& kv, const BudgetSpec& budget, const p
       KVDICE_CHECK(kept == keep, "policy '{}' kept {} of {} candidates at layer {} head {}, expected {}",
                    policy.name(), kept, n_candidates, layer, head, keep);
       for (int slot = 0; slot < n_protected; ++slot) {
-        KVDICE_CHECK(flags[slot], "policy '{}' evicted protected prompt slot {} at layer {} head {}", policy.name(),
-                     slot, layer, head);
+        KVDICE_CHECK(flags[slot], "policy '{}' evicted protected prompt slot {} at layer {} head {}",
+                     policy.name(), slot, layer, head);
       }
 
       result.moved_slots += compact_head(kv, layer, head, flags, target);
@@ -98,8 +99,8 @@ RoundResult run_eviction_round(SequenceKv& kv, const BudgetSpec& budget, const p
     }
   }
   kv.set_length(target);
-  KVDICE_CHECK(kv.length() == target, "after the round the cache holds {} slots, expected T = {}", kv.length(),
-               target);
+  KVDICE_CHECK(kv.length() == target, "after the round the cache holds {} slots, expected T = {}",
+               kv.length(), target);
   return result;
 }
 

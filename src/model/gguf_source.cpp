@@ -160,7 +160,7 @@ DType dtype_of(const GgufFile& file) {
 // row h * head_dim + 2 * i + p, interleaving the rotate-half pairs.
 Tensor unpermute_rows(const Tensor& t, int n_heads) {
   const int64_t rows = t.shape.at(0);
-  const int64_t cols = t.shape.size() > 1 ? t.shape[1] : 1;
+  const int64_t cols = rows == 0 ? 0 : t.numel() / rows;  // a bias has one column
   const int64_t head_dim = rows / n_heads;
   const int64_t half = head_dim / 2;
   Tensor out(t.shape);

@@ -71,13 +71,18 @@ SafetensorsEntry parse_entry(const std::string& name, const Json& value, uint64_
   if (shape == value.end() || !shape->is_array()) fail("{}: tensor '{}': missing array field 'shape'", where, name);
   uint64_t numel = 1;
   bool overflow = false;
+  bool has_zero_dim = false;
   for (const auto& dim_json : *shape) {
     uint64_t dim = require_unsigned(dim_json, where, name, "shape");
     if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) overflow = true;
+    has_zero_dim = has_zero_dim || dim == 0;
     entry.shape.push_back(static_cast<int64_t>(dim));
     overflow = __builtin_mul_overflow(numel, dim, &numel) || overflow;
   }
-  if (numel == 0) overflow = false;  // a zero dimension makes the tensor empty whatever the others say
+  if (has_zero_dim) {  // an empty tensor, whatever the other dimensions say
+    overflow = false;
+    numel = 0;
+  }
   uint64_t total_bits = 0;
   if (overflow || __builtin_mul_overflow(numel, static_cast<uint64_t>(bits), &total_bits)) {
     fail("{}: tensor '{}': shape {} is too large", where, name, shape->dump());

@@ -10,8 +10,9 @@ AddedTokenMatcher::AddedTokenMatcher(const std::vector<AddedToken>& tokens, bool
     : by_first_byte_(256) {
   for (const auto& t : tokens)
     if (t.normalized == match_normalized && !t.content.empty()) tokens_.push_back(t);
-  std::stable_sort(tokens_.begin(), tokens_.end(),
-                   [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
+  std::stable_sort(tokens_.begin(), tokens_.end(), [](const AddedToken& a, const AddedToken& b) {
+    return a.content.size() > b.content.size();
+  });
   for (std::size_t i = 0; i < tokens_.size(); ++i)
     by_first_byte_[static_cast<unsigned char>(tokens_[i].content[0])].push_back(static_cast<int>(i));
 }

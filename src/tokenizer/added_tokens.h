@@ -25,7 +25,7 @@ class AddedTokenMatcher {
   void split(std::string_view text, bool parse_special, std::vector<Segment>& out) const;
 
  private:
-  std::vector<AddedToken> tokens_;              // longest first
+  std::vector<AddedToken> tokens_;               // longest first
   std::vector<std::vector<int>> by_first_byte_;  // indices into tokens_, per first byte
 };
 

@@ -13,8 +13,9 @@ constexpr std::size_t kCacheMaxWordBytes = 256;
 
 }  // namespace
 
-Bpe::Bpe(const std::vector<std::string>& vocab, const std::vector<std::pair<std::string, std::string>>& merges,
-         bool ignore_merges, std::string_view where)
+Bpe::Bpe(const std::vector<std::string>& vocab,
+         const std::vector<std::pair<std::string, std::string>>& merges, bool ignore_merges,
+         std::string_view where)
     : ignore_merges_(ignore_merges) {
   index_.reserve(vocab.size());
   for (std::size_t id = 0; id < vocab.size(); ++id)
@@ -71,7 +72,8 @@ void Bpe::encode_word(std::string_view word, std::vector<int>& out) const {
   if (cacheable) {
     std::lock_guard lock(cache_mutex_);
     if (cache_.size() >= kCacheMaxEntries) cache_.clear();
-    cache_.emplace(std::string(word), std::vector<int>(out.begin() + static_cast<std::ptrdiff_t>(first), out.end()));
+    cache_.emplace(std::string(word),
+                   std::vector<int>(out.begin() + static_cast<std::ptrdiff_t>(first), out.end()));
   }
 }
 

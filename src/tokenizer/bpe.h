@@ -38,7 +38,8 @@ class Bpe {
     int result;
   };
   static std::uint64_t pair_key(int left, int right) {
-    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(left)) << 32) | static_cast<std::uint32_t>(right);
+    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(left)) << 32) |
+           static_cast<std::uint32_t>(right);
   }
   void merge_symbols(std::string_view word, std::vector<int>& out) const;
 

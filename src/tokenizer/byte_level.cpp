@@ -23,8 +23,8 @@ std::string encode_utf8(char32_t cp) {
 }
 
 struct Tables {
-  std::array<std::string, 256> symbol;            // byte -> UTF-8 of its character
-  std::array<std::int16_t, 512> byte_of_cp;       // code point (< 512) -> byte, -1 when none
+  std::array<std::string, 256> symbol;       // byte -> UTF-8 of its character
+  std::array<std::int16_t, 512> byte_of_cp;  // code point (< 512) -> byte, -1 when none
 };
 
 // GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the other 68 bytes are

@@ -10,10 +10,10 @@
 namespace kvdice::tokenizer {
 
 enum class ChatTemplate {
-  Qwen3,    // ChatML with <think> handling; thinking off pre-fills "<think>\n\n</think>\n\n"
-  ChatML,   // Qwen2/Qwen2.5: ChatML with the default system prompt when none is given
-  Llama3,   // <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
-  Phi4,     // <|im_start|>role<|im_sep|>...<|im_end|>
+  Qwen3,   // ChatML with <think> handling; thinking off pre-fills "<think>\n\n</think>\n\n"
+  ChatML,  // Qwen2/Qwen2.5: ChatML with the default system prompt when none is given
+  Llama3,  // <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
+  Phi4,    // <|im_start|>role<|im_sep|>...<|im_end|>
 };
 
 struct ChatMessage {

@@ -58,11 +58,13 @@ void read_model(const Json& root, Where where, TokenizerParts& parts) {
   std::string type = json_get_or<std::string>(*model, "type", "BPE", where + ": model");
   if (type != "BPE") fail("{}: model.type is '{}'; only byte-level 'BPE' is supported", where, type);
   if (json_get_or<bool>(*model, "byte_fallback", false, where + ": model"))
-    fail("{}: model.byte_fallback is true (SentencePiece-style BPE); only byte-level BPE is supported", where);
+    fail("{}: model.byte_fallback is true (SentencePiece-style BPE); only byte-level BPE is supported",
+         where);
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (!json_get_or<std::string>(*model, key, "", where + ": model").empty())
       fail("{}: model.{} is set; byte-level BPE vocabularies do not use it", where, key);
-  if (const Json* dropout = find_non_null(*model, "dropout"); dropout && (!dropout->is_number() || dropout->get<double>() != 0.0))
+  if (const Json* dropout = find_non_null(*model, "dropout");
+      dropout && (!dropout->is_number() || dropout->get<double>() != 0.0))
     fail("{}: model.dropout is {}; inference needs deterministic BPE (null)", where, dropout->dump());
   read_vocab(*model, where, parts);
   read_merges(*model, where, parts);
@@ -100,8 +102,9 @@ void read_normalizer(const Json& root, Where where, TokenizerParts& parts) {
   if (!normalizer) return;
   auto one = [&](const Json& n) {
     std::string type = json_require<std::string>(n, "type", where + ": normalizer");
-    if (type != "NFC") fail("{}: normalizer type '{}' is not supported (expected null, NFC, or a Sequence of NFC)",
-                            where, type);
+    if (type != "NFC")
+      fail("{}: normalizer type '{}' is not supported (expected null, NFC, or a Sequence of NFC)", where,
+           type);
     parts.nfc = true;
   };
   std::string type = json_require<std::string>(*normalizer, "type", where + ": normalizer");
@@ -116,7 +119,8 @@ void read_normalizer(const Json& root, Where where, TokenizerParts& parts) {
 
 void read_pre_tokenizer(const Json& root, Where where, TokenizerParts& parts) {
   const Json* pre = find_non_null(root, "pre_tokenizer");
-  if (!pre) fail("{}: pre_tokenizer is null; a byte-level BPE tokenizer needs a ByteLevel pre-tokenizer", where);
+  if (!pre)
+    fail("{}: pre_tokenizer is null; a byte-level BPE tokenizer needs a ByteLevel pre-tokenizer", where);
   bool byte_level_seen = false;
   auto one = [&](const Json& p) {
     std::string at = where + ": pre_tokenizer";
@@ -124,7 +128,8 @@ void read_pre_tokenizer(const Json& root, Where where, TokenizerParts& parts) {
     if (type == "Split") {
       if (byte_level_seen) fail("{}: a Split after ByteLevel is not supported", at);
       std::string behavior = json_require<std::string>(p, "behavior", at);
-      if (behavior != "Isolated") fail("{}: Split behavior '{}' is not supported (expected Isolated)", at, behavior);
+      if (behavior != "Isolated")
+        fail("{}: Split behavior '{}' is not supported (expected Isolated)", at, behavior);
       if (json_get_or<bool>(p, "invert", false, at)) fail("{}: Split with invert true is not supported", at);
       const Json* pattern = find_non_null(p, "pattern");
       if (!pattern || !pattern->is_object()) fail("{}: Split needs pattern {{\"Regex\": ...}}", at);
@@ -144,8 +149,8 @@ void read_pre_tokenizer(const Json& root, Where where, TokenizerParts& parts) {
         fail("{}: ByteLevel add_prefix_space after a Split is not supported", at);
       if (json_get_or<bool>(p, "use_regex", true, at)) parts.split_patterns.push_back(kGpt2Pattern);
     } else {
-      fail("{}: pre-tokenizer type '{}' is not supported (expected Split, ByteLevel or a Sequence of them)", at,
-           type);
+      fail("{}: pre-tokenizer type '{}' is not supported (expected Split, ByteLevel or a Sequence of them)",
+           at, type);
     }
   };
   std::string type = json_require<std::string>(*pre, "type", where + ": pre_tokenizer");
@@ -156,7 +161,8 @@ void read_pre_tokenizer(const Json& root, Where where, TokenizerParts& parts) {
   } else {
     one(*pre);
   }
-  if (!byte_level_seen) fail("{}: pre_tokenizer has no ByteLevel step; only byte-level BPE is supported", where);
+  if (!byte_level_seen)
+    fail("{}: pre_tokenizer has no ByteLevel step; only byte-level BPE is supported", where);
 }
 
 // BOS as TemplateProcessing adds it (Llama-3): its `single` template starts with a special token.
@@ -168,7 +174,8 @@ void read_post_processor(const Json& root, Where where, TokenizerParts& parts) {
     std::string type = json_require<std::string>(p, "type", at);
     if (type == "ByteLevel") return;
     if (type != "TemplateProcessing")
-      fail("{}: post-processor type '{}' is not supported (expected ByteLevel or TemplateProcessing)", at, type);
+      fail("{}: post-processor type '{}' is not supported (expected ByteLevel or TemplateProcessing)", at,
+           type);
     const Json* single = find_non_null(p, "single");
     if (!single || !single->is_array() || single->empty()) fail("{}: TemplateProcessing needs 'single'", at);
     for (std::size_t i = 0; i < single->size(); ++i) {
@@ -241,8 +248,10 @@ void read_config(const std::filesystem::path& dir, TokenizerParts& parts) {
       }
     }
     if (const Json* bos = find_non_null(config, "bos_token")) {
-      std::string content = bos->is_object() ? json_require<std::string>(*bos, "content", where + ": bos_token")
-                                             : bos->is_string() ? bos->get<std::string>() : "";
+      std::string content = bos->is_object()
+                                ? json_require<std::string>(*bos, "content", where + ": bos_token")
+                            : bos->is_string() ? bos->get<std::string>()
+                                               : "";
       if (content.empty()) fail("{}: bos_token must be a string or {{\"content\": ...}}", where);
       auto id = find_token(parts, content);
       if (!id) fail("{}: bos_token '{}' is not a token of tokenizer.json", where, content);

@@ -11,7 +11,8 @@ const char* const kQwen2Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 const char* const kLlama3Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-const char* const kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+const char* const kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 namespace {
 
@@ -43,17 +44,21 @@ struct SplitRegex::Compiled {
 };
 
 std::string oniguruma_to_pcre2(std::string_view pattern) {
+  // Unicode White_Space, which is Oniguruma's \s; PCRE2's differs in U+0085 and U+180E.
+  constexpr std::string_view kSpaces =
+      R"(\t\n\x{0b}\f\r\x{20}\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000})";
   std::string out;
-  out.reserve(pattern.size() + 16);
+  out.reserve(pattern.size() + 64);
   int class_depth = 0;
   for (std::size_t i = 0; i < pattern.size(); ++i) {
     char c = pattern[i];
     if (c == '\\' && i + 1 < pattern.size()) {
       char e = pattern[++i];
       if (e == 's') {
-        out += class_depth > 0 ? R"(\s\x{85})" : R"([\s\x{85}])";
-      } else if (e == 'S' && class_depth == 0) {
-        out += R"([^\s\x{85}])";
+        out += class_depth > 0 ? std::string(kSpaces) : "[" + std::string(kSpaces) + "]";
+      } else if (e == 'S') {
+        if (class_depth > 0) fail("split regex: \\S inside a character class is not supported: {}", pattern);
+        out += "[^" + std::string(kSpaces) + "]";
       } else {
         out += c;
         out += e;

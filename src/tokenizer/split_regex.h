@@ -11,7 +11,7 @@
 namespace kvdice::tokenizer {
 
 // Built-in patterns, as written in the tokenizer.json files of those families.
-extern const char* const kQwen2Pattern;  // single digits
+extern const char* const kQwen2Pattern;   // single digits
 extern const char* const kLlama3Pattern;  // digits in groups of up to three (also cl100k / Phi-4)
 extern const char* const kGpt2Pattern;    // ByteLevel(use_regex = true)
 
@@ -34,7 +34,7 @@ class SplitRegex {
 };
 
 // Rewrites an Oniguruma-flavoured pattern so PCRE2 matches the same text: Oniguruma's \s is Unicode
-// White_Space, which also holds U+0085 (NEXT LINE); PCRE2's UCP \s does not.
+// White_Space; PCRE2's UCP \s lacks U+0085 (NEXT LINE) and has U+180E (MONGOLIAN VOWEL SEPARATOR).
 std::string oniguruma_to_pcre2(std::string_view pattern);
 
 }  // namespace kvdice::tokenizer

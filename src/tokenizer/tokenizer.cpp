@@ -14,9 +14,12 @@ namespace {
 std::vector<std::string> split_patterns_for(const TokenizerParts& parts) {
   if (!parts.split_patterns.empty()) return parts.split_patterns;
   switch (parts.pre) {
-    case PreTokenizer::Qwen2: return {kQwen2Pattern};
-    case PreTokenizer::Llama3: return {kLlama3Pattern};
-    case PreTokenizer::Gpt2: return {kGpt2Pattern};
+    case PreTokenizer::Qwen2:
+      return {kQwen2Pattern};
+    case PreTokenizer::Llama3:
+      return {kLlama3Pattern};
+    case PreTokenizer::Gpt2:
+      return {kGpt2Pattern};
   }
   KVDICE_CHECK(false, "unknown PreTokenizer {}", static_cast<int>(parts.pre));
   return {};
@@ -93,7 +96,9 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-Tokenizer Tokenizer::from_hf_dir(const std::filesystem::path& dir) { return from_parts(read_hf_tokenizer(dir)); }
+Tokenizer Tokenizer::from_hf_dir(const std::filesystem::path& dir) {
+  return from_parts(read_hf_tokenizer(dir));
+}
 
 Tokenizer Tokenizer::from_parts(TokenizerParts parts) { return Tokenizer(std::make_unique<Impl>(parts)); }
 
@@ -124,7 +129,8 @@ std::vector<int> Tokenizer::encode(std::string_view text, bool parse_special) co
 
 std::vector<int> Tokenizer::encode_prompt(std::string_view text) const {
   std::vector<int> ids = encode(text);
-  if (impl_->add_bos && (ids.empty() || ids.front() != *impl_->bos_id)) ids.insert(ids.begin(), *impl_->bos_id);
+  if (impl_->add_bos && (ids.empty() || ids.front() != *impl_->bos_id))
+    ids.insert(ids.begin(), *impl_->bos_id);
   return ids;
 }
 
@@ -135,7 +141,8 @@ std::string Tokenizer::decode(std::span<const int> ids) const {
 }
 
 std::string Tokenizer::token_bytes(int id) const {
-  if (id < 0 || id >= vocab_size()) fail("tokenizer: token id {} is outside the vocab (size {})", id, vocab_size());
+  if (id < 0 || id >= vocab_size())
+    fail("tokenizer: token id {} is outside the vocab (size {})", id, vocab_size());
   return impl_->bytes[static_cast<std::size_t>(id)];
 }
 

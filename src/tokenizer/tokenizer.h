@@ -28,19 +28,19 @@ struct AddedToken {
 
 // Everything needed to build a tokenizer, independent of the file format it came from.
 struct TokenizerParts {
-  std::vector<std::string> vocab;   // id -> token string in byte-level alphabet ("Ġthe")
+  std::vector<std::string> vocab;  // id -> token string in byte-level alphabet ("Ġthe")
   std::vector<std::pair<std::string, std::string>> merges;  // rank order
-  std::vector<AddedToken> added;    // matched verbatim before BPE
+  std::vector<AddedToken> added;                            // matched verbatim before BPE
   PreTokenizer pre = PreTokenizer::Qwen2;
   // tokenizer.json: Split regexes (behaviour Isolated) applied in order; overrides `pre` when non-empty.
   std::vector<std::string> split_patterns;
   bool add_prefix_space = false;      // ByteLevel: prepend " " to each text segment not starting with one
   std::optional<bool> ignore_merges;  // a pre-token found whole in the vocab is emitted as is; default:
                                       // true for Llama3 (as its tokenizer.json says), false otherwise
-  bool nfc = false;                 // normalizer: NFC
+  bool nfc = false;                   // normalizer: NFC
   std::optional<int> bos_id;
-  bool add_bos = false;             // prepend BOS when encoding a whole prompt
-  std::string chat_template;        // Jinja source, if any (used only to detect the template kind)
+  bool add_bos = false;                    // prepend BOS when encoding a whole prompt
+  std::string chat_template;               // Jinja source, if any (used only to detect the template kind)
   std::string source = "tokenizer parts";  // names the origin (a file) in error messages
 };
 

@@ -86,7 +86,7 @@ TEST(Sampler, LowTemperatureSharpens) {
   const std::vector<double> p = {0.4, 0.35, 0.25};
   Sampler s({0.05f, 1.0f, 0, 5}, 0);
   auto counts = histogram(s, logits_of(p), 2000);
-  EXPECT_GT(counts[0], 1900);
+  EXPECT_GT(counts[0], 1800);  // (0.4/0.35)^20 odds: p0 ~ 0.935 at T = 0.05 vs 0.4 at T = 1
 }
 
 TEST(Sampler, RejectsBadParameters) {

@@ -19,7 +19,9 @@ namespace kvdice::test {
 
 // Content of one K (value = false) or V element of the token at `position`; independent of slot.
 inline float fake_kv(int layer, int head, int64_t position, int dim, bool value) {
-  PhiloxStream stream{{0x6b76u, 0x64696365u}, static_cast<uint32_t>(layer), static_cast<uint32_t>(head),
+  PhiloxStream stream{{0x6b76u, 0x64696365u},
+                      static_cast<uint32_t>(layer),
+                      static_cast<uint32_t>(head),
                       static_cast<uint32_t>(position)};
   return stream.uniform_float(static_cast<uint32_t>(2 * dim + (value ? 1 : 0))) * 2.0f - 1.0f;
 }

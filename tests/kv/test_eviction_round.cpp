@@ -58,7 +58,8 @@ TEST(EvictionRound, BudgetParityTriggerPromptAndWindow) {
         std::sort(resident.begin(), resident.end());
         ASSERT_EQ(resident, kept);
         ASSERT_EQ(std::adjacent_find(kept.begin(), kept.end()), kept.end()) << "duplicate position";
-        for (int64_t p = sim.kv.appended() - r; p < sim.kv.appended(); ++p) ASSERT_TRUE(contains(kept, p)) << p;
+        for (int64_t p = sim.kv.appended() - r; p < sim.kv.appended(); ++p)
+          ASSERT_TRUE(contains(kept, p)) << p;
       }
     }
   }
@@ -110,11 +111,13 @@ TEST(EvictionRound, CompactionMovesKvTogetherWithPositions) {
             ++survivors;
           }
           int resident_before = 0;
-          for (const auto& [key, rows] : before) resident_before += (std::get<0>(key) == l && std::get<1>(key) == h);
+          for (const auto& [key, rows] : before)
+            resident_before += (std::get<0>(key) == l && std::get<1>(key) == h);
           EXPECT_EQ(resident_before - survivors, pre_length - t) << "victims per head";
         }
       }
-      EXPECT_LE(sim.results.back().moved_slots, int64_t{kShape.n_layers} * kShape.n_kv_heads * (pre_length - t));
+      EXPECT_LE(sim.results.back().moved_slots,
+                int64_t{kShape.n_layers} * kShape.n_kv_heads * (pre_length - t));
       ++checked;
     }
   }

@@ -47,12 +47,12 @@ inline TestTensor f32_tensor(std::string name, std::vector<int64_t> shape, const
 
 // A header text and a data buffer glued behind the u64 little-endian header length.
 inline std::vector<uint8_t> raw_safetensors(const std::string& header, const std::vector<uint8_t>& data) {
-  std::vector<uint8_t> out(8);
+  std::string text(8, '\0');
   uint64_t length = header.size();
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(length >> (8 * i));
-  out.insert(out.end(), header.begin(), header.end());
-  out.insert(out.end(), data.begin(), data.end());
-  return out;
+  for (int i = 0; i < 8; ++i) text[i] = static_cast<char>(length >> (8 * i));
+  text += header;
+  text.append(data.begin(), data.end());
+  return std::vector<uint8_t>(text.begin(), text.end());
 }
 
 // A well-formed file: tensors laid out back to back in the given order.

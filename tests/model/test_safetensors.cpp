@@ -60,6 +60,11 @@ TEST(SafetensorsHeader, AcceptsEmptyTensorsAndScalars) {
   auto bytes = safetensors_bytes({f32_tensor("empty", {0, 4}, {}), f32_tensor("scalar", {}, {3.5f})});
   auto header = parse_safetensors_header(bytes, "t");
   EXPECT_EQ(header.find("scalar")->end - header.find("scalar")->begin, 4u);
+  // A zero dimension empties the tensor even when the other dimensions' product would overflow.
+  auto huge_empty = parse_safetensors_header(
+      raw_safetensors(R"({"e": {"dtype": "F64", "shape": [4294967296, 4294967296, 0], "data_offsets": [0, 0]}})", {}),
+      "t");
+  EXPECT_EQ(huge_empty.find("e")->shape.size(), 3u);
 }
 
 TEST(SafetensorsHeader, RejectsTruncatedFile) {

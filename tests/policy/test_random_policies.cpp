@@ -64,7 +64,8 @@ TEST(RandomPolicies, DrawFollowsTheDocumentedAlgorithm) {
   struct Case {
     int n, keep, n_protected;
   };
-  for (const Case& c : {Case{256, 192, 30}, Case{960, 896, 0}, Case{384, 192, 191}, Case{5, 1, 0}, Case{70, 70, 3}}) {
+  for (const Case& c :
+       {Case{256, 192, 30}, Case{960, 896, 0}, Case{384, 192, 191}, Case{5, 1, 0}, Case{70, 70, 3}}) {
     for (int layer : {0, 3}) {
       for (int head : {0, 7}) {
         for (uint32_t round : {0u, 1u, 1000u}) {
@@ -135,8 +136,8 @@ TEST(RandomPolicies, SurvivalMatchesGeometricRetention) {
   for (const auto& record : sim.records)
     for (const auto& layer : record.kept_positions)
       for (const auto& kept : layer) {
-        const auto unprotected =
-            std::count_if(kept.begin(), kept.end(), [&](int32_t p) { return p >= pl && p < record.at_token - r; });
+        const auto unprotected = std::count_if(kept.begin(), kept.end(),
+                                               [&](int32_t p) { return p >= pl && p < record.at_token - r; });
         EXPECT_EQ(unprotected, t - r - pl);
       }
 }

@@ -36,12 +36,15 @@ void expect_keeps_oldest_and_newest(const char* policy, int n_old) {
   ASSERT_EQ(sim.records.size(), 6u);
   for (const auto& record : sim.records)
     for (const auto& layer : record.kept_positions)
-      for (const auto& kept : layer) EXPECT_EQ(kept, old_and_new(n_old, record.at_token, t - n_old)) << policy;
+      for (const auto& kept : layer)
+        EXPECT_EQ(kept, old_and_new(n_old, record.at_token, t - n_old)) << policy;
 }
 
 TEST(RecencyPolicies, RecencyPpKeepsPromptAndMostRecent) { expect_keeps_oldest_and_newest("recency_pp", 20); }
 TEST(RecencyPolicies, RecencyKeepsMostRecent) { expect_keeps_oldest_and_newest("recency", 0); }
-TEST(RecencyPolicies, StreamingKeepsFourSinksAndMostRecent) { expect_keeps_oldest_and_newest("streaming", 4); }
+TEST(RecencyPolicies, StreamingKeepsFourSinksAndMostRecent) {
+  expect_keeps_oldest_and_newest("streaming", 4);
+}
 
 // Compaction scatters positions over slots, so the policies must order by position, not by slot.
 TEST(RecencyPolicies, OrderByPositionNotSlot) {

@@ -9,8 +9,8 @@
 namespace kvdice::policy {
 namespace {
 
-const std::vector<std::string> kExpected{"full", "random_pp", "random", "random_shared",
-                                         "recency_pp", "recency", "streaming"};
+const std::vector<std::string> kExpected{"full",       "random_pp", "random",   "random_shared",
+                                         "recency_pp", "recency",   "streaming"};
 
 TEST(Registry, ListsEveryPolicyAndBuildsEach) {
   EXPECT_EQ(policy_names(), kExpected);
@@ -25,7 +25,8 @@ TEST(Registry, ListsEveryPolicyAndBuildsEach) {
 
 TEST(Registry, ProtectionAndEvictionFlags) {
   EXPECT_FALSE(make_policy("full")->evicts());
-  for (const char* name : {"random_pp", "random_shared", "recency_pp"}) EXPECT_TRUE(make_policy(name)->protects_prompt());
+  for (const char* name : {"random_pp", "random_shared", "recency_pp"})
+    EXPECT_TRUE(make_policy(name)->protects_prompt());
   for (const char* name : {"random", "recency", "streaming"}) {
     EXPECT_FALSE(make_policy(name)->protects_prompt());
     EXPECT_TRUE(make_policy(name)->evicts());
