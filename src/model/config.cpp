@@ -52,7 +52,8 @@ void read_rope(const Json& json, const std::string& where, ModelConfig& config) 
     scaling.factor = json_require<float>(*params, "factor", params_where);
     scaling.low_freq_factor = json_require<float>(*params, "low_freq_factor", params_where);
     scaling.high_freq_factor = json_require<float>(*params, "high_freq_factor", params_where);
-    scaling.original_max_position = json_require<int>(*params, "original_max_position_embeddings", params_where);
+    scaling.original_max_position =
+        json_require<int>(*params, "original_max_position_embeddings", params_where);
   } else {
     fail("{}: unsupported rope type '{}' (supported: default, llama3)", params_where, type);
   }
@@ -67,9 +68,10 @@ void refuse_unsupported_features(const Json& json, const std::string& where, con
   if (config.family == Family::Phi3) {
     int window = json_get_or<int>(json, "sliding_window", 0, where);
     if (window > 0 && window < config.max_position) {
-      fail("{}: sliding_window {} is below max_position_embeddings {}; sliding-window attention is not "
-           "supported",
-           where, window, config.max_position);
+      fail(
+          "{}: sliding_window {} is below max_position_embeddings {}; sliding-window attention is not "
+          "supported",
+          where, window, config.max_position);
     }
   }
   auto layer_types = json.find("layer_types");
@@ -85,7 +87,8 @@ void refuse_unsupported_features(const Json& json, const std::string& where, con
     fail("{}: attention_bias is true for {}; attention projection biases are only supported for {}", where,
          config.architecture, family_traits(Family::Qwen2).architecture);
   }
-  if (json_get_or<bool>(json, "mlp_bias", false, where)) fail("{}: mlp_bias is true; MLP biases are not supported", where);
+  if (json_get_or<bool>(json, "mlp_bias", false, where))
+    fail("{}: mlp_bias is true; MLP biases are not supported", where);
   std::string act = json_get_or<std::string>(json, "hidden_act", "silu", where);
   if (act != "silu") fail("{}: hidden_act is '{}', expected silu", where, act);
 }
@@ -94,10 +97,14 @@ void refuse_unsupported_features(const Json& json, const std::string& where, con
 
 std::string_view family_name(Family family) {
   switch (family) {
-    case Family::Qwen3: return "qwen3";
-    case Family::Qwen2: return "qwen2";
-    case Family::Llama: return "llama";
-    case Family::Phi3: return "phi3";
+    case Family::Qwen3:
+      return "qwen3";
+    case Family::Qwen2:
+      return "qwen2";
+    case Family::Llama:
+      return "llama";
+    case Family::Phi3:
+      return "phi3";
   }
   return "?";
 }
@@ -140,8 +147,8 @@ ModelConfig ModelConfig::from_hf_json(const Json& json, const std::string& where
   int head_dim = json_get_or<int>(json, "head_dim", 0, where);
   if (head_dim == 0) {
     if (config.n_heads <= 0 || config.hidden % config.n_heads != 0) {
-      fail("{}: no head_dim and hidden_size {} is not a multiple of num_attention_heads {}", where, config.hidden,
-           config.n_heads);
+      fail("{}: no head_dim and hidden_size {} is not a multiple of num_attention_heads {}", where,
+           config.hidden, config.n_heads);
     }
     head_dim = config.hidden / config.n_heads;
   }
@@ -181,7 +188,8 @@ void ModelConfig::validate(const std::string& where) const {
   positive(vocab, "vocab_size");
   positive(max_position, "max_position_embeddings");
   if (n_heads % n_kv_heads != 0) {
-    fail("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", where, n_heads, n_kv_heads);
+    fail("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", where, n_heads,
+         n_kv_heads);
   }
   if (head_dim % 2 != 0) fail("{}: head_dim {} must be even for RoPE", where, head_dim);
   if (!(rope_theta > 0.0f)) fail("{}: rope_theta must be positive, got {}", where, rope_theta);
@@ -192,12 +200,14 @@ void ModelConfig::validate(const std::string& where) const {
   float rotary = head_dim * partial_rotary_factor;
   int rotary_dim = static_cast<int>(rotary);
   if (rotary_dim != rotary || rotary_dim % 2 != 0) {
-    fail("{}: partial_rotary_factor {} of head_dim {} gives {} rotary dimensions, expected an even integer", where,
-         partial_rotary_factor, head_dim, rotary);
+    fail("{}: partial_rotary_factor {} of head_dim {} gives {} rotary dimensions, expected an even integer",
+         where, partial_rotary_factor, head_dim, rotary);
   }
   if (rope_scaling.type == "llama3") {
-    if (!(rope_scaling.factor >= 1.0f)) fail("{}: llama3 rope factor must be >= 1, got {}", where, rope_scaling.factor);
-    if (!(rope_scaling.low_freq_factor > 0.0f && rope_scaling.high_freq_factor > rope_scaling.low_freq_factor)) {
+    if (!(rope_scaling.factor >= 1.0f))
+      fail("{}: llama3 rope factor must be >= 1, got {}", where, rope_scaling.factor);
+    if (!(rope_scaling.low_freq_factor > 0.0f &&
+          rope_scaling.high_freq_factor > rope_scaling.low_freq_factor)) {
       fail("{}: llama3 rope needs 0 < low_freq_factor < high_freq_factor, got {} and {}", where,
            rope_scaling.low_freq_factor, rope_scaling.high_freq_factor);
     }
@@ -221,7 +231,8 @@ GenerationConfig GenerationConfig::from_hf_dir(const std::filesystem::path& dir)
   auto eos = json.find("eos_token_id");
   if (eos != json.end() && !eos->is_null()) {
     auto read_id = [&](const Json& value) {
-      if (!value.is_number_integer()) fail("{}: eos_token_id must be an integer or a list of integers", where);
+      if (!value.is_number_integer())
+        fail("{}: eos_token_id must be an integer or a list of integers", where);
       config.eos_ids.push_back(value.get<int>());
     };
     if (eos->is_array()) {

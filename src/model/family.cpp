@@ -18,7 +18,8 @@ constexpr std::array<FamilyTraits, 4> kFamilies{{
 
 const FamilyTraits& family_traits(Family family) {
   auto index = static_cast<size_t>(family);
-  KVDICE_CHECK(index < kFamilies.size() && kFamilies[index].family == family, "no traits for family {}", index);
+  KVDICE_CHECK(index < kFamilies.size() && kFamilies[index].family == family, "no traits for family {}",
+               index);
   return kFamilies[index];
 }
 

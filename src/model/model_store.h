@@ -20,12 +20,12 @@ struct ModelChunk {
 };
 
 struct KnownModel {
-  std::string name;         // e.g. "qwen2.5-coder-0.5b-instruct"
-  std::string description;  // one line for listings
+  std::string name;                // e.g. "qwen2.5-coder-0.5b-instruct"
+  std::string description;         // one line for listings
   std::vector<ModelChunk> chunks;  // in file order
-  std::string file_name;    // under <home>/models/
-  std::string sha256;       // lowercase hex of the assembled file
-  uint64_t size = 0;        // bytes of the assembled file
+  std::string file_name;           // under <home>/models/
+  std::string sha256;              // lowercase hex of the assembled file
+  uint64_t size = 0;               // bytes of the assembled file
 };
 
 const std::vector<KnownModel>& known_models();

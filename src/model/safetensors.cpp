@@ -24,10 +24,9 @@ struct DTypeBits {
   int bits;
 };
 constexpr DTypeBits kDTypes[] = {
-    {"BOOL", 8},     {"U8", 8},       {"I8", 8},       {"F8_E4M3", 8},  {"F8_E5M2", 8}, {"F8_E8M0", 8},
-    {"I16", 16},     {"U16", 16},     {"F16", 16},     {"BF16", 16},    {"I32", 32},    {"U32", 32},
-    {"F32", 32},     {"I64", 64},     {"U64", 64},     {"F64", 64},     {"C64", 64},    {"F4", 4},
-    {"F6_E2M3", 6},  {"F6_E3M2", 6},
+    {"BOOL", 8}, {"U8", 8},   {"I8", 8},    {"F8_E4M3", 8}, {"F8_E5M2", 8}, {"F8_E8M0", 8}, {"I16", 16},
+    {"U16", 16}, {"F16", 16}, {"BF16", 16}, {"I32", 32},    {"U32", 32},    {"F32", 32},    {"I64", 64},
+    {"U64", 64}, {"F64", 64}, {"C64", 64},  {"F4", 4},      {"F6_E2M3", 6}, {"F6_E3M2", 6},
 };
 
 std::string dtype_list() {
@@ -55,12 +54,14 @@ uint64_t require_unsigned(const Json& value, const std::string& where, const std
 
 SafetensorsEntry parse_entry(const std::string& name, const Json& value, uint64_t data_size,
                              const std::string& where) {
-  if (!value.is_object()) fail("{}: tensor '{}': expected an object with dtype, shape, data_offsets", where, name);
+  if (!value.is_object())
+    fail("{}: tensor '{}': expected an object with dtype, shape, data_offsets", where, name);
   SafetensorsEntry entry;
   entry.name = name;
 
   auto dtype = value.find("dtype");
-  if (dtype == value.end() || !dtype->is_string()) fail("{}: tensor '{}': missing string field 'dtype'", where, name);
+  if (dtype == value.end() || !dtype->is_string())
+    fail("{}: tensor '{}': missing string field 'dtype'", where, name);
   entry.dtype = dtype->get<std::string>();
   int bits = safetensors_dtype_bits(entry.dtype);
   if (bits == 0) {
@@ -68,7 +69,8 @@ SafetensorsEntry parse_entry(const std::string& name, const Json& value, uint64_
   }
 
   auto shape = value.find("shape");
-  if (shape == value.end() || !shape->is_array()) fail("{}: tensor '{}': missing array field 'shape'", where, name);
+  if (shape == value.end() || !shape->is_array())
+    fail("{}: tensor '{}': missing array field 'shape'", where, name);
   uint64_t numel = 1;
   bool overflow = false;
   bool has_zero_dim = false;
@@ -88,7 +90,8 @@ SafetensorsEntry parse_entry(const std::string& name, const Json& value, uint64_
     fail("{}: tensor '{}': shape {} is too large", where, name, shape->dump());
   }
   if (total_bits % 8 != 0) {
-    fail("{}: tensor '{}': shape {} of {} does not fill whole bytes", where, name, shape->dump(), entry.dtype);
+    fail("{}: tensor '{}': shape {} of {} does not fill whole bytes", where, name, shape->dump(),
+         entry.dtype);
   }
 
   auto offsets = value.find("data_offsets");
@@ -101,8 +104,8 @@ SafetensorsEntry parse_entry(const std::string& name, const Json& value, uint64_
     fail("{}: tensor '{}': data_offsets [{}, {}] has begin after end", where, name, entry.begin, entry.end);
   }
   if (entry.end > data_size) {
-    fail("{}: tensor '{}': data_offsets [{}, {}] run past the data buffer of {} bytes (truncated file?)", where,
-         name, entry.begin, entry.end, data_size);
+    fail("{}: tensor '{}': data_offsets [{}, {}] run past the data buffer of {} bytes (truncated file?)",
+         where, name, entry.begin, entry.end, data_size);
   }
   if (entry.end - entry.begin != total_bits / 8) {
     fail("{}: tensor '{}': shape {} of {} needs {} bytes but data_offsets [{}, {}] hold {}", where, name,
@@ -116,8 +119,9 @@ void check_no_overlap(const std::vector<SafetensorsEntry>& tensors, const std::s
   for (const auto& t : tensors) {
     if (t.end > t.begin) by_offset.push_back(&t);  // empty tensors occupy no bytes
   }
-  std::sort(by_offset.begin(), by_offset.end(),
-            [](const auto* a, const auto* b) { return std::tie(a->begin, a->end) < std::tie(b->begin, b->end); });
+  std::sort(by_offset.begin(), by_offset.end(), [](const auto* a, const auto* b) {
+    return std::tie(a->begin, a->end) < std::tie(b->begin, b->end);
+  });
   for (size_t i = 1; i < by_offset.size(); ++i) {
     const auto* prev = by_offset[i - 1];
     const auto* next = by_offset[i];
@@ -161,8 +165,8 @@ SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> file_bytes, 
   uint64_t header_length = read_u64_le(file_bytes.data());
   uint64_t after_length = file_bytes.size() - 8;
   if (header_length > after_length) {
-    fail("{}: header length {} exceeds the {} bytes that follow it (truncated or not a safetensors file)", where,
-         header_length, after_length);
+    fail("{}: header length {} exceeds the {} bytes that follow it (truncated or not a safetensors file)",
+         where, header_length, after_length);
   }
   if (header_length > kMaxHeaderBytes) {
     fail("{}: header length {} exceeds the {} byte limit", where, header_length, kMaxHeaderBytes);
@@ -211,7 +215,8 @@ SafetensorsSource::SafetensorsSource(const fs::path& path) : path_(path) {
   } else if (fs::exists(index)) {
     open_index(index);
   } else {
-    fail("{}: no model.safetensors or model.safetensors.index.json in the checkpoint directory", path.string());
+    fail("{}: no model.safetensors or model.safetensors.index.json in the checkpoint directory",
+         path.string());
   }
 }
 
@@ -263,7 +268,8 @@ std::string SafetensorsSource::describe() const { return path_.string(); }
 std::vector<TensorInfo> SafetensorsSource::list() const {
   std::vector<TensorInfo> out;
   out.reserve(tensors_.size());
-  for (const auto& [name, location] : tensors_) out.push_back({name, location.entry->dtype, location.entry->shape});
+  for (const auto& [name, location] : tensors_)
+    out.push_back({name, location.entry->dtype, location.entry->shape});
   return out;
 }
 
@@ -280,8 +286,8 @@ Tensor SafetensorsSource::load_f32(const std::string& name) const {
   const SafetensorsEntry& entry = *it->second.entry;
   const std::string& dtype = entry.dtype;
   if (dtype != "F32" && dtype != "F16" && dtype != "BF16") {
-    fail("{}: tensor '{}' has unsupported dtype {} (supported: F32, F16, BF16)", shard.file.path().string(), name,
-         dtype);
+    fail("{}: tensor '{}' has unsupported dtype {} (supported: F32, F16, BF16)", shard.file.path().string(),
+         name, dtype);
   }
   Tensor tensor;
   tensor.shape = entry.shape;

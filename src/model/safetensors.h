@@ -20,16 +20,16 @@ namespace kvdice::model {
 
 struct SafetensorsEntry {
   std::string name;
-  std::string dtype;            // "BF16", "F32", ...: always one of the safetensors dtypes
+  std::string dtype;  // "BF16", "F32", ...: always one of the safetensors dtypes
   std::vector<int64_t> shape;
-  uint64_t begin = 0;           // byte offsets into the data buffer, end exclusive
+  uint64_t begin = 0;  // byte offsets into the data buffer, end exclusive
   uint64_t end = 0;
 };
 
 struct SafetensorsHeader {
-  uint64_t data_start = 0;  // file offset of the data buffer: 8 + header length
-  uint64_t data_size = 0;   // bytes from data_start to the end of the file
-  std::vector<SafetensorsEntry> tensors;  // sorted by name
+  uint64_t data_start = 0;                      // file offset of the data buffer: 8 + header length
+  uint64_t data_size = 0;                       // bytes from data_start to the end of the file
+  std::vector<SafetensorsEntry> tensors;        // sorted by name
   std::map<std::string, std::string> metadata;  // "__metadata__", when present
 
   const SafetensorsEntry* find(std::string_view name) const;

@@ -1,8 +1,8 @@
 #include "model/weights.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "core/error.h"
 #include "model/family.h"
@@ -17,13 +17,15 @@ class Loader {
   // The shape is checked from the listing before any bytes are converted.
   Tensor load(const std::string& name, std::vector<int64_t> expected) const {
     auto info = source_.find(name);
-    if (!info) fail("{}: missing tensor '{}' (expected shape {})", source_.describe(), name, shape_string(expected));
+    if (!info)
+      fail("{}: missing tensor '{}' (expected shape {})", source_.describe(), name, shape_string(expected));
     if (info->shape != expected) {
       fail("{}: tensor '{}' has shape {}, expected {}", source_.describe(), name, shape_string(info->shape),
            shape_string(expected));
     }
     Tensor tensor = source_.load_f32(name);
-    KVDICE_CHECK(tensor.shape == expected, "{}: '{}' loaded as {}", source_.describe(), name, shape_string(tensor.shape));
+    KVDICE_CHECK(tensor.shape == expected, "{}: '{}' loaded as {}", source_.describe(), name,
+                 shape_string(tensor.shape));
     return tensor;
   }
 
@@ -83,8 +85,8 @@ int64_t ModelWeights::parameter_count() const {
   // data.size(), not numel(): an absent tensor has an empty shape, whose numel() is 1.
   size_t count = embed.data.size() + final_norm.data.size() + lm_head.data.size();
   for (const auto& l : layers) {
-    for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.wo,
-                            &l.mlp_norm, &l.w_gate, &l.w_up, &l.w_down}) {
+    for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm,
+                            &l.wo, &l.mlp_norm, &l.w_gate, &l.w_up, &l.w_down}) {
       count += t->data.size();
     }
   }

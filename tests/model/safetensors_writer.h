@@ -56,7 +56,8 @@ inline std::vector<uint8_t> raw_safetensors(const std::string& header, const std
 }
 
 // A well-formed file: tensors laid out back to back in the given order.
-inline std::vector<uint8_t> safetensors_bytes(const std::vector<TestTensor>& tensors, const Json& metadata = nullptr) {
+inline std::vector<uint8_t> safetensors_bytes(const std::vector<TestTensor>& tensors,
+                                              const Json& metadata = nullptr) {
   Json header = Json::object();
   std::vector<uint8_t> data;
   for (const auto& t : tensors) {

@@ -112,7 +112,8 @@ TEST(ModelConfig, ReadsHubDialectWithLlama3Scaling) {
 }
 
 TEST(ModelConfig, BothDialectsGiveTheSameConfig) {
-  expect_same(ModelConfig::from_hf_json(llama_hub(), "hub"), ModelConfig::from_hf_json(llama_transformers5(), "t5"));
+  expect_same(ModelConfig::from_hf_json(llama_hub(), "hub"),
+              ModelConfig::from_hf_json(llama_transformers5(), "t5"));
 
   Json qwen3_hub = qwen3_transformers5();
   qwen3_hub.erase("rope_parameters");
@@ -120,7 +121,8 @@ TEST(ModelConfig, BothDialectsGiveTheSameConfig) {
   qwen3_hub["rope_theta"] = 1000000;
   qwen3_hub["rope_scaling"] = nullptr;
   qwen3_hub["torch_dtype"] = "bfloat16";
-  expect_same(ModelConfig::from_hf_json(qwen3_hub, "hub"), ModelConfig::from_hf_json(qwen3_transformers5(), "t5"));
+  expect_same(ModelConfig::from_hf_json(qwen3_hub, "hub"),
+              ModelConfig::from_hf_json(qwen3_transformers5(), "t5"));
 }
 
 TEST(ModelConfig, ReadsQwen3) {
@@ -158,7 +160,8 @@ TEST(ModelConfig, ReadsPhi3AndPartialRotary) {
   Json nested = phi4_hub();
   nested.erase("rope_theta");
   nested.erase("rope_scaling");
-  nested["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 250000.0}, {"partial_rotary_factor", 0.5}};
+  nested["rope_parameters"] = {
+      {"rope_type", "default"}, {"rope_theta", 250000.0}, {"partial_rotary_factor", 0.5}};
   auto n = ModelConfig::from_hf_json(nested, "c");
   EXPECT_EQ(n.partial_rotary_factor, 0.5f);
   EXPECT_EQ(n.rope_theta, 250000.0f);
@@ -166,7 +169,8 @@ TEST(ModelConfig, ReadsPhi3AndPartialRotary) {
 
 TEST(ModelConfig, DefaultsWhenOptionalFieldsAreAbsent) {
   Json j = llama_hub();
-  for (const char* key : {"num_key_value_heads", "tie_word_embeddings", "rope_scaling", "rope_theta", "torch_dtype"}) {
+  for (const char* key :
+       {"num_key_value_heads", "tie_word_embeddings", "rope_scaling", "rope_theta", "torch_dtype"}) {
     j.erase(key);
   }
   auto c = ModelConfig::from_hf_json(j, "config.json");
@@ -183,7 +187,8 @@ TEST(ModelConfig, ReadsDtypeField) {
   j["dtype"] = "float16";
   EXPECT_EQ(ModelConfig::from_hf_json(j, "c").dtype, DType::F16);
   j["dtype"] = "int8";
-  EXPECT_TRUE(contains(config_error(j), "field 'dtype' is 'int8', expected one of bfloat16, float16, float32"));
+  EXPECT_TRUE(
+      contains(config_error(j), "field 'dtype' is 'int8', expected one of bfloat16, float16, float32"));
 }
 
 TEST(ModelConfig, RejectsUnsupportedArchitecture) {
@@ -277,7 +282,8 @@ TEST(ModelConfig, FromDirectoryNamesTheFile) {
     ModelConfig::from_hf_dir(dir.path());
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_TRUE(contains(e.what(), (dir / "config.json").string() + ": unsupported architecture 'GPT2LMHeadModel'"));
+    EXPECT_TRUE(
+        contains(e.what(), (dir / "config.json").string() + ": unsupported architecture 'GPT2LMHeadModel'"));
   }
   write_text(dir / "config.json", llama_transformers5().dump());
   EXPECT_EQ(ModelConfig::from_hf_dir(dir.path()).n_layers, 32);
@@ -352,7 +358,8 @@ TEST(GenerationConfig, ReadsSingleEosAndRejectsBadIds) {
     GenerationConfig::from_hf_dir(dir.path());
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_TRUE(contains(e.what(), "generation_config.json: eos_token_id must be an integer or a list of integers"));
+    EXPECT_TRUE(
+        contains(e.what(), "generation_config.json: eos_token_id must be an integer or a list of integers"));
   }
 }
 

@@ -62,7 +62,8 @@ TEST(SafetensorsHeader, AcceptsEmptyTensorsAndScalars) {
   EXPECT_EQ(header.find("scalar")->end - header.find("scalar")->begin, 4u);
   // A zero dimension empties the tensor even when the other dimensions' product would overflow.
   auto huge_empty = parse_safetensors_header(
-      raw_safetensors(R"({"e": {"dtype": "F64", "shape": [4294967296, 4294967296, 0], "data_offsets": [0, 0]}})", {}),
+      raw_safetensors(
+          R"({"e": {"dtype": "F64", "shape": [4294967296, 4294967296, 0], "data_offsets": [0, 0]}})", {}),
       "t");
   EXPECT_EQ(huge_empty.find("e")->shape.size(), 3u);
 }
@@ -97,33 +98,51 @@ TEST(SafetensorsHeader, RejectsNonJsonAndNonObjectHeaders) {
 
 TEST(SafetensorsHeader, RejectsMissingOrMistypedFields) {
   std::vector<uint8_t> data(8);
-  EXPECT_TRUE(contains(parse_error(raw_safetensors(R"({"a": {"shape": [2], "data_offsets": [0, 8]}})", data)), "tensor 'a': missing string field 'dtype'"));
-  EXPECT_TRUE(contains(parse_error(raw_safetensors(R"({"a": {"dtype": "F32", "data_offsets": [0, 8]}})", data)), "missing array field 'shape'"));
-  EXPECT_TRUE(contains(parse_error(raw_safetensors(R"({"a": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", data)), "shape must hold non-negative integers, found -2"));
-  EXPECT_TRUE(contains(parse_error(raw_safetensors(R"({"a": {"dtype": "F32", "shape": [2.0], "data_offsets": [0, 8]}})", data)), "shape must hold non-negative integers"));
-  EXPECT_TRUE(contains(parse_error(raw_safetensors(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0]}})", data)), "data_offsets must be an array [begin, end]"));
-  EXPECT_TRUE(contains(parse_error(raw_safetensors(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": ["0", 8]}})", data)), "data_offsets must hold non-negative integers"));
+  EXPECT_TRUE(contains(parse_error(raw_safetensors(R"({"a": {"shape": [2], "data_offsets": [0, 8]}})", data)),
+                       "tensor 'a': missing string field 'dtype'"));
+  EXPECT_TRUE(
+      contains(parse_error(raw_safetensors(R"({"a": {"dtype": "F32", "data_offsets": [0, 8]}})", data)),
+               "missing array field 'shape'"));
+  EXPECT_TRUE(contains(
+      parse_error(raw_safetensors(R"({"a": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", data)),
+      "shape must hold non-negative integers, found -2"));
+  EXPECT_TRUE(contains(parse_error(raw_safetensors(
+                           R"({"a": {"dtype": "F32", "shape": [2.0], "data_offsets": [0, 8]}})", data)),
+                       "shape must hold non-negative integers"));
+  EXPECT_TRUE(contains(
+      parse_error(raw_safetensors(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0]}})", data)),
+      "data_offsets must be an array [begin, end]"));
+  EXPECT_TRUE(contains(parse_error(raw_safetensors(
+                           R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": ["0", 8]}})", data)),
+                       "data_offsets must hold non-negative integers"));
 }
 
 TEST(SafetensorsHeader, RejectsUnknownDtype) {
-  std::string error = parse_error(raw_safetensors(R"({"w": {"dtype": "F12", "shape": [2], "data_offsets": [0, 4]}})",
-                                                  std::vector<uint8_t>(4)));
+  std::string error = parse_error(raw_safetensors(
+      R"({"w": {"dtype": "F12", "shape": [2], "data_offsets": [0, 4]}})", std::vector<uint8_t>(4)));
   EXPECT_TRUE(contains(error, "tensor 'w': unknown dtype 'F12'"));
   EXPECT_TRUE(contains(error, "BF16"));
 }
 
 TEST(SafetensorsHeader, RejectsBadOffsets) {
   std::vector<uint8_t> data(16);
-  EXPECT_TRUE(contains(parse_error(raw_safetensors(R"({"a": {"dtype": "F32", "shape": [0], "data_offsets": [8, 4]}})", data)), "data_offsets [8, 4] has begin after end"));
-  EXPECT_TRUE(contains(parse_error(raw_safetensors(R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}})", data)), "data_offsets [8, 24] run past the data buffer of 16 bytes"));
-  EXPECT_TRUE(contains(parse_error(raw_safetensors(
-                  R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [18446744073709551615, 3]}})", data)), "begin after end"));
+  EXPECT_TRUE(contains(
+      parse_error(raw_safetensors(R"({"a": {"dtype": "F32", "shape": [0], "data_offsets": [8, 4]}})", data)),
+      "data_offsets [8, 4] has begin after end"));
+  EXPECT_TRUE(contains(
+      parse_error(raw_safetensors(R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}})", data)),
+      "data_offsets [8, 24] run past the data buffer of 16 bytes"));
+  EXPECT_TRUE(contains(
+      parse_error(raw_safetensors(
+          R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [18446744073709551615, 3]}})", data)),
+      "begin after end"));
 }
 
 TEST(SafetensorsHeader, RejectsSizeShapeMismatch) {
-  std::string error = parse_error(
-      raw_safetensors(R"({"a": {"dtype": "BF16", "shape": [2, 3], "data_offsets": [0, 8]}})", std::vector<uint8_t>(8)));
-  EXPECT_TRUE(contains(error, "tensor 'a': shape [2,3] of BF16 needs 12 bytes but data_offsets [0, 8] hold 8"));
+  std::string error = parse_error(raw_safetensors(
+      R"({"a": {"dtype": "BF16", "shape": [2, 3], "data_offsets": [0, 8]}})", std::vector<uint8_t>(8)));
+  EXPECT_TRUE(
+      contains(error, "tensor 'a': shape [2,3] of BF16 needs 12 bytes but data_offsets [0, 8] hold 8"));
 }
 
 TEST(SafetensorsHeader, RejectsOverflowingShape) {
@@ -131,7 +150,8 @@ TEST(SafetensorsHeader, RejectsOverflowingShape) {
       R"({"a": {"dtype": "F64", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}})", {}));
   EXPECT_TRUE(contains(error, "tensor 'a': shape [4294967296,4294967296] is too large"));
   // 2^62 elements fit u64, but not their 8 bytes each.
-  error = parse_error(raw_safetensors(R"({"a": {"dtype": "F64", "shape": [4611686018427387904], "data_offsets": [0, 0]}})", {}));
+  error = parse_error(raw_safetensors(
+      R"({"a": {"dtype": "F64", "shape": [4611686018427387904], "data_offsets": [0, 0]}})", {}));
   EXPECT_TRUE(contains(error, "is too large"));
 }
 
@@ -144,8 +164,10 @@ TEST(SafetensorsHeader, RejectsOverlappingTensors) {
 }
 
 TEST(SafetensorsHeader, RejectsBadMetadata) {
-  EXPECT_TRUE(contains(parse_error(raw_safetensors(R"({"__metadata__": {"format": 1}})", {})), "__metadata__ field 'format' must be a string"));
-  EXPECT_TRUE(contains(parse_error(raw_safetensors(R"({"__metadata__": "pt"})", {})), "__metadata__ must be an object"));
+  EXPECT_TRUE(contains(parse_error(raw_safetensors(R"({"__metadata__": {"format": 1}})", {})),
+                       "__metadata__ field 'format' must be a string"));
+  EXPECT_TRUE(contains(parse_error(raw_safetensors(R"({"__metadata__": "pt"})", {})),
+                       "__metadata__ must be an object"));
 }
 
 // Every prefix and random byte corruptions of a valid file either parse or throw Error; under the
@@ -182,10 +204,9 @@ TEST_F(SafetensorsSourceTest, ConvertsEveryFloatDtypeExactly) {
   std::vector<uint16_t> bf16 = {0x3F80, 0xC000, 0x7F80, 0x0001};
   std::vector<uint16_t> f16 = {0x3C00, 0xC000, 0x7C00, 0x0001, 0xFBFF};
   std::vector<float> f32 = {0.1f, -3.25f, std::numeric_limits<float>::denorm_min()};
-  write_bytes(dir / "model.safetensors",
-              safetensors_bytes({{"bf16", "BF16", {2, 2}, u16_bytes(bf16)},
-                                 {"f16", "F16", {5}, u16_bytes(f16)},
-                                 f32_tensor("f32", {3}, f32)}));
+  write_bytes(dir / "model.safetensors", safetensors_bytes({{"bf16", "BF16", {2, 2}, u16_bytes(bf16)},
+                                                            {"f16", "F16", {5}, u16_bytes(f16)},
+                                                            f32_tensor("f32", {3}, f32)}));
   SafetensorsSource source(dir.path());
 
   Tensor t = source.load_f32("bf16");
@@ -196,8 +217,8 @@ TEST_F(SafetensorsSourceTest, ConvertsEveryFloatDtypeExactly) {
   EXPECT_EQ(t.data[3], std::ldexp(1.0f, -133));  // smallest bf16 subnormal: 2^-126 * 2^-7
 
   t = source.load_f32("f16");
-  EXPECT_EQ(t.data, (std::vector<float>{1.0f, -2.0f, std::numeric_limits<float>::infinity(), std::ldexp(1.0f, -24),
-                                        -65504.0f}));
+  EXPECT_EQ(t.data, (std::vector<float>{1.0f, -2.0f, std::numeric_limits<float>::infinity(),
+                                        std::ldexp(1.0f, -24), -65504.0f}));
   EXPECT_EQ(source.load_f32("f32").data, f32);
 }
 
@@ -264,7 +285,8 @@ void write_sharded(const TempDir& dir, const Json& weight_map) {
   write_bytes(dir / "model-00001-of-00002.safetensors",
               safetensors_bytes({f32_tensor("x", {2}, {1, 2}), f32_tensor("y", {1}, {3})}));
   write_bytes(dir / "model-00002-of-00002.safetensors", safetensors_bytes({f32_tensor("z", {3}, {4, 5, 6})}));
-  write_text(dir / "model.safetensors.index.json", Json{{"metadata", {{"total_size", 24}}}, {"weight_map", weight_map}}.dump());
+  write_text(dir / "model.safetensors.index.json",
+             Json{{"metadata", {{"total_size", 24}}}, {"weight_map", weight_map}}.dump());
 }
 
 TEST_F(SafetensorsSourceTest, ReadsShardedCheckpoints) {

@@ -190,7 +190,8 @@ TEST_P(FamilyWeights, MissingTensorIsNamed) {
   TinyCheckpoint ckpt(GetParam(), false);
   ckpt.remove("model.layers.1.mlp.down_proj.weight");
   std::string error = load_error(ckpt.config(), *ckpt.write(dir));
-  EXPECT_TRUE(contains(error, "missing tensor 'model.layers.1.mlp.down_proj.weight' (expected shape [8, 12])"));
+  EXPECT_TRUE(
+      contains(error, "missing tensor 'model.layers.1.mlp.down_proj.weight' (expected shape [8, 12])"));
   EXPECT_TRUE(contains(error, dir.path().string()));
 }
 
@@ -203,7 +204,8 @@ TEST(Weights, MisShapedTensorNamesBothShapes) {
   TinyCheckpoint ckpt("LlamaForCausalLM", false);
   ckpt.reshape("model.layers.0.self_attn.k_proj.weight", {5, 8});
   std::string error = load_error(ckpt.config(), *ckpt.write(dir));
-  EXPECT_TRUE(contains(error, "tensor 'model.layers.0.self_attn.k_proj.weight' has shape [5, 8], expected [4, 8]"));
+  EXPECT_TRUE(
+      contains(error, "tensor 'model.layers.0.self_attn.k_proj.weight' has shape [5, 8], expected [4, 8]"));
   EXPECT_TRUE(contains(error, dir.path().string()));
 }
 
@@ -211,8 +213,9 @@ TEST(Weights, MisShapedFusedPhi3Projection) {
   TempDir dir;
   TinyCheckpoint ckpt("Phi3ForCausalLM", false);
   ckpt.reshape("model.layers.1.mlp.gate_up_proj.weight", {12, 8});
-  EXPECT_TRUE(contains(load_error(ckpt.config(), *ckpt.write(dir)),
-                       "tensor 'model.layers.1.mlp.gate_up_proj.weight' has shape [12, 8], expected [24, 8]"));
+  EXPECT_TRUE(
+      contains(load_error(ckpt.config(), *ckpt.write(dir)),
+               "tensor 'model.layers.1.mlp.gate_up_proj.weight' has shape [12, 8], expected [24, 8]"));
 }
 
 TEST(Weights, Qwen2NeedsItsBiasesAndQwen3ItsNorms) {
@@ -259,15 +262,15 @@ const FixtureExpectation kFixtures[] = {
     {"qwen3", Family::Qwen3, 134208, -1.0521470248691003, -11.14982601867814, -12.370224399594008,
      -8.979292268064455, 7.332599096851482, 7.653317108921328, 29.87968591511708, -15.699195448520186,
      61.65789771080017, -1.0521470248691003},
-    {"qwen2", Family::Qwen2, 157504, 9.899645911833773, 6.249058981647977, -8.9120120346779, 2.0858441440941533,
-     1.9098252184703597, 15.318468170466076, 8.245436867486433, -2.2640984003592166, 61.24531006813049,
-     -0.8543442881768897},
-    {"llama", Family::Llama, 155456, 49.059909355053605, 3.272453077384853, -2.57788751021144, -5.597681799452403,
-     -4.27457937037434, -5.756417802604119, 15.131639999031904, 16.503415388720896, 64.60068422555923,
-     -17.57106968692483},
-    {"phi3", Family::Phi3, 155328, 26.06464589464821, -2.961334587300371, -1.8403184252529172, -6.047571431088727,
-     -13.16253331718508, -12.680908606800585, 4.6438744850311195, -2.7067800971740326, 63.22817653417587,
-     -9.459111868877244},
+    {"qwen2", Family::Qwen2, 157504, 9.899645911833773, 6.249058981647977, -8.9120120346779,
+     2.0858441440941533, 1.9098252184703597, 15.318468170466076, 8.245436867486433, -2.2640984003592166,
+     61.24531006813049, -0.8543442881768897},
+    {"llama", Family::Llama, 155456, 49.059909355053605, 3.272453077384853, -2.57788751021144,
+     -5.597681799452403, -4.27457937037434, -5.756417802604119, 15.131639999031904, 16.503415388720896,
+     64.60068422555923, -17.57106968692483},
+    {"phi3", Family::Phi3, 155328, 26.06464589464821, -2.961334587300371, -1.8403184252529172,
+     -6.047571431088727, -13.16253331718508, -12.680908606800585, 4.6438744850311195, -2.7067800971740326,
+     63.22817653417587, -9.459111868877244},
 };
 
 double sum(const Tensor& t) { return std::accumulate(t.data.begin(), t.data.end(), 0.0); }
@@ -284,7 +287,9 @@ TEST_P(FixtureWeights, LoadWithTransformersCountsAndSums) {
   ASSERT_EQ(w.layers.size(), 2u);
   const LayerWeights& l = w.layers[1];
   // Sums of a few hundred fp32 values in a different order: agreement to ~1e-12 relative.
-  auto near = [](double actual, double expected) { EXPECT_NEAR(actual, expected, 1e-9 * (1 + std::abs(expected))); };
+  auto near = [](double actual, double expected) {
+    EXPECT_NEAR(actual, expected, 1e-9 * (1 + std::abs(expected)));
+  };
   near(sum(w.embed), e.embed);
   near(sum(l.wq), e.wq1);
   near(sum(l.wk), e.wk1);
@@ -302,10 +307,12 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureWeights, ::testing::ValuesIn(kFixtures
 
 TEST(FixtureTensors, FamilySpecificTensorsMatchTransformers) {
   auto fixtures = std::filesystem::path(KVDICE_FIXTURES_DIR);
-  ModelWeights qwen2 = load_weights(ModelConfig::from_hf_dir(fixtures / "qwen2"), *open_safetensors_dir(fixtures / "qwen2"));
+  ModelWeights qwen2 =
+      load_weights(ModelConfig::from_hf_dir(fixtures / "qwen2"), *open_safetensors_dir(fixtures / "qwen2"));
   EXPECT_NEAR(sum(qwen2.layers[1].bq), -0.24395304056815803, 1e-9);
   EXPECT_NEAR(sum(qwen2.layers[0].bv), -0.48873661854304373, 1e-9);
-  ModelWeights qwen3 = load_weights(ModelConfig::from_hf_dir(fixtures / "qwen3"), *open_safetensors_dir(fixtures / "qwen3"));
+  ModelWeights qwen3 =
+      load_weights(ModelConfig::from_hf_dir(fixtures / "qwen3"), *open_safetensors_dir(fixtures / "qwen3"));
   EXPECT_NEAR(sum(qwen3.layers[1].k_norm), 28.19243037700653, 1e-9);
   EXPECT_NEAR(sum(qwen3.layers[0].q_norm), 30.56502115726471, 1e-9);
 }

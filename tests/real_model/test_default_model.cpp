@@ -76,7 +76,8 @@ void expect_corpus_matches(const tokenizer::Tokenizer& tok, bool nfc, const Json
     EXPECT_EQ(as_string(tok.encode(text)), as_string(expected)) << key << " for text: " << text;
     if (!nfc) {  // the reference's no-special and byte round-trip cases are on the raw text
       const auto expected_plain = c.at("ids_no_special").get<std::vector<int>>();
-      EXPECT_EQ(as_string(tok.encode(text, false)), as_string(expected_plain)) << "parse_special=false: " << text;
+      EXPECT_EQ(as_string(tok.encode(text, false)), as_string(expected_plain))
+          << "parse_special=false: " << text;
       EXPECT_EQ(tok.decode(expected), text);
     }
   }
@@ -101,7 +102,8 @@ TEST_F(DefaultTokenizer, ChatPromptsTokenizeLikeTransformers) {
   for (const Json& p : logits.at("prompts")) {
     const auto expected = p.at("prompt_ids").get<std::vector<int>>();
     EXPECT_EQ(as_string(tok.encode(p.at("text").get<std::string>())), as_string(expected));
-    EXPECT_EQ(tok.decode(p.at("generated_ids").get<std::vector<int>>()), p.at("generated_text").get<std::string>());
+    EXPECT_EQ(tok.decode(p.at("generated_ids").get<std::vector<int>>()),
+              p.at("generated_text").get<std::string>());
   }
 }
 
@@ -147,7 +149,8 @@ TEST(DefaultModel, TeacherForcedLogitsMatchTransformers) {
   }
   EXPECT_GE(steps_checked, 20);
   RecordProperty("max_logit_error", std::to_string(max_error));
-  std::printf("max |kvdice - transformers| over %d steps x top-%d logits: %.3g\n", steps_checked, top_k, max_error);
+  std::printf("max |kvdice - transformers| over %d steps x top-%d logits: %.3g\n", steps_checked, top_k,
+              max_error);
 }
 
 }  // namespace

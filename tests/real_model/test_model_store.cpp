@@ -44,9 +44,12 @@ TEST(ModelStore, Sha256MatchesFipsVectors) {
   write_file(dir.path() / "empty", "");
   write_file(dir.path() / "abc", "abc");
   write_file(dir.path() / "million_a", std::string(1000000, 'a'));  // spans several read buffers
-  EXPECT_EQ(sha256_file(dir.path() / "empty"), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  EXPECT_EQ(sha256_file(dir.path() / "abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  EXPECT_EQ(sha256_file(dir.path() / "million_a"), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  EXPECT_EQ(sha256_file(dir.path() / "empty"),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256_file(dir.path() / "abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(sha256_file(dir.path() / "million_a"),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
   EXPECT_THROW(sha256_file(dir.path() / "missing"), Error);
 }
 
