@@ -8,8 +8,8 @@
 namespace kvdice::model {
 namespace {
 
-constexpr uint32_t kMaxDims = 4;            // GGML_MAX_DIMS
-constexpr int kMaxArrayDepth = 4;           // arrays of arrays of ...; real files use none
+constexpr uint32_t kMaxDims = 4;              // GGML_MAX_DIMS
+constexpr int kMaxArrayDepth = 4;             // arrays of arrays of ...; real files use none
 constexpr uint64_t kMinTensorInfoBytes = 32;  // name length, n_dims, one dim, type, offset
 constexpr uint64_t kMinKvBytes = 13;          // key length, value type, one byte of value
 
@@ -17,16 +17,21 @@ size_t scalar_size(GgufType type) {
   switch (type) {
     case GgufType::U8:
     case GgufType::I8:
-    case GgufType::Bool: return 1;
+    case GgufType::Bool:
+      return 1;
     case GgufType::U16:
-    case GgufType::I16: return 2;
+    case GgufType::I16:
+      return 2;
     case GgufType::U32:
     case GgufType::I32:
-    case GgufType::F32: return 4;
+    case GgufType::F32:
+      return 4;
     case GgufType::U64:
     case GgufType::I64:
-    case GgufType::F64: return 8;
-    default: return 0;  // string, array
+    case GgufType::F64:
+      return 8;
+    default:
+      return 0;  // string, array
   }
 }
 
@@ -39,8 +44,10 @@ bool is_integer_type(GgufType type) {
     case GgufType::U32:
     case GgufType::I32:
     case GgufType::U64:
-    case GgufType::I64: return true;
-    default: return false;
+    case GgufType::I64:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -54,15 +61,24 @@ T load_le(const uint8_t* p) {
 // Decodes one little-endian scalar of an integer type as (is_signed, bits).
 std::pair<bool, uint64_t> load_integer(GgufType type, const uint8_t* p) {
   switch (type) {
-    case GgufType::U8: return {false, p[0]};
-    case GgufType::I8: return {true, static_cast<uint64_t>(static_cast<int64_t>(static_cast<int8_t>(p[0])))};
-    case GgufType::U16: return {false, load_le<uint16_t>(p)};
-    case GgufType::I16: return {true, static_cast<uint64_t>(static_cast<int64_t>(load_le<int16_t>(p)))};
-    case GgufType::U32: return {false, load_le<uint32_t>(p)};
-    case GgufType::I32: return {true, static_cast<uint64_t>(static_cast<int64_t>(load_le<int32_t>(p)))};
-    case GgufType::U64: return {false, load_le<uint64_t>(p)};
-    case GgufType::I64: return {true, load_le<uint64_t>(p)};
-    default: return {false, 0};
+    case GgufType::U8:
+      return {false, p[0]};
+    case GgufType::I8:
+      return {true, static_cast<uint64_t>(static_cast<int64_t>(static_cast<int8_t>(p[0])))};
+    case GgufType::U16:
+      return {false, load_le<uint16_t>(p)};
+    case GgufType::I16:
+      return {true, static_cast<uint64_t>(static_cast<int64_t>(load_le<int16_t>(p)))};
+    case GgufType::U32:
+      return {false, load_le<uint32_t>(p)};
+    case GgufType::I32:
+      return {true, static_cast<uint64_t>(static_cast<int64_t>(load_le<int32_t>(p)))};
+    case GgufType::U64:
+      return {false, load_le<uint64_t>(p)};
+    case GgufType::I64:
+      return {true, load_le<uint64_t>(p)};
+    default:
+      return {false, 0};
   }
 }
 
@@ -127,15 +143,21 @@ class Reader {
         }
         break;
       }
-      case GgufType::F32: v.scalar = static_cast<double>(load_le<float>(take(4, key))); break;
-      case GgufType::F64: v.scalar = load_le<double>(take(8, key)); break;
+      case GgufType::F32:
+        v.scalar = static_cast<double>(load_le<float>(take(4, key)));
+        break;
+      case GgufType::F64:
+        v.scalar = load_le<double>(take(8, key));
+        break;
       case GgufType::Bool: {
         const uint8_t b = *take(1, key);
         if (b > 1) fail("{}: metadata {} is a bool with byte value {} (expected 0 or 1)", where_, key, b);
         v.scalar = b == 1;
         break;
       }
-      case GgufType::String: v.scalar = string(key); break;
+      case GgufType::String:
+        v.scalar = string(key);
+        break;
       case GgufType::Array: {
         if (depth >= kMaxArrayDepth) {
           fail("{}: metadata {} nests arrays deeper than {}", where_, key, kMaxArrayDepth);
@@ -156,7 +178,8 @@ class Reader {
           v.raw = {take(v.count * each, key), v.count * each};
           if (v.element_type == GgufType::Bool) {
             for (uint8_t b : v.raw) {
-              if (b > 1) fail("{}: metadata {} holds a bool with byte value {} (expected 0 or 1)", where_, key, b);
+              if (b > 1)
+                fail("{}: metadata {} holds a bool with byte value {} (expected 0 or 1)", where_, key, b);
             }
           }
         }
@@ -174,19 +197,32 @@ class Reader {
 
 std::string_view type_label(GgufType type) {
   switch (type) {
-    case GgufType::U8: return "u8";
-    case GgufType::I8: return "i8";
-    case GgufType::U16: return "u16";
-    case GgufType::I16: return "i16";
-    case GgufType::U32: return "u32";
-    case GgufType::I32: return "i32";
-    case GgufType::F32: return "f32";
-    case GgufType::Bool: return "bool";
-    case GgufType::String: return "string";
-    case GgufType::Array: return "array";
-    case GgufType::U64: return "u64";
-    case GgufType::I64: return "i64";
-    case GgufType::F64: return "f64";
+    case GgufType::U8:
+      return "u8";
+    case GgufType::I8:
+      return "i8";
+    case GgufType::U16:
+      return "u16";
+    case GgufType::I16:
+      return "i16";
+    case GgufType::U32:
+      return "u32";
+    case GgufType::I32:
+      return "i32";
+    case GgufType::F32:
+      return "f32";
+    case GgufType::Bool:
+      return "bool";
+    case GgufType::String:
+      return "string";
+    case GgufType::Array:
+      return "array";
+    case GgufType::U64:
+      return "u64";
+    case GgufType::I64:
+      return "i64";
+    case GgufType::F64:
+      return "f64";
   }
   return "unknown";
 }
@@ -206,7 +242,8 @@ bool GgufValue::is_integer() const { return is_integer_type(type); }
 
 std::string GgufValue::type_string() const {
   if (type != GgufType::Array) return std::string(type_label(type));
-  if (element_type == GgufType::Array && !items.empty()) return fmt::format("array[{}]", items[0].type_string());
+  if (element_type == GgufType::Array && !items.empty())
+    return fmt::format("array[{}]", items[0].type_string());
   return fmt::format("array[{}]", type_label(element_type));
 }
 
@@ -232,7 +269,8 @@ GgufFile GgufFile::parse(std::span<const uint8_t> bytes, std::string where) {
   if (g.version_ == 0x02000000u || g.version_ == 0x03000000u) {
     fail("{}: big-endian GGUF is not supported (expected a little-endian file)", w);
   }
-  if (g.version_ != 2 && g.version_ != 3) fail("{}: GGUF version {} is not supported (expected 2 or 3)", w, g.version_);
+  if (g.version_ != 2 && g.version_ != 3)
+    fail("{}: GGUF version {} is not supported (expected 2 or 3)", w, g.version_);
 
   const uint64_t n_tensors = r.u64("tensor count");
   const uint64_t n_kv = r.u64("metadata count");
@@ -305,12 +343,13 @@ GgufFile GgufFile::parse(std::span<const uint8_t> bytes, std::string where) {
   const uint64_t file_size = bytes.size();
   for (GgufTensor& t : g.tensors_) {
     if (t.offset % g.alignment_ != 0) {
-      fail("{}: tensor {} offset {} is not a multiple of the alignment {}", w, t.name, t.offset, g.alignment_);
+      fail("{}: tensor {} offset {} is not a multiple of the alignment {}", w, t.name, t.offset,
+           g.alignment_);
     }
     const uint64_t avail = file_size >= g.data_offset_ ? file_size - g.data_offset_ : 0;
     if (t.offset > avail || t.n_bytes > avail - t.offset) {
-      fail("{}: tensor {} ({}, {} bytes at data offset {}) extends past the end of the file ({} data bytes)", w,
-           t.name, ggml_type_name(t.type), t.n_bytes, t.offset, avail);
+      fail("{}: tensor {} ({}, {} bytes at data offset {}) extends past the end of the file ({} data bytes)",
+           w, t.name, ggml_type_name(t.type), t.n_bytes, t.offset, avail);
     }
     t.data = bytes.subspan(g.data_offset_ + t.offset, t.n_bytes);
   }
@@ -364,7 +403,9 @@ bool GgufFile::get_bool(std::string_view key) const {
   return std::get<bool>(v.scalar);
 }
 
-bool GgufFile::get_bool(std::string_view key, bool fallback) const { return has(key) ? get_bool(key) : fallback; }
+bool GgufFile::get_bool(std::string_view key, bool fallback) const {
+  return has(key) ? get_bool(key) : fallback;
+}
 
 const std::string& GgufFile::get_string(std::string_view key) const {
   const GgufValue& v = value(key);
@@ -411,7 +452,7 @@ std::vector<double> GgufFile::get_float_array(std::string_view key) const {
   std::vector<double> out(v.count);
   for (uint64_t i = 0; i < v.count; ++i) {
     out[i] = v.element_type == GgufType::F32 ? load_le<float>(v.raw.data() + i * 4)
-                                              : load_le<double>(v.raw.data() + i * 8);
+                                             : load_le<double>(v.raw.data() + i * 8);
   }
   return out;
 }

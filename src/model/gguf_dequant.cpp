@@ -18,17 +18,17 @@ struct TypeRow {
 
 // From ggml.c's type_traits (block size, sizeof(block_*)).
 constexpr std::array<TypeRow, 32> kTypes = {{
-    {0, {"F32", 1, 4}},          {1, {"F16", 1, 2}},          {2, {"Q4_0", 32, 18}},
-    {3, {"Q4_1", 32, 20}},       {6, {"Q5_0", 32, 22}},       {7, {"Q5_1", 32, 24}},
-    {8, {"Q8_0", 32, 34}},       {9, {"Q8_1", 32, 40}},       {10, {"Q2_K", 256, 84}},
-    {11, {"Q3_K", 256, 110}},    {12, {"Q4_K", 256, 144}},    {13, {"Q5_K", 256, 176}},
-    {14, {"Q6_K", 256, 210}},    {15, {"Q8_K", 256, 292}},    {16, {"IQ2_XXS", 256, 66}},
-    {17, {"IQ2_XS", 256, 74}},   {18, {"IQ3_XXS", 256, 98}},  {19, {"IQ1_S", 256, 50}},
-    {20, {"IQ4_NL", 32, 18}},    {21, {"IQ3_S", 256, 110}},   {22, {"IQ2_S", 256, 82}},
-    {23, {"IQ4_XS", 256, 136}},  {24, {"I8", 1, 1}},          {25, {"I16", 1, 2}},
-    {26, {"I32", 1, 4}},         {27, {"I64", 1, 8}},         {28, {"F64", 1, 8}},
-    {29, {"IQ1_M", 256, 56}},    {30, {"BF16", 1, 2}},        {34, {"TQ1_0", 256, 54}},
-    {35, {"TQ2_0", 256, 66}},    {39, {"MXFP4", 32, 17}},
+    {0, {"F32", 1, 4}},         {1, {"F16", 1, 2}},         {2, {"Q4_0", 32, 18}},
+    {3, {"Q4_1", 32, 20}},      {6, {"Q5_0", 32, 22}},      {7, {"Q5_1", 32, 24}},
+    {8, {"Q8_0", 32, 34}},      {9, {"Q8_1", 32, 40}},      {10, {"Q2_K", 256, 84}},
+    {11, {"Q3_K", 256, 110}},   {12, {"Q4_K", 256, 144}},   {13, {"Q5_K", 256, 176}},
+    {14, {"Q6_K", 256, 210}},   {15, {"Q8_K", 256, 292}},   {16, {"IQ2_XXS", 256, 66}},
+    {17, {"IQ2_XS", 256, 74}},  {18, {"IQ3_XXS", 256, 98}}, {19, {"IQ1_S", 256, 50}},
+    {20, {"IQ4_NL", 32, 18}},   {21, {"IQ3_S", 256, 110}},  {22, {"IQ2_S", 256, 82}},
+    {23, {"IQ4_XS", 256, 136}}, {24, {"I8", 1, 1}},         {25, {"I16", 1, 2}},
+    {26, {"I32", 1, 4}},        {27, {"I64", 1, 8}},        {28, {"F64", 1, 8}},
+    {29, {"IQ1_M", 256, 56}},   {30, {"BF16", 1, 2}},       {34, {"TQ1_0", 256, 54}},
+    {35, {"TQ2_0", 256, 66}},   {39, {"MXFP4", 32, 17}},
 }};
 
 inline float half(const uint8_t* p) {
@@ -243,20 +243,34 @@ using BlockFn = void (*)(const uint8_t*, float*);
 
 BlockFn block_function(GgmlType type) {
   switch (type) {
-    case GgmlType::F32: return block_f32;
-    case GgmlType::F16: return block_f16;
-    case GgmlType::BF16: return block_bf16;
-    case GgmlType::Q4_0: return block_q4_0;
-    case GgmlType::Q4_1: return block_q4_1;
-    case GgmlType::Q5_0: return block_q5_0;
-    case GgmlType::Q5_1: return block_q5_1;
-    case GgmlType::Q8_0: return block_q8_0;
-    case GgmlType::Q2_K: return block_q2_k;
-    case GgmlType::Q3_K: return block_q3_k;
-    case GgmlType::Q4_K: return block_q4_k;
-    case GgmlType::Q5_K: return block_q5_k;
-    case GgmlType::Q6_K: return block_q6_k;
-    default: return nullptr;
+    case GgmlType::F32:
+      return block_f32;
+    case GgmlType::F16:
+      return block_f16;
+    case GgmlType::BF16:
+      return block_bf16;
+    case GgmlType::Q4_0:
+      return block_q4_0;
+    case GgmlType::Q4_1:
+      return block_q4_1;
+    case GgmlType::Q5_0:
+      return block_q5_0;
+    case GgmlType::Q5_1:
+      return block_q5_1;
+    case GgmlType::Q8_0:
+      return block_q8_0;
+    case GgmlType::Q2_K:
+      return block_q2_k;
+    case GgmlType::Q3_K:
+      return block_q3_k;
+    case GgmlType::Q4_K:
+      return block_q4_k;
+    case GgmlType::Q5_K:
+      return block_q5_k;
+    case GgmlType::Q6_K:
+      return block_q6_k;
+    default:
+      return nullptr;
   }
 }
 
@@ -283,12 +297,14 @@ std::string_view ggml_type_name(GgmlType type) {
 
 bool can_dequantize(GgmlType type) { return block_function(type) != nullptr; }
 
-void dequantize(GgmlType type, std::span<const uint8_t> bytes, std::span<float> out, const std::string& what) {
+void dequantize(GgmlType type, std::span<const uint8_t> bytes, std::span<float> out,
+                const std::string& what) {
   BlockFn fn = block_function(type);
   if (fn == nullptr) {
-    fail("{}: ggml type {} ({}) cannot be dequantised; supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, "
-         "Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K",
-         what, ggml_type_name(type), static_cast<uint32_t>(type));
+    fail(
+        "{}: ggml type {} ({}) cannot be dequantised; supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, "
+        "Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K",
+        what, ggml_type_name(type), static_cast<uint32_t>(type));
   }
   const GgmlTypeTraits& traits = ggml_traits(type);
   const int64_t n = static_cast<int64_t>(out.size());

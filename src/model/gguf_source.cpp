@@ -72,7 +72,8 @@ Family require_family(const GgufFile& file) {
 
 int int_field(const GgufFile& file, const std::string& key) {
   const int64_t v = file.get_int(key);
-  if (v < 0 || v > std::numeric_limits<int>::max()) fail("{}: metadata {} is {} (out of range)", file.where(), key, v);
+  if (v < 0 || v > std::numeric_limits<int>::max())
+    fail("{}: metadata {} is {} (out of range)", file.where(), key, v);
   return static_cast<int>(v);
 }
 
@@ -87,8 +88,8 @@ void read_llama3_rope_freqs(const GgufFile& file, const GgufTensor& freqs, Model
   const std::vector<float> stored = file.dequantize(freqs);
   const int half_dim = static_cast<int>(config.head_dim * config.partial_rotary_factor) / 2;
   if (static_cast<int>(stored.size()) != half_dim) {
-    fail("{}: tensor {} has {} elements, expected {} (rotary dims / 2)", file.where(), freqs.name, stored.size(),
-         half_dim);
+    fail("{}: tensor {} has {} elements, expected {} (rotary dims / 2)", file.where(), freqs.name,
+         stored.size(), half_dim);
   }
   RopeScaling s;
   s.type = "llama3";
@@ -108,14 +109,15 @@ void read_llama3_rope_freqs(const GgufFile& file, const GgufTensor& freqs, Model
     } else if (wavelen > low_wavelen) {
       expected = s.factor;
     } else {
-      const double smooth = (s.original_max_position / wavelen - s.low_freq_factor) /
-                            (s.high_freq_factor - s.low_freq_factor);
+      const double smooth =
+          (s.original_max_position / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
       expected = 1.0 / ((1.0 - smooth) / s.factor + smooth);
     }
     if (std::abs(stored[i] - expected) > 1e-3 * expected) {
-      fail("{}: tensor {} entry {} is {}, but llama3 RoPE scaling (factor {}, low 1, high 4, original context "
-           "{}) gives {}; other RoPE frequency tables are not supported",
-           file.where(), freqs.name, i, stored[i], s.factor, s.original_max_position, expected);
+      fail(
+          "{}: tensor {} entry {} is {}, but llama3 RoPE scaling (factor {}, low 1, high 4, original context "
+          "{}) gives {}; other RoPE frequency tables are not supported",
+          file.where(), freqs.name, i, stored[i], s.factor, s.original_max_position, expected);
     }
   }
   config.rope_scaling = s;
@@ -130,8 +132,10 @@ void read_rope(const GgufFile& file, const std::string& arch, ModelConfig& confi
   const std::string type = file.get_string(arch + ".rope.scaling.type", "none");
   const double factor = file.get_float(arch + ".rope.scaling.factor", 1.0);
   if (type != "none" && !(type == "linear" && factor == 1.0)) {
-    fail("{}: {}.rope.scaling.type is '{}' (factor {}); only unscaled RoPE and llama3 rope_freqs are supported",
-         file.where(), arch, type, factor);
+    fail(
+        "{}: {}.rope.scaling.type is '{}' (factor {}); only unscaled RoPE and llama3 rope_freqs are "
+        "supported",
+        file.where(), arch, type, factor);
   }
   if (file.get_float(arch + ".rope.scale_linear", 1.0) != 1.0) {
     fail("{}: {}.rope.scale_linear is set; linear RoPE scaling is not supported", file.where(), arch);
@@ -143,7 +147,8 @@ void read_rope(const GgufFile& file, const std::string& arch, ModelConfig& confi
   }
   if (const GgufTensor* freqs = file.find_tensor("rope_freqs.weight")) {
     if (config.family != Family::Llama) {
-      fail("{}: tensor rope_freqs.weight is only supported for llama GGUFs (llama3 RoPE scaling)", file.where());
+      fail("{}: tensor rope_freqs.weight is only supported for llama GGUFs (llama3 RoPE scaling)",
+           file.where());
     }
     read_llama3_rope_freqs(file, *freqs, config);
   }
@@ -240,7 +245,8 @@ std::string GgufSource::describe() const { return file_->where(); }
 std::vector<TensorInfo> GgufSource::list() const {
   std::vector<TensorInfo> out;
   out.reserve(tensors_.size());
-  for (const auto& [name, t] : tensors_) out.push_back({name, std::string(ggml_type_name(t->type)), t->torch_shape()});
+  for (const auto& [name, t] : tensors_)
+    out.push_back({name, std::string(ggml_type_name(t->type)), t->torch_shape()});
   return out;
 }
 
@@ -264,8 +270,8 @@ Tensor GgufSource::load_f32(const std::string& name) const {
     if (is_q || is_k) {
       const int heads = is_q ? n_heads_ : n_kv_heads_;
       if (out.shape[0] % (2 * heads) != 0) {
-        fail("{}: tensor {} has {} rows, not a multiple of 2 x {} heads", file_->where(), t.name, out.shape[0],
-             heads);
+        fail("{}: tensor {} has {} rows, not a multiple of 2 x {} heads", file_->where(), t.name,
+             out.shape[0], heads);
       }
       out = unpermute_rows(out, heads);
     }
@@ -291,8 +297,8 @@ ModelConfig config_from_gguf(const GgufFile& file) {
   c.head_dim = int_field(file, arch + ".attention.key_length", c.hidden / c.n_heads);
   const int value_length = int_field(file, arch + ".attention.value_length", c.head_dim);
   if (value_length != c.head_dim) {
-    fail("{}: {}.attention.value_length {} differs from key_length {}; expected equal", where, arch, value_length,
-         c.head_dim);
+    fail("{}: {}.attention.value_length {} differs from key_length {}; expected equal", where, arch,
+         value_length, c.head_dim);
   }
   c.max_position = int_field(file, arch + ".context_length");
   c.rms_eps = static_cast<float>(file.get_float(arch + ".attention.layer_norm_rms_epsilon"));
@@ -300,11 +306,11 @@ ModelConfig config_from_gguf(const GgufFile& file) {
 
   const GgufTensor* embed = file.find_tensor("token_embd.weight");
   if (file.has("tokenizer.ggml.tokens")) {
-    c.vocab = static_cast<int>(std::min<size_t>(file.array_size("tokenizer.ggml.tokens"),
-                                                std::numeric_limits<int>::max()));
+    c.vocab = static_cast<int>(
+        std::min<size_t>(file.array_size("tokenizer.ggml.tokens"), std::numeric_limits<int>::max()));
     if (embed != nullptr && (embed->dims.size() != 2 || embed->dims[1] != c.vocab)) {
-      fail("{}: tokenizer.ggml.tokens has {} entries but token_embd.weight has shape {}; expected {} rows", where,
-           c.vocab, shape_string(embed->torch_shape()), c.vocab);
+      fail("{}: tokenizer.ggml.tokens has {} entries but token_embd.weight has shape {}; expected {} rows",
+           where, c.vocab, shape_string(embed->torch_shape()), c.vocab);
     }
   } else if (embed != nullptr && embed->dims.size() == 2) {
     c.vocab = static_cast<int>(embed->dims[1]);
@@ -321,9 +327,10 @@ ModelConfig config_from_gguf(const GgufFile& file) {
   if (family == Family::Phi3) {
     const int window = int_field(file, arch + ".attention.sliding_window", 0);
     if (window > 0 && window < c.max_position) {
-      fail("{}: {}.attention.sliding_window {} is below context_length {}; sliding-window attention is not "
-           "supported",
-           where, arch, window, c.max_position);
+      fail(
+          "{}: {}.attention.sliding_window {} is below context_length {}; sliding-window attention is not "
+          "supported",
+          where, arch, window, c.max_position);
     }
   }
   c.dtype = dtype_of(file);
@@ -335,7 +342,8 @@ tokenizer::TokenizerParts tokenizer_parts_from_gguf(const GgufFile& file) {
   const std::string& where = file.where();
   const std::string& model = file.get_string("tokenizer.ggml.model");
   if (model != "gpt2") {
-    fail("{}: tokenizer.ggml.model is '{}'; only 'gpt2' (byte-level BPE) vocabularies are supported", where, model);
+    fail("{}: tokenizer.ggml.model is '{}'; only 'gpt2' (byte-level BPE) vocabularies are supported", where,
+         model);
   }
   tokenizer::TokenizerParts parts;
   parts.vocab = file.get_string_array("tokenizer.ggml.tokens");
@@ -348,7 +356,8 @@ tokenizer::TokenizerParts tokenizer_parts_from_gguf(const GgufFile& file) {
       const std::string& m = merges[i];
       const size_t space = m.find(' ', 1);
       if (space == std::string::npos || space + 1 >= m.size()) {
-        fail("{}: tokenizer.ggml.merges entry {} is '{}', expected two tokens separated by a space", where, i, m);
+        fail("{}: tokenizer.ggml.merges entry {} is '{}', expected two tokens separated by a space", where, i,
+             m);
       }
       parts.merges.emplace_back(m.substr(0, space), m.substr(space + 1));
     }
@@ -369,18 +378,21 @@ tokenizer::TokenizerParts tokenizer_parts_from_gguf(const GgufFile& file) {
   }
 
   const std::string pre = file.get_string("tokenizer.ggml.pre");
-  if (pre == "qwen2" || pre == "deepseek-r1-qwen") {
+  // Only names whose llama.cpp split regex is one of ours; e.g. deepseek-r1-qwen uses another one.
+  if (pre == "qwen2") {
     parts.pre = tokenizer::PreTokenizer::Qwen2;
     parts.nfc = true;  // Qwen2's tokenizer.json normalizes to NFC
-  } else if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3" || pre == "smaug-bpe") {
+  } else if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3" || pre == "smaug-bpe" ||
+             pre == "dbrx") {
     parts.pre = tokenizer::PreTokenizer::Llama3;
     parts.add_bos = true;  // llama.cpp's default for these vocabularies
   } else if (pre == "gpt2") {
     parts.pre = tokenizer::PreTokenizer::Gpt2;
   } else {
-    fail("{}: tokenizer.ggml.pre is '{}' (supported: qwen2, deepseek-r1-qwen, llama-bpe, llama3, llama-v3, "
-         "smaug-bpe, gpt2)",
-         where, pre);
+    fail(
+        "{}: tokenizer.ggml.pre is '{}' (supported: qwen2, llama-bpe, llama3, llama-v3, smaug-bpe, dbrx, "
+        "gpt2)",
+        where, pre);
   }
 
   if (file.has("tokenizer.ggml.bos_token_id")) {
@@ -391,7 +403,8 @@ tokenizer::TokenizerParts tokenizer_parts_from_gguf(const GgufFile& file) {
     parts.bos_id = static_cast<int>(bos);
   }
   parts.add_bos = file.get_bool("tokenizer.ggml.add_bos_token", parts.add_bos);
-  if (parts.add_bos && !parts.bos_id) fail("{}: tokenizer.ggml.add_bos_token is true but no bos_token_id", where);
+  if (parts.add_bos && !parts.bos_id)
+    fail("{}: tokenizer.ggml.add_bos_token is true but no bos_token_id", where);
   parts.chat_template = file.get_string("tokenizer.chat_template", "");
   return parts;
 }
@@ -399,19 +412,23 @@ tokenizer::TokenizerParts tokenizer_parts_from_gguf(const GgufFile& file) {
 GenerationConfig generation_config_from_gguf(const GgufFile& file) {
   const std::string& where = file.where();
   GenerationConfig g;
-  const std::vector<std::string> vocab =
-      file.has("tokenizer.ggml.tokens") ? file.get_string_array("tokenizer.ggml.tokens") : std::vector<std::string>{};
+  const std::vector<std::string> vocab = file.has("tokenizer.ggml.tokens")
+                                             ? file.get_string_array("tokenizer.ggml.tokens")
+                                             : std::vector<std::string>{};
   const auto n_vocab = static_cast<int64_t>(vocab.size());
   auto add = [&](int64_t id, std::string_view key) {
     if (id < 0 || (n_vocab > 0 && id >= n_vocab)) fail("{}: {} {} is outside the vocabulary", where, key, id);
-    if (std::find(g.eos_ids.begin(), g.eos_ids.end(), id) == g.eos_ids.end()) g.eos_ids.push_back(static_cast<int>(id));
+    if (std::find(g.eos_ids.begin(), g.eos_ids.end(), id) == g.eos_ids.end())
+      g.eos_ids.push_back(static_cast<int>(id));
   };
-  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+  for (const char* key :
+       {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
     if (file.has(key)) add(file.get_int(key), key);
   }
   // llama.cpp ends generation on these end-of-turn control tokens whatever the eos id says.
   static constexpr std::array<std::string_view, 8> kEndOfTurn = {
-      "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "<EOT>", "<|return|>"};
+      "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>",
+      "<|end|>",    "<end_of_turn>", "<EOT>",      "<|return|>"};
   std::vector<int64_t> types;
   if (file.has("tokenizer.ggml.token_type")) types = file.get_int_array("tokenizer.ggml.token_type");
   for (int64_t id = 0; id < n_vocab; ++id) {
@@ -420,9 +437,12 @@ GenerationConfig generation_config_from_gguf(const GgufFile& file) {
       add(id, "end-of-turn token");
     }
   }
-  if (file.has("tokenizer.ggml.bos_token_id")) g.bos_id = static_cast<int>(file.get_int("tokenizer.ggml.bos_token_id"));
-  if (file.has("general.sampling.temp")) g.temperature = static_cast<float>(file.get_float("general.sampling.temp"));
-  if (file.has("general.sampling.top_p")) g.top_p = static_cast<float>(file.get_float("general.sampling.top_p"));
+  if (file.has("tokenizer.ggml.bos_token_id"))
+    g.bos_id = static_cast<int>(file.get_int("tokenizer.ggml.bos_token_id"));
+  if (file.has("general.sampling.temp"))
+    g.temperature = static_cast<float>(file.get_float("general.sampling.temp"));
+  if (file.has("general.sampling.top_p"))
+    g.top_p = static_cast<float>(file.get_float("general.sampling.top_p"));
   if (file.has("general.sampling.top_k")) g.top_k = static_cast<int>(file.get_int("general.sampling.top_k"));
   return g;
 }

@@ -42,7 +42,7 @@ class GgufSource : public TensorSource {
   std::string architecture_;
   std::vector<std::pair<std::string, const GgufTensor*>> tensors_;  // HF name, GGUF tensor; file order
   std::unordered_map<std::string, size_t> index_;
-  int n_heads_ = 0;     // for undoing the llama q/k row permutation
+  int n_heads_ = 0;  // for undoing the llama q/k row permutation
   int n_kv_heads_ = 0;
 };
 

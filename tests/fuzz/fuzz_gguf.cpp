@@ -47,7 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (const auto& info : source.list()) {
         const GgufTensor* t = nullptr;
         for (const GgufTensor& candidate : source.file().tensors()) {
-          if (gguf_to_hf_name(candidate.name, source.file().get_string("general.architecture")) == info.name) {
+          if (gguf_to_hf_name(candidate.name, source.file().get_string("general.architecture")) ==
+              info.name) {
             t = &candidate;
           }
         }

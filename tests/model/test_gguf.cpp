@@ -133,7 +133,8 @@ TEST(Gguf, EveryTruncationIsAnError) {
   const std::vector<uint8_t> bytes = read_bytes(kDir + "metadata.gguf");
   GgufFile full = GgufFile::parse(bytes, "full");
   uint64_t end_of_data = 0;
-  for (const GgufTensor& t : full.tensors()) end_of_data = std::max(end_of_data, full.data_offset() + t.offset + t.n_bytes);
+  for (const GgufTensor& t : full.tensors())
+    end_of_data = std::max(end_of_data, full.data_offset() + t.offset + t.n_bytes);
   ASSERT_GT(end_of_data, 1000u);
   for (size_t cut = 0; cut < bytes.size(); ++cut) {
     std::span<const uint8_t> prefix(bytes.data(), cut);

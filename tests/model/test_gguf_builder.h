@@ -49,7 +49,8 @@ class GgufBuilder {
     u32(6);
     return f32(value);
   }
-  GgufBuilder& tensor_info(std::string_view name, std::vector<uint64_t> dims, uint32_t type, uint64_t offset) {
+  GgufBuilder& tensor_info(std::string_view name, std::vector<uint64_t> dims, uint32_t type,
+                           uint64_t offset) {
     str(name);
     u32(static_cast<uint32_t>(dims.size()));
     for (uint64_t d : dims) u64(d);

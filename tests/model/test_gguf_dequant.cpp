@@ -63,11 +63,12 @@ TEST(GgufDequant, MatchesPythonGgufBitExactly) {
     types.insert(entry["type"].get<std::string>());
     if (name.ends_with(".real")) real_types.insert(entry["type"].get<std::string>());
   }
-  const std::set<std::string> required = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+  const std::set<std::string> required = {"F32",  "F16",  "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
                                           "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"};
   EXPECT_EQ(types, required);
   const std::set<std::string> from_model = {"Q4_K", "Q5_0", "Q6_K", "Q8_0"};
-  EXPECT_EQ(real_types, from_model) << "regenerate with the real model: tools/make_gguf_goldens.py --model ...";
+  EXPECT_EQ(real_types, from_model)
+      << "regenerate with the real model: tools/make_gguf_goldens.py --model ...";
 }
 
 // A buffer large enough for the threaded path, made of golden blocks repeated, must repeat the goldens.

@@ -36,7 +36,8 @@ TEST(GgufSource, HfNames) {
   EXPECT_EQ(gguf_to_hf_name("blk.0.attn_q.bias", "qwen2"), "model.layers.0.self_attn.q_proj.bias");
   EXPECT_EQ(gguf_to_hf_name("blk.3.attn_k_norm.weight", "qwen3"), "model.layers.3.self_attn.k_norm.weight");
   EXPECT_EQ(gguf_to_hf_name("blk.1.attn_output.weight", "llama"), "model.layers.1.self_attn.o_proj.weight");
-  EXPECT_EQ(gguf_to_hf_name("blk.1.ffn_norm.weight", "llama"), "model.layers.1.post_attention_layernorm.weight");
+  EXPECT_EQ(gguf_to_hf_name("blk.1.ffn_norm.weight", "llama"),
+            "model.layers.1.post_attention_layernorm.weight");
   EXPECT_EQ(gguf_to_hf_name("blk.1.ffn_gate.weight", "llama"), "model.layers.1.mlp.gate_proj.weight");
   EXPECT_EQ(gguf_to_hf_name("blk.1.ffn_down.weight", "llama"), "model.layers.1.mlp.down_proj.weight");
   EXPECT_EQ(gguf_to_hf_name("blk.1.ffn_up.weight", "llama"), "model.layers.1.mlp.up_proj.weight");
