@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Writes data/extra_golden.json: edge cases the shared goldens do not cover (Unicode whitespace where
+"""Writes tests/fixtures/golden/tokenizer_extra.json: edge cases the shared goldens do not cover (Unicode whitespace where
 PCRE2 and Oniguruma differ, case folding, NFC, long runs; chat renders with odd whitespace and
 reasoning), encoded with the real `tokenizers` library and rendered with transformers' own Jinja
 environment, from the fixture tokenizers in tests/fixtures/{qwen3,llama,phi3,qwen2}.
-Run from the repository root: python3 tests/tokenizer/make_extra_golden.py"""
+Run from the repository root: python3 tools/make_tokenizer_extra_goldens.py"""
 import json
 import pathlib
 
@@ -11,7 +11,7 @@ import tokenizers
 import transformers
 from transformers.utils.chat_template_utils import _compile_jinja_template
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 
 TEXTS = [
@@ -45,7 +45,7 @@ CHATS = [
 
 
 def main():
-    out = {"generator": "tests/tokenizer/make_extra_golden.py",
+    out = {"generator": "tools/make_tokenizer_extra_goldens.py",
            "versions": {"tokenizers": tokenizers.__version__, "transformers": transformers.__version__},
            "encode": {}, "chat": {}}
     for family in ["qwen3", "llama", "phi3"]:
@@ -66,7 +66,7 @@ def main():
             rendered = template.render(messages=messages, bos_token=config.get("bos_token") or "", **kwargs)
             cases.append({"name": name, "messages": messages, "kwargs": kwargs, "rendered": rendered})
         out["chat"][family] = cases
-    path = pathlib.Path(__file__).parent / "data" / "extra_golden.json"
+    path = FIXTURES / "golden" / "tokenizer_extra.json"
     path.write_text(json.dumps(out, ensure_ascii=False, indent=1) + "\n")
 
 
