@@ -38,6 +38,7 @@ struct GenerateOptions {
   int threads = 0;
   bool json = false;
   bool quiet = false;
+  std::string retention_log;
 };
 
 std::string read_text_file(const std::string& path) {
@@ -93,6 +94,19 @@ void run_generate(const GenerateOptions& o) {
   if (!o.json && !o.quiet) {
     fmt::print(stderr, "kvdice: model {} ({}), backend {}, policy {}, budget {}\n", bundle.source, bundle.format,
                backend->name(), eng.policy().name(), eng.budget().describe());
+  }
+  std::ofstream retention;
+  if (!o.retention_log.empty()) {
+    retention.open(o.retention_log);
+    if (!retention) fail("cannot write --retention-log {}", o.retention_log);
+    eng.set_round_observer([&retention](uint64_t id, const kv::RoundRecord& record) {
+      retention << Json{{"sequence", id},
+                        {"round", record.round},
+                        {"at_token", record.at_token},
+                        {"kept_positions", record.kept_positions}}
+                       .dump()
+                << "\n";
+    });
   }
   tokenizer::StreamDecoder decoder(*bundle.tokenizer);
   const auto start = std::chrono::steady_clock::now();
@@ -163,6 +177,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all)");
   cmd->add_flag("--json", o->json, "Print one JSON record (or an array) instead of text");
   cmd->add_flag("--quiet,-q", o->quiet, "Only the generated text and the final statistics");
+  cmd->add_option("--retention-log", o->retention_log,
+                  "Write one JSON line per eviction round: kept absolute positions per [layer][KV head]");
   cmd->callback([o] { run_generate(*o); });
 }
 

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "cli/run_command.h"
 #include "core/json.h"
 
@@ -68,6 +70,37 @@ TEST(Cli, GenerateJsonReportsEvictionAndBudget) {
   EXPECT_GT(s["full_attention_slots"].get<int>(), s["resident_slots"].get<int>());
   EXPECT_LT(s["resident_kv_bytes"].get<int64_t>(), s["full_attention_kv_bytes"].get<int64_t>());
   EXPECT_EQ(j["prompt_ids"].size(), s["prompt_tokens"].get<size_t>());
+}
+
+TEST(Cli, RetentionLogRecordsEveryRound) {
+  const std::string log = ::testing::TempDir() + "/retention.jsonl";
+  const CommandResult r = run_kvdice({"generate", "--model", kModel, "-p", "log me", "--policy", "random_pp", "--budget",
+                                      "16", "--window", "8", "-n", "50", "--ignore-eos", "--json", "--retention-log", log});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json result = Json::parse(r.out);
+  const int prompt = result["stats"]["prompt_tokens"];
+  std::ifstream in(log);
+  std::string line;
+  int rounds = 0;
+  while (std::getline(in, line)) {
+    const Json rec = Json::parse(line);
+    EXPECT_EQ(rec["round"].get<int>(), rounds);
+    const auto& kept = rec["kept_positions"];
+    ASSERT_EQ(kept.size(), 2u);     // layers of the fixture
+    ASSERT_EQ(kept[0].size(), 2u);  // KV heads
+    for (const auto& layer : kept) {
+      for (const auto& head : layer) {
+        const auto positions = head.get<std::vector<int>>();
+        ASSERT_EQ(positions.size(), 16u);  // exactly T kept
+        for (int p = 0; p < prompt; ++p) EXPECT_EQ(positions[p], p);  // prompt protected
+        const int newest = rec["at_token"].get<int>() - 1;
+        for (int k = 0; k < 8; ++k) EXPECT_EQ(positions[16 - 8 + k], newest - 7 + k);  // window kept
+      }
+    }
+    ++rounds;
+  }
+  EXPECT_EQ(rounds, result["stats"]["eviction_rounds"].get<int>());
+  EXPECT_GT(rounds, 3);
 }
 
 TEST(Cli, GenerateTextPrintsStatistics) {
