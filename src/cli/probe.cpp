@@ -43,7 +43,13 @@ void run_passcode(ProbeOptions& o) {
   auto backend = backend::make_cpu_backend(o.threads);
   fmt::print(stderr, "kvdice: passcode probe on {}: T={} r={} rounds={} instances={}\n", bundle.source,
              o.config.budget, o.config.window, o.config.rounds, o.config.instances);
-  const auto results = probe::run_passcode_probe(bundle, *backend, o.config);
+  const auto instances = probe::build_passcode_instances(bundle, o.config);
+  fmt::print(stderr, "kvdice: {} forced tokens per instance after a {}-token prompt\n", instances[0].forced.size(),
+             instances[0].prompt.size());
+  const auto results = probe::run_passcode_probe(bundle, *backend, o.config, [](const probe::PasscodePolicyResult& r) {
+    fmt::print(stderr, "kvdice: {} done: retrieval {:.3f}, mean value log-prob {:.3f}\n", r.policy, r.retrieval_rate,
+               r.mean_value_logprob);
+  });
   fmt::print("{}", probe::passcode_results_table(results));
   if (!o.json_out.empty()) {
     Json j = probe::passcode_results_json(o.config, results);

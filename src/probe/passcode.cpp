@@ -85,8 +85,9 @@ std::vector<PasscodeInstance> build_passcode_instances(const engine::ModelBundle
   return out;
 }
 
-std::vector<PasscodePolicyResult> run_passcode_probe(const engine::ModelBundle& bundle, backend::Backend& backend,
-                                                     const PasscodeConfig& config) {
+std::vector<PasscodePolicyResult> run_passcode_probe(
+    const engine::ModelBundle& bundle, backend::Backend& backend, const PasscodeConfig& config,
+    const std::function<void(const PasscodePolicyResult&)>& on_policy_done) {
   const std::vector<PasscodeInstance> instances = build_passcode_instances(bundle, config);
   std::vector<PasscodePolicyResult> results;
   for (const std::string& policy : config.policies) {
@@ -125,6 +126,7 @@ std::vector<PasscodePolicyResult> run_passcode_probe(const engine::ModelBundle& 
     r.retrieval_rate = std::count(r.retrieved.begin(), r.retrieved.end(), true) / n;
     for (double lp : r.value_logprobs) r.mean_value_logprob += lp / n;
     r.mean_rounds /= n;
+    if (on_policy_done) on_policy_done(r);
     results.push_back(std::move(r));
   }
   return results;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,8 +45,10 @@ struct PasscodePolicyResult {
 // Builds the instances deterministically from the seed.
 std::vector<PasscodeInstance> build_passcode_instances(const engine::ModelBundle& bundle, const PasscodeConfig& config);
 
-std::vector<PasscodePolicyResult> run_passcode_probe(const engine::ModelBundle& bundle, backend::Backend& backend,
-                                                     const PasscodeConfig& config);
+// `on_policy_done`, when set, is called as each policy finishes (progress for long runs).
+std::vector<PasscodePolicyResult> run_passcode_probe(
+    const engine::ModelBundle& bundle, backend::Backend& backend, const PasscodeConfig& config,
+    const std::function<void(const PasscodePolicyResult&)>& on_policy_done = {});
 
 Json passcode_results_json(const PasscodeConfig& config, const std::vector<PasscodePolicyResult>& results);
 std::string passcode_results_table(const std::vector<PasscodePolicyResult>& results);
