@@ -55,10 +55,12 @@ void run_generate(const GenerateOptions& o) {
   for (const auto& f : o.prompt_files) texts.push_back(read_text_file(f));
   if (texts.empty()) fail("no prompt: pass --prompt TEXT or --prompt-file FILE");
   if (o.samples < 1) fail("--samples must be >= 1 (got {})", o.samples);
-  if (o.long_prompt != "warn" && o.long_prompt != "error") fail("--long-prompt must be warn or error (got '{}')", o.long_prompt);
+  if (o.long_prompt != "warn" && o.long_prompt != "error")
+    fail("--long-prompt must be warn or error (got '{}')", o.long_prompt);
 
   engine::EngineConfig config;
-  config.budget = {o.budget, o.window, o.long_prompt == "error" ? kv::LongPromptRule::Error : kv::LongPromptRule::Warn};
+  config.budget = {o.budget, o.window,
+                   o.long_prompt == "error" ? kv::LongPromptRule::Error : kv::LongPromptRule::Warn};
   config.policy = o.policy;
   config.eviction_seed = o.seed;
   // Validate the cheap things before loading weights.
@@ -92,8 +94,8 @@ void run_generate(const GenerateOptions& o) {
   const int n_sequences = static_cast<int>(texts.size()) * o.samples;
   const bool stream = !o.json && n_sequences == 1;
   if (!o.json && !o.quiet) {
-    fmt::print(stderr, "kvdice: model {} ({}), backend {}, policy {}, budget {}\n", bundle.source, bundle.format,
-               backend->name(), eng.policy().name(), eng.budget().describe());
+    fmt::print(stderr, "kvdice: model {} ({}), backend {}, policy {}, budget {}\n", bundle.source,
+               bundle.format, backend->name(), eng.policy().name(), eng.budget().describe());
   }
   std::ofstream retention;
   if (!o.retention_log.empty()) {
@@ -138,7 +140,8 @@ void run_generate(const GenerateOptions& o) {
       records.push_back(std::move(rec));
     } else {
       if (!stream) fmt::print("=== sequence {} ===\n{}\n", r.id, text);
-      fmt::print(stderr, "--- sequence {} ---\n{}", r.id, engine::result_summary(r, bundle.model->config(), bytes_per_element));
+      fmt::print(stderr, "--- sequence {} ---\n{}", r.id,
+                 engine::result_summary(r, bundle.model->config(), bytes_per_element));
     }
   }
   if (o.json) {
@@ -146,8 +149,8 @@ void run_generate(const GenerateOptions& o) {
     const Json& out = records.size() == 1 ? records[0] : records;
     fmt::print("{}\n", out.dump(-1, ' ', false, Json::error_handler_t::replace));
   } else {
-    fmt::print(stderr, "total: {} sequences, {} generated tokens in {:.2f} s ({:.1f} tok/s overall)\n", results.size(),
-               total_generated, wall, wall > 0 ? total_generated / wall : 0.0);
+    fmt::print(stderr, "total: {} sequences, {} generated tokens in {:.2f} s ({:.1f} tok/s overall)\n",
+               results.size(), total_generated, wall, wall > 0 ? total_generated / wall : 0.0);
   }
 }
 
@@ -156,17 +159,22 @@ void run_generate(const GenerateOptions& o) {
 void add_generate_command(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text under a KV-cache budget");
-  cmd->add_option("--model,-m", o->model, "HF checkpoint directory, .gguf file, or a known model name (e.g. default)")->required();
+  cmd->add_option("--model,-m", o->model,
+                  "HF checkpoint directory, .gguf file, or a known model name (e.g. default)")
+      ->required();
   cmd->add_option("--prompt,-p", o->prompts, "Prompt text (repeat for several sequences in one batch)");
   cmd->add_option("--prompt-file", o->prompt_files, "File holding one prompt (repeatable)");
   cmd->add_flag("--chat", o->chat, "Wrap each prompt as a user message in the model's chat template");
   cmd->add_option("--system", o->system, "System message (with --chat)");
   cmd->add_flag("--no-think", o->no_think, "Qwen3: thinking off (pre-fills an empty <think></think>)");
-  cmd->add_option("--chat-template", o->chat_template, "Override the chat template (qwen3, chatml, llama3, phi4)");
-  cmd->add_option("--policy", o->policy, "Eviction policy (full, random_pp, random, random_shared, recency_pp, recency, streaming)");
+  cmd->add_option("--chat-template", o->chat_template,
+                  "Override the chat template (qwen3, chatml, llama3, phi4)");
+  cmd->add_option("--policy", o->policy,
+                  "Eviction policy (full, random_pp, random, random_shared, recency_pp, recency, streaming)");
   cmd->add_option("--budget,-T", o->budget, "KV budget T per layer and KV head (includes prompt and window)");
   cmd->add_option("--window,-r", o->window, "Recency window r; rounds fire every r decode tokens");
-  cmd->add_option("--long-prompt", o->long_prompt, "Prompt longer than T - r: warn (reference behaviour) or error");
+  cmd->add_option("--long-prompt", o->long_prompt,
+                  "Prompt longer than T - r: warn (reference behaviour) or error");
   cmd->add_option("--seed", o->seed, "Seed for eviction and sampling streams");
   cmd->add_option("--temperature", o->temperature, "Sampling temperature (0 = greedy)");
   cmd->add_option("--top-p", o->top_p, "Nucleus sampling mass");

@@ -55,8 +55,10 @@ void run_inspect(const std::string& model_arg, bool as_json) {
 void add_inspect_command(CLI::App& app) {
   auto model = std::make_shared<std::string>();
   auto as_json = std::make_shared<bool>(false);
-  CLI::App* cmd = app.add_subcommand("inspect", "Show a checkpoint's config, parameters, dtypes and KV bytes per token");
-  cmd->add_option("--model,-m", *model, "HF checkpoint directory, .gguf file, or a known model name")->required();
+  CLI::App* cmd =
+      app.add_subcommand("inspect", "Show a checkpoint's config, parameters, dtypes and KV bytes per token");
+  cmd->add_option("--model,-m", *model, "HF checkpoint directory, .gguf file, or a known model name")
+      ->required();
   cmd->add_flag("--json", *as_json, "Print JSON");
   cmd->callback([model, as_json] { run_inspect(*model, *as_json); });
 }

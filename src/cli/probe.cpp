@@ -44,12 +44,13 @@ void run_passcode(ProbeOptions& o) {
   fmt::print(stderr, "kvdice: passcode probe on {}: T={} r={} rounds={} instances={}\n", bundle.source,
              o.config.budget, o.config.window, o.config.rounds, o.config.instances);
   const auto instances = probe::build_passcode_instances(bundle, o.config);
-  fmt::print(stderr, "kvdice: {} forced tokens per instance after a {}-token prompt\n", instances[0].forced.size(),
-             instances[0].prompt.size());
-  const auto results = probe::run_passcode_probe(bundle, *backend, o.config, [](const probe::PasscodePolicyResult& r) {
-    fmt::print(stderr, "kvdice: {} done: retrieval {:.3f}, mean value log-prob {:.3f}\n", r.policy, r.retrieval_rate,
-               r.mean_value_logprob);
-  });
+  fmt::print(stderr, "kvdice: {} forced tokens per instance after a {}-token prompt\n",
+             instances[0].forced.size(), instances[0].prompt.size());
+  const auto results =
+      probe::run_passcode_probe(bundle, *backend, o.config, [](const probe::PasscodePolicyResult& r) {
+        fmt::print(stderr, "kvdice: {} done: retrieval {:.3f}, mean value log-prob {:.3f}\n", r.policy,
+                   r.retrieval_rate, r.mean_value_logprob);
+      });
   fmt::print("{}", probe::passcode_results_table(results));
   if (!o.json_out.empty()) {
     Json j = probe::passcode_results_json(o.config, results);
@@ -66,8 +67,10 @@ void add_probe_command(CLI::App& app) {
   CLI::App* probe = app.add_subcommand("probe", "Mechanism studies");
   probe->require_subcommand(1);
   auto o = std::make_shared<ProbeOptions>();
-  CLI::App* cmd = probe->add_subcommand("passcode", "Once-only fact probe: is a passcode stated once still retrievable?");
-  cmd->add_option("--model,-m", o->model, "HF checkpoint directory, .gguf file, or a known model name")->required();
+  CLI::App* cmd =
+      probe->add_subcommand("passcode", "Once-only fact probe: is a passcode stated once still retrievable?");
+  cmd->add_option("--model,-m", o->model, "HF checkpoint directory, .gguf file, or a known model name")
+      ->required();
   cmd->add_option("--policies", o->policies, "Comma-separated policies");
   cmd->add_option("--budget,-T", o->config.budget, "KV budget T");
   cmd->add_option("--window,-r", o->config.window, "Recency window r");

@@ -4,9 +4,12 @@ namespace kvdice {
 
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::F32: return "float32";
-    case DType::F16: return "float16";
-    case DType::BF16: return "bfloat16";
+    case DType::F32:
+      return "float32";
+    case DType::F16:
+      return "float16";
+    case DType::BF16:
+      return "bfloat16";
   }
   return "?";
 }

@@ -26,7 +26,7 @@ namespace detail {
 }  // namespace kvdice
 
 // Internal invariant; the message is a fmt format string with arguments.
-#define KVDICE_CHECK(cond, ...)                                                                \
-  do {                                                                                         \
+#define KVDICE_CHECK(cond, ...)                                                                       \
+  do {                                                                                                \
     if (!(cond)) ::kvdice::detail::check_failed(#cond, __FILE__, __LINE__, fmt::format(__VA_ARGS__)); \
   } while (0)

@@ -41,7 +41,7 @@ T json_get_or(const Json& object, const std::string& key, T fallback, const std:
   }
 }
 
-#define KVDICE_JSON_INSTANTIATE(T)                                                    \
+#define KVDICE_JSON_INSTANTIATE(T)                                                 \
   template T json_require<T>(const Json&, const std::string&, const std::string&); \
   template T json_get_or<T>(const Json&, const std::string&, T, const std::string&);
 KVDICE_JSON_INSTANTIATE(int)

@@ -1,9 +1,8 @@
 // JSON via nlohmann::json, plus helpers that name the file and field in every error.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace kvdice {

@@ -14,11 +14,13 @@ void set_log_level(LogLevel level);
 
 template <class... Args>
 void log_warn(fmt::format_string<Args...> format, Args&&... args) {
-  if (log_level() >= LogLevel::Warn) fmt::print(stderr, "kvdice: warning: {}\n", fmt::format(format, std::forward<Args>(args)...));
+  if (log_level() >= LogLevel::Warn)
+    fmt::print(stderr, "kvdice: warning: {}\n", fmt::format(format, std::forward<Args>(args)...));
 }
 template <class... Args>
 void log_info(fmt::format_string<Args...> format, Args&&... args) {
-  if (log_level() >= LogLevel::Info) fmt::print(stderr, "kvdice: {}\n", fmt::format(format, std::forward<Args>(args)...));
+  if (log_level() >= LogLevel::Info)
+    fmt::print(stderr, "kvdice: {}\n", fmt::format(format, std::forward<Args>(args)...));
 }
 
 }  // namespace kvdice

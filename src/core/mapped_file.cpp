@@ -16,7 +16,7 @@ namespace kvdice {
 MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail("cannot open {}: {}", path.string(), std::strerror(errno));
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
     fail("cannot stat {}: {}", path.string(), std::strerror(errno));

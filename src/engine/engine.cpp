@@ -11,9 +11,12 @@ namespace kvdice::engine {
 
 std::string_view finish_reason_name(FinishReason reason) {
   switch (reason) {
-    case FinishReason::Running: return "running";
-    case FinishReason::Stop: return "stop";
-    case FinishReason::Length: return "length";
+    case FinishReason::Running:
+      return "running";
+    case FinishReason::Stop:
+      return "stop";
+    case FinishReason::Length:
+      return "length";
   }
   return "?";
 }
@@ -46,11 +49,15 @@ double seconds_since(Clock::time_point start) {
 }  // namespace
 
 Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfig config)
-    : model_(model), backend_(backend), config_(std::move(config)), policy_(policy::make_policy(config_.policy)) {
+    : model_(model),
+      backend_(backend),
+      config_(std::move(config)),
+      policy_(policy::make_policy(config_.policy)) {
   budget_ = config_.budget;
   if (!policy_->evicts()) budget_.budget = 0;  // full attention keeps everything
   if (policy_->evicts() && !budget_.bounded()) {
-    fail("policy '{}' evicts and needs a budget: pass --budget T (T > r, T a multiple of r)", policy_->name());
+    fail("policy '{}' evicts and needs a budget: pass --budget T (T > r, T a multiple of r)",
+         policy_->name());
   }
   budget_.validate();
   if (config_.max_batch < 1) fail("max batch must be >= 1 (got {})", config_.max_batch);
@@ -63,7 +70,8 @@ uint64_t Engine::submit(GenerationRequest request) {
   if (prompt_len == 0) fail("empty prompt: a request needs at least one token");
   if (request.max_new_tokens < 1) fail("max new tokens must be >= 1 (got {})", request.max_new_tokens);
   for (int t : request.prompt) {
-    if (t < 0 || t >= model_.config().vocab) fail("prompt token id {} is outside the vocabulary (size {})", t, model_.config().vocab);
+    if (t < 0 || t >= model_.config().vocab)
+      fail("prompt token id {} is outside the vocabulary (size {})", t, model_.config().vocab);
   }
   request.sampling.validate();
   if (!request.forced_tokens.empty()) {
@@ -75,22 +83,25 @@ uint64_t Engine::submit(GenerationRequest request) {
   }
   if (budget_.prompt_too_long(prompt_len)) {
     if (budget_.long_prompt == kv::LongPromptRule::Error) {
-      fail("prompt of {} tokens does not fit the budget: T - r = {} selection slots must exceed the prompt "
-           "(raise --budget or use --long-prompt warn)",
-           prompt_len, budget_.selection());
+      fail(
+          "prompt of {} tokens does not fit the budget: T - r = {} selection slots must exceed the prompt "
+          "(raise --budget or use --long-prompt warn)",
+          prompt_len, budget_.selection());
     }
-    log_warn("PROMPT LONGER THAN THE BUDGET: prompt {} tokens >= T - r = {}; only the first {} prompt slots are "
-             "protected and one slot is left for everything else (the reference's behaviour; accuracy collapses). "
-             "Raise --budget or pass --long-prompt error.",
-             prompt_len, budget_.selection(), budget_.selection() - 1);
+    log_warn(
+        "PROMPT LONGER THAN THE BUDGET: prompt {} tokens >= T - r = {}; only the first {} prompt slots are "
+        "protected and one slot is left for everything else (the reference's behaviour; accuracy collapses). "
+        "Raise --budget or pass --long-prompt error.",
+        prompt_len, budget_.selection(), budget_.selection() - 1);
   }
   const int64_t reservation = budget_.reservation(prompt_len, request.max_new_tokens);
   if (config_.kv_slot_limit > 0 && reservation > config_.kv_slot_limit) {
-    fail("request needs {} KV slots but the pool holds {}: lower --max-new-tokens or set a budget", reservation,
-         config_.kv_slot_limit);
+    fail("request needs {} KV slots but the pool holds {}: lower --max-new-tokens or set a budget",
+         reservation, config_.kv_slot_limit);
   }
   const uint64_t id = next_id_++;
-  auto seq = std::make_unique<Sequence>(id, std::move(request), model_.kv_shape(), static_cast<int>(reservation));
+  auto seq =
+      std::make_unique<Sequence>(id, std::move(request), model_.kv_shape(), static_cast<int>(reservation));
   seq->stats.prompt_tokens = prompt_len;
   seq->stats.reserved_slots = reservation;
   seq->stats.protected_prompt_slots =
@@ -109,7 +120,8 @@ void Engine::admit() {
   std::vector<Sequence*> admitted;
   while (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_batch) {
     Sequence& next = *waiting_.front();
-    if (config_.kv_slot_limit > 0 && reserved_slots_ + next.stats.reserved_slots > config_.kv_slot_limit) break;
+    if (config_.kv_slot_limit > 0 && reserved_slots_ + next.stats.reserved_slots > config_.kv_slot_limit)
+      break;
     reserved_slots_ += next.stats.reserved_slots;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
@@ -158,8 +170,8 @@ void Engine::decode() {
 
 void Engine::maybe_evict(Sequence& seq) {
   if (!budget_.should_evict(seq.kv.length())) return;
-  kv::RoundContext context{config_.eviction_seed, seq.stream_id, static_cast<uint32_t>(seq.stats.eviction_rounds),
-                           seq.stats.prompt_tokens};
+  kv::RoundContext context{config_.eviction_seed, seq.stream_id,
+                           static_cast<uint32_t>(seq.stats.eviction_rounds), seq.stats.prompt_tokens};
   kv::RoundRecord record;
   const kv::RoundResult result =
       kv::run_eviction_round(seq.kv, budget_, *policy_, context, round_observer_ ? &record : nullptr);
@@ -215,7 +227,8 @@ void Engine::retire_finished() {
     seq.stats.final_resident_slots = seq.kv.length();
     reserved_slots_ -= seq.stats.reserved_slots;
     finished_.push_back({seq.id, std::move(seq.request.prompt), std::move(seq.generated),
-                         std::move(seq.forced_logprobs), std::move(seq.forced_is_argmax), seq.finish, seq.stats});
+                         std::move(seq.forced_logprobs), std::move(seq.forced_is_argmax), seq.finish,
+                         seq.stats});
     it = running_.erase(it);
   }
 }
@@ -233,7 +246,8 @@ void Engine::run(const std::function<void(const TokenEvent&)>& on_token) {
   while (!idle()) {
     if (running_.empty() && !waiting_.empty() && config_.kv_slot_limit > 0 &&
         waiting_.front()->stats.reserved_slots > config_.kv_slot_limit) {
-      fail("request {} can never be admitted: it needs more KV slots than the pool holds", waiting_.front()->id);
+      fail("request {} can never be admitted: it needs more KV slots than the pool holds",
+           waiting_.front()->id);
     }
     step();
   }

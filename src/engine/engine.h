@@ -13,26 +13,26 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
 #include "kv/budget.h"
 #include "kv/eviction_round.h"
 #include "kv/sequence_kv.h"
 #include "model/model.h"
 #include "policy/eviction_policy.h"
-#include "engine/request.h"
-#include "engine/sampler.h"
 
 namespace kvdice::engine {
 
 struct EngineConfig {
   kv::BudgetSpec budget;
   std::string policy = "random_pp";
-  uint64_t eviction_seed = 0;     // keys the eviction stream; sampling seeds are per request
-  int max_batch = 64;             // running sequences at once
-  int64_t kv_slot_limit = 0;      // total reserved slots across running sequences; 0 = no limit
+  uint64_t eviction_seed = 0;  // keys the eviction stream; sampling seeds are per request
+  int max_batch = 64;          // running sequences at once
+  int64_t kv_slot_limit = 0;   // total reserved slots across running sequences; 0 = no limit
 };
 
 struct TokenEvent {
-  uint64_t id;       // request id
+  uint64_t id;  // request id
   int token;
   bool finished;
 };

@@ -18,8 +18,8 @@ ModelBundle load_gguf_file(const fs::path& path) {
   model::GgufSource source(file);
   model::ModelWeights weights = model::load_weights(config, source);
   bundle.model = std::make_unique<model::Model>(std::move(config), std::move(weights));
-  bundle.tokenizer =
-      std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_parts(model::tokenizer_parts_from_gguf(*file)));
+  bundle.tokenizer = std::make_unique<tokenizer::Tokenizer>(
+      tokenizer::Tokenizer::from_parts(model::tokenizer_parts_from_gguf(*file)));
   return bundle;
 }
 

@@ -16,7 +16,8 @@ namespace {
 bool is_gguf_file(const fs::path& path) { return fs::is_regular_file(path) && path.extension() == ".gguf"; }
 
 void check_exists(const fs::path& path) {
-  if (!fs::exists(path)) fail("model path {} does not exist (give an HF checkpoint directory or a .gguf file)", path.string());
+  if (!fs::exists(path))
+    fail("model path {} does not exist (give an HF checkpoint directory or a .gguf file)", path.string());
   if (!fs::is_directory(path) && !is_gguf_file(path)) {
     fail("{} is neither an HF checkpoint directory nor a .gguf file", path.string());
   }
@@ -43,7 +44,8 @@ ModelBundle load_model_bundle(const fs::path& path) {
   ModelBundle bundle = is_gguf_file(path) ? load_gguf_file(path) : load_hf_dir(path);
   const int vocab = bundle.model->config().vocab;
   if (bundle.tokenizer->vocab_size() > vocab) {
-    fail("{}: tokenizer has {} tokens but the model's vocabulary is {}", path.string(), bundle.tokenizer->vocab_size(), vocab);
+    fail("{}: tokenizer has {} tokens but the model's vocabulary is {}", path.string(),
+         bundle.tokenizer->vocab_size(), vocab);
   }
   return bundle;
 }
@@ -77,13 +79,15 @@ tokenizer::ChatTemplate resolve_chat_template(const ModelBundle& bundle, const s
 namespace {
 std::vector<int> with_bos(const ModelBundle& bundle, std::vector<int> ids) {
   const auto bos = bundle.tokenizer->bos_id();
-  if (bundle.tokenizer->add_bos() && bos && (ids.empty() || ids.front() != *bos)) ids.insert(ids.begin(), *bos);
+  if (bundle.tokenizer->add_bos() && bos && (ids.empty() || ids.front() != *bos))
+    ids.insert(ids.begin(), *bos);
   return ids;
 }
 }  // namespace
 
-std::vector<int> encode_chat_prompt(const ModelBundle& bundle, tokenizer::ChatTemplate kind, const std::string& user_text,
-                                    const std::string& system_text, bool enable_thinking) {
+std::vector<int> encode_chat_prompt(const ModelBundle& bundle, tokenizer::ChatTemplate kind,
+                                    const std::string& user_text, const std::string& system_text,
+                                    bool enable_thinking) {
   std::vector<tokenizer::ChatMessage> messages;
   if (!system_text.empty()) messages.push_back({"system", system_text});
   messages.push_back({"user", user_text});

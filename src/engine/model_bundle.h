@@ -42,8 +42,9 @@ CheckpointSummary summarize_tensors(const model::TensorSource& source);
 tokenizer::ChatTemplate resolve_chat_template(const ModelBundle& bundle, const std::string& override_name);
 
 // Renders one user message through the chat template and tokenizes it (BOS added if configured).
-std::vector<int> encode_chat_prompt(const ModelBundle& bundle, tokenizer::ChatTemplate kind, const std::string& user_text,
-                                    const std::string& system_text, bool enable_thinking);
+std::vector<int> encode_chat_prompt(const ModelBundle& bundle, tokenizer::ChatTemplate kind,
+                                    const std::string& user_text, const std::string& system_text,
+                                    bool enable_thinking);
 // Tokenizes raw text (BOS added if configured).
 std::vector<int> encode_raw_prompt(const ModelBundle& bundle, const std::string& text);
 

@@ -14,10 +14,10 @@ enum class FinishReason { Running, Stop, Length };
 std::string_view finish_reason_name(FinishReason reason);
 
 struct GenerationRequest {
-  std::vector<int> prompt;       // token ids of the whole prefill (chat template included)
+  std::vector<int> prompt;  // token ids of the whole prefill (chat template included)
   int max_new_tokens = 256;
   SamplingParams sampling;
-  std::vector<int> stop_ids;     // EOS ids; ignored when ignore_eos
+  std::vector<int> stop_ids;  // EOS ids; ignored when ignore_eos
   bool ignore_eos = false;
   // Teacher forcing: when non-empty, these tokens are fed instead of sampled ones (one per step,
   // max_new_tokens is their count) and the result records each one's log-probability.
@@ -34,8 +34,8 @@ struct SequenceStats {
   int protected_prompt_slots = 0;  // pl, 0 when the policy does not protect the prompt
   int peak_resident_slots = 0;     // per (layer, head)
   int final_resident_slots = 0;
-  int64_t moved_slots = 0;         // K/V slot moves done by compaction, all layers and heads
-  int64_t reserved_slots = 0;      // reserved at admission
+  int64_t moved_slots = 0;     // K/V slot moves done by compaction, all layers and heads
+  int64_t reserved_slots = 0;  // reserved at admission
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;
 };

@@ -4,7 +4,8 @@
 
 namespace kvdice::engine {
 
-KvFootprint kv_footprint(const model::ModelConfig& config, const SequenceStats& stats, int bytes_per_element) {
+KvFootprint kv_footprint(const model::ModelConfig& config, const SequenceStats& stats,
+                         int bytes_per_element) {
   const int64_t per_slot = config.kv_bytes_per_token(bytes_per_element);
   KvFootprint f;
   f.resident_slots = stats.final_resident_slots;
@@ -53,7 +54,8 @@ Json result_json(const GenerationResult& r, const std::string& text, const model
                 {"full_attention_kv_bytes", f.full_bytes}}}};
 }
 
-std::string result_summary(const GenerationResult& r, const model::ModelConfig& config, int bytes_per_element) {
+std::string result_summary(const GenerationResult& r, const model::ModelConfig& config,
+                           int bytes_per_element) {
   const SequenceStats& s = r.stats;
   const KvFootprint f = kv_footprint(config, s, bytes_per_element);
   std::string out;
@@ -63,9 +65,11 @@ std::string result_summary(const GenerationResult& r, const model::ModelConfig& 
                      s.prefill_seconds > 0 ? s.prompt_tokens / s.prefill_seconds : 0.0, decode_rate(s));
   out += fmt::format("eviction rounds: {} (protected prompt slots: {}, slot moves: {})\n", s.eviction_rounds,
                      s.protected_prompt_slots, s.moved_slots);
-  out += fmt::format("resident KV: {} slots/head now, {} peak; {} now, {} peak vs {} for full attention ({} tokens); {}-byte elements\n",
-                     f.resident_slots, f.peak_slots, mib(f.resident_bytes), mib(f.peak_bytes), mib(f.full_bytes),
-                     f.full_slots, bytes_per_element);
+  out += fmt::format(
+      "resident KV: {} slots/head now, {} peak; {} now, {} peak vs {} for full attention ({} tokens); "
+      "{}-byte elements\n",
+      f.resident_slots, f.peak_slots, mib(f.resident_bytes), mib(f.peak_bytes), mib(f.full_bytes),
+      f.full_slots, bytes_per_element);
   return out;
 }
 

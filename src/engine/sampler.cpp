@@ -10,7 +10,8 @@
 namespace kvdice::engine {
 
 void SamplingParams::validate() const {
-  if (!(temperature >= 0.0f) || !std::isfinite(temperature)) fail("--temperature must be >= 0 (got {})", temperature);
+  if (!(temperature >= 0.0f) || !std::isfinite(temperature))
+    fail("--temperature must be >= 0 (got {})", temperature);
   if (!(top_p > 0.0f && top_p <= 1.0f)) fail("--top-p must be in (0, 1] (got {})", top_p);
   if (top_k < 0) fail("--top-k must be >= 0 (got {})", top_k);
 }

@@ -15,7 +15,7 @@ struct SamplingParams {
   float top_p = 1.0f;        // keep the smallest high-probability set with mass >= top_p
   int top_k = 0;             // 0 = no top-k
   uint64_t seed = 0;
-  void validate() const;     // Error naming the flag on out-of-range values
+  void validate() const;  // Error naming the flag on out-of-range values
 };
 
 class Sampler {

@@ -13,16 +13,16 @@
 namespace kvdice::kv {
 
 struct RoundContext {
-  uint64_t seed = 0;         // run seed (eviction stream, independent of sampling)
+  uint64_t seed = 0;  // run seed (eviction stream, independent of sampling)
   uint64_t sequence_id = 0;
-  uint32_t round = 0;        // 0 for the first round of this sequence
-  int prompt_len = 0;        // whole prefill length
+  uint32_t round = 0;  // 0 for the first round of this sequence
+  int prompt_len = 0;  // whole prefill length
 };
 
 // Kept absolute positions per (layer, KV head) after one round, for mechanism studies.
 struct RoundRecord {
   uint32_t round = 0;
-  int64_t at_token = 0;  // appended() when the round fired
+  int64_t at_token = 0;                                           // appended() when the round fired
   std::vector<std::vector<std::vector<int32_t>>> kept_positions;  // [layer][head] sorted ascending
 };
 

@@ -23,7 +23,7 @@ class SequenceKv {
 
   const KvShape& shape() const { return shape_; }
   int capacity() const { return capacity_; }
-  int length() const { return length_; }        // resident slots per head
+  int length() const { return length_; }          // resident slots per head
   int64_t appended() const { return appended_; }  // tokens ever appended = next absolute position
 
   float* key(int layer, int head, int slot) { return &keys_[offset(layer, head, slot)]; }
@@ -48,7 +48,9 @@ class SequenceKv {
   size_t slot_index(int layer, int head, int slot) const {
     return (static_cast<size_t>(layer) * shape_.n_kv_heads + head) * capacity_ + slot;
   }
-  size_t offset(int layer, int head, int slot) const { return slot_index(layer, head, slot) * shape_.head_dim; }
+  size_t offset(int layer, int head, int slot) const {
+    return slot_index(layer, head, slot) * shape_.head_dim;
+  }
 
   KvShape shape_;
   int capacity_ = 0;

@@ -42,8 +42,8 @@ struct ModelConfig {
   float partial_rotary_factor = 1.0f;  // fraction of head_dim that RoPE rotates
   float rms_eps = 1e-6f;
   bool tie_embeddings = false;
-  bool qk_norm = false;   // Qwen3: per-head RMSNorm on q and k before RoPE
-  bool qkv_bias = false;  // Qwen2: biases on the q/k/v projections
+  bool qk_norm = false;       // Qwen3: per-head RMSNorm on q and k before RoPE
+  bool qkv_bias = false;      // Qwen2: biases on the q/k/v projections
   DType dtype = DType::BF16;  // checkpoint's declared dtype ("torch_dtype" or "dtype")
 
   int q_dim() const { return n_heads * head_dim; }

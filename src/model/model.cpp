@@ -14,7 +14,8 @@ std::vector<float> rope_inverse_frequencies(const ModelConfig& config) {
   const int rotary_dim = static_cast<int>(config.head_dim * config.partial_rotary_factor);
   std::vector<float> inv_freq(rotary_dim / 2);
   for (int i = 0; i < rotary_dim / 2; ++i) {
-    inv_freq[i] = static_cast<float>(1.0 / std::pow(static_cast<double>(config.rope_theta), 2.0 * i / rotary_dim));
+    inv_freq[i] =
+        static_cast<float>(1.0 / std::pow(static_cast<double>(config.rope_theta), 2.0 * i / rotary_dim));
   }
   const RopeScaling& s = config.rope_scaling;
   if (s.type == "llama3") {
@@ -26,8 +27,8 @@ std::vector<float> rope_inverse_frequencies(const ModelConfig& config) {
       if (wavelen > low_wavelen) {
         f = static_cast<float>(f / s.factor);
       } else if (wavelen >= high_wavelen) {
-        const double smooth =
-            (s.original_max_position / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        const double smooth = (s.original_max_position / wavelen - s.low_freq_factor) /
+                              (s.high_freq_factor - s.low_freq_factor);
         f = static_cast<float>((1.0 - smooth) * f / s.factor + smooth * f);
       }
     }
@@ -48,9 +49,14 @@ namespace {
 // Scratch activations for one forward call; rows = all new tokens of all sequences.
 struct Activations {
   Activations(const ModelConfig& c, int rows)
-      : x(size_t(rows) * c.hidden), h(size_t(rows) * c.hidden), q(size_t(rows) * c.q_dim()),
-        k(size_t(rows) * c.kv_dim()), v(size_t(rows) * c.kv_dim()), attn(size_t(rows) * c.q_dim()),
-        gate(size_t(rows) * c.intermediate), up(size_t(rows) * c.intermediate) {}
+      : x(size_t(rows) * c.hidden),
+        h(size_t(rows) * c.hidden),
+        q(size_t(rows) * c.q_dim()),
+        k(size_t(rows) * c.kv_dim()),
+        v(size_t(rows) * c.kv_dim()),
+        attn(size_t(rows) * c.q_dim()),
+        gate(size_t(rows) * c.intermediate),
+        up(size_t(rows) * c.intermediate) {}
   std::vector<float> x, h, q, k, v, attn, gate, up;
 };
 
@@ -85,9 +91,12 @@ Tensor Model::forward(backend::Backend& be, std::span<const SequenceStep> steps,
   for (int layer = 0; layer < c.n_layers; ++layer) {
     const LayerWeights& w = weights_.layers[layer];
     be.rmsnorm(a.x.data(), w.attn_norm.ptr(), a.h.data(), rows, c.hidden, c.rms_eps);
-    be.matmul(a.h.data(), w.wq.ptr(), w.bq.empty() ? nullptr : w.bq.ptr(), a.q.data(), rows, c.hidden, c.q_dim());
-    be.matmul(a.h.data(), w.wk.ptr(), w.bk.empty() ? nullptr : w.bk.ptr(), a.k.data(), rows, c.hidden, c.kv_dim());
-    be.matmul(a.h.data(), w.wv.ptr(), w.bv.empty() ? nullptr : w.bv.ptr(), a.v.data(), rows, c.hidden, c.kv_dim());
+    be.matmul(a.h.data(), w.wq.ptr(), w.bq.empty() ? nullptr : w.bq.ptr(), a.q.data(), rows, c.hidden,
+              c.q_dim());
+    be.matmul(a.h.data(), w.wk.ptr(), w.bk.empty() ? nullptr : w.bk.ptr(), a.k.data(), rows, c.hidden,
+              c.kv_dim());
+    be.matmul(a.h.data(), w.wv.ptr(), w.bv.empty() ? nullptr : w.bv.ptr(), a.v.data(), rows, c.hidden,
+              c.kv_dim());
     if (c.qk_norm) {
       be.rmsnorm(a.q.data(), w.q_norm.ptr(), a.q.data(), rows * c.n_heads, hd, c.rms_eps);
       be.rmsnorm(a.k.data(), w.k_norm.ptr(), a.k.data(), rows * c.n_kv_heads, hd, c.rms_eps);
@@ -117,11 +126,13 @@ Tensor Model::forward(backend::Backend& be, std::span<const SequenceStep> steps,
       const int n_q = row_begin[s + 1] - row_begin[s];
       std::vector<float> q_rows(size_t(n_q) * hd), out_rows(size_t(n_q) * hd);
       for (int i = 0; i < n_q; ++i)
-        std::copy_n(&a.q[size_t(row_begin[s] + i) * c.q_dim() + size_t(head) * hd], hd, &q_rows[size_t(i) * hd]);
+        std::copy_n(&a.q[size_t(row_begin[s] + i) * c.q_dim() + size_t(head) * hd], hd,
+                    &q_rows[size_t(i) * hd]);
       be.attention(q_rows.data(), cache.key(layer, g, 0), cache.value(layer, g, 0), out_rows.data(), n_q,
                    cache.length() + n_q, {hd, scale});
       for (int i = 0; i < n_q; ++i)
-        std::copy_n(&out_rows[size_t(i) * hd], hd, &a.attn[size_t(row_begin[s] + i) * c.q_dim() + size_t(head) * hd]);
+        std::copy_n(&out_rows[size_t(i) * hd], hd,
+                    &a.attn[size_t(row_begin[s] + i) * c.q_dim() + size_t(head) * hd]);
     }
     be.matmul(a.attn.data(), w.wo.ptr(), nullptr, a.h.data(), rows, c.q_dim(), c.hidden);
     be.add(a.x.data(), a.h.data(), int64_t(rows) * c.hidden);

@@ -29,7 +29,8 @@ class Model {
 
   // Appends every step's tokens to its cache and returns logits: one row per sequence (its last
   // token), or one row per token of every step when `all_positions` is true. Shape [rows, vocab].
-  Tensor forward(backend::Backend& backend, std::span<const SequenceStep> steps, bool all_positions = false) const;
+  Tensor forward(backend::Backend& backend, std::span<const SequenceStep> steps,
+                 bool all_positions = false) const;
 
  private:
   ModelConfig config_;

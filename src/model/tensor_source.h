@@ -14,8 +14,8 @@ namespace kvdice::model {
 
 struct TensorInfo {
   std::string name;
-  std::string dtype;             // as stored: "BF16", "F16", "F32", "Q4_K", ...
-  std::vector<int64_t> shape;    // PyTorch order (outermost first)
+  std::string dtype;           // as stored: "BF16", "F16", "F32", "Q4_K", ...
+  std::vector<int64_t> shape;  // PyTorch order (outermost first)
 };
 
 class TensorSource {

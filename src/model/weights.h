@@ -11,18 +11,18 @@
 namespace kvdice::model {
 
 struct LayerWeights {
-  Tensor attn_norm;          // [hidden]
-  Tensor wq, wk, wv;         // [q_dim, hidden], [kv_dim, hidden], [kv_dim, hidden]
-  Tensor bq, bk, bv;         // [q_dim], [kv_dim], [kv_dim]; empty unless config.qkv_bias
-  Tensor q_norm, k_norm;     // [head_dim]; empty unless config.qk_norm
-  Tensor wo;                 // [hidden, q_dim]
-  Tensor mlp_norm;           // [hidden]
-  Tensor w_gate, w_up;       // [intermediate, hidden]
-  Tensor w_down;             // [hidden, intermediate]
+  Tensor attn_norm;       // [hidden]
+  Tensor wq, wk, wv;      // [q_dim, hidden], [kv_dim, hidden], [kv_dim, hidden]
+  Tensor bq, bk, bv;      // [q_dim], [kv_dim], [kv_dim]; empty unless config.qkv_bias
+  Tensor q_norm, k_norm;  // [head_dim]; empty unless config.qk_norm
+  Tensor wo;              // [hidden, q_dim]
+  Tensor mlp_norm;        // [hidden]
+  Tensor w_gate, w_up;    // [intermediate, hidden]
+  Tensor w_down;          // [hidden, intermediate]
 };
 
 struct ModelWeights {
-  Tensor embed;       // [vocab, hidden]
+  Tensor embed;  // [vocab, hidden]
   std::vector<LayerWeights> layers;
   Tensor final_norm;  // [hidden]
   Tensor lm_head;     // [vocab, hidden]; empty when tied to embed

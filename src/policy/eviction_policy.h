@@ -29,7 +29,7 @@ struct SelectionInput {
   int keep = 0;          // how many candidates to keep (K_sel = T - r)
   int n_protected = 0;   // slots [0, n_protected) hold the prompt and must be kept (0 if unprotected)
   std::span<const int32_t> positions;  // absolute position of each candidate slot
-  PhiloxKey key{};       // keyed by (seed, sequence id) in the eviction domain
+  PhiloxKey key{};                     // keyed by (seed, sequence id) in the eviction domain
   uint32_t round = 0;
 };
 

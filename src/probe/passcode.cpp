@@ -17,7 +17,9 @@ struct ProbeRng {
   uint32_t instance;
   uint32_t purpose;
   uint32_t next = 0;
-  uint32_t below(uint32_t range) { return PhiloxStream{key, instance, purpose, 0}.uniform_below(next++, range); }
+  uint32_t below(uint32_t range) {
+    return PhiloxStream{key, instance, purpose, 0}.uniform_below(next++, range);
+  }
 };
 
 std::string make_passcode(ProbeRng& rng, int digits) {
@@ -31,12 +33,19 @@ std::string make_passcode(ProbeRng& rng, int digits) {
 std::string filler_sentence(ProbeRng& rng) {
   const int a = 2 + static_cast<int>(rng.below(97)), b = 2 + static_cast<int>(rng.below(97));
   switch (rng.below(6)) {
-    case 0: return fmt::format("Next, {} + {} = {}, so the running total changes. ", a, b, a + b);
-    case 1: return fmt::format("Let me double-check: {} times {} is {}. ", a, b, a * b);
-    case 2: return fmt::format("Hmm, wait. If the first side is {} and the second is {}, the difference is {}. ", a, b, a - b);
-    case 3: return "Let me reconsider the previous step more carefully before moving on. ";
-    case 4: return fmt::format("So the remainder of {} divided by {} is {}. ", a * b + 1, b, (a * b + 1) % b);
-    default: return fmt::format("Now consider the case n = {}; then 2n = {} and n squared is {}. ", a, 2 * a, a * a);
+    case 0:
+      return fmt::format("Next, {} + {} = {}, so the running total changes. ", a, b, a + b);
+    case 1:
+      return fmt::format("Let me double-check: {} times {} is {}. ", a, b, a * b);
+    case 2:
+      return fmt::format("Hmm, wait. If the first side is {} and the second is {}, the difference is {}. ", a,
+                         b, a - b);
+    case 3:
+      return "Let me reconsider the previous step more carefully before moving on. ";
+    case 4:
+      return fmt::format("So the remainder of {} divided by {} is {}. ", a * b + 1, b, (a * b + 1) % b);
+    default:
+      return fmt::format("Now consider the case n = {}; then 2n = {} and n squared is {}. ", a, 2 * a, a * a);
   }
 }
 
@@ -46,7 +55,8 @@ std::vector<int> encode_text(const engine::ModelBundle& bundle, const std::strin
 
 }  // namespace
 
-std::vector<PasscodeInstance> build_passcode_instances(const engine::ModelBundle& bundle, const PasscodeConfig& config) {
+std::vector<PasscodeInstance> build_passcode_instances(const engine::ModelBundle& bundle,
+                                                       const PasscodeConfig& config) {
   if (config.instances < 1) fail("--instances must be >= 1 (got {})", config.instances);
   if (config.rounds < 1) fail("--rounds must be >= 1 (got {})", config.rounds);
   if (config.digits < 1 || config.digits > 12) fail("--digits must be in [1, 12] (got {})", config.digits);
@@ -66,8 +76,8 @@ std::vector<PasscodeInstance> build_passcode_instances(const engine::ModelBundle
     std::string head = qwen3 && config.enable_thinking ? "<think>\n" : "";
     head += fmt::format("IMPORTANT: the passcode is {}. Remember it.\n\n", inst.passcode);
     // Filler long enough that `rounds` rounds fire after the passcode enters the cache.
-    const int target = std::max(config.budget, static_cast<int>(stub.size())) + config.rounds * config.window -
-                       static_cast<int>(stub.size());
+    const int target = std::max(config.budget, static_cast<int>(stub.size())) +
+                       config.rounds * config.window - static_cast<int>(stub.size());
     std::string filler;
     while (static_cast<int>(encode_text(bundle, head + filler).size()) < target) {
       for (int k = 0; k < 8; ++k) filler += filler_sentence(filler_rng);
@@ -76,7 +86,9 @@ std::vector<PasscodeInstance> build_passcode_instances(const engine::ModelBundle
     std::vector<int> forced = encode_text(bundle, question);
     const std::vector<int> whole = encode_text(bundle, question + inst.passcode);
     if (whole.size() <= forced.size() || !std::equal(forced.begin(), forced.end(), whole.begin())) {
-      fail("probe: the tokenizer merges the passcode with the text before it; cannot isolate the value tokens");
+      fail(
+          "probe: the tokenizer merges the passcode with the text before it; cannot isolate the value "
+          "tokens");
     }
     inst.value_tokens = static_cast<int>(whole.size() - forced.size());
     inst.forced = whole;
@@ -142,20 +154,17 @@ Json passcode_results_json(const PasscodeConfig& config, const std::vector<Passc
                         {"value_logprobs", r.value_logprobs},
                         {"retrieved", r.retrieved}});
   }
-  return {{"probe", "passcode"},
-          {"budget", config.budget},
-          {"window", config.window},
-          {"rounds", config.rounds},
-          {"instances", config.instances},
-          {"digits", config.digits},
-          {"seed", config.seed},
-          {"results", policies}};
+  return {{"probe", "passcode"},           {"budget", config.budget},
+          {"window", config.window},       {"rounds", config.rounds},
+          {"instances", config.instances}, {"digits", config.digits},
+          {"seed", config.seed},           {"results", policies}};
 }
 
 std::string passcode_results_table(const std::vector<PasscodePolicyResult>& results) {
   std::string out = "| policy | retrieval | mean value log-prob | mean rounds |\n|---|---|---|---|\n";
   for (const auto& r : results) {
-    out += fmt::format("| {} | {:.3f} | {:.3f} | {:.1f} |\n", r.policy, r.retrieval_rate, r.mean_value_logprob, r.mean_rounds);
+    out += fmt::format("| {} | {:.3f} | {:.3f} | {:.1f} |\n", r.policy, r.retrieval_rate,
+                       r.mean_value_logprob, r.mean_rounds);
   }
   return out;
 }

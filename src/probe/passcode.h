@@ -16,12 +16,12 @@ namespace kvdice::probe {
 
 struct PasscodeConfig {
   std::vector<std::string> policies{"full", "random_pp", "recency_pp", "random"};
-  int budget = 256;       // T
-  int window = 64;        // r
-  int rounds = 20;        // eviction rounds the filler is sized for (after the passcode)
-  int instances = 8;      // passcodes per policy, each with its own filler
-  int digits = 4;         // passcode length
-  uint64_t seed = 1;      // passcodes, fillers and eviction draws
+  int budget = 256;   // T
+  int window = 64;    // r
+  int rounds = 20;    // eviction rounds the filler is sized for (after the passcode)
+  int instances = 8;  // passcodes per policy, each with its own filler
+  int digits = 4;     // passcode length
+  uint64_t seed = 1;  // passcodes, fillers and eviction draws
   bool enable_thinking = true;
   std::string chat_template;  // override; empty = detect
 };
@@ -43,7 +43,8 @@ struct PasscodePolicyResult {
 };
 
 // Builds the instances deterministically from the seed.
-std::vector<PasscodeInstance> build_passcode_instances(const engine::ModelBundle& bundle, const PasscodeConfig& config);
+std::vector<PasscodeInstance> build_passcode_instances(const engine::ModelBundle& bundle,
+                                                       const PasscodeConfig& config);
 
 // `on_policy_done`, when set, is called as each policy finishes (progress for long runs).
 std::vector<PasscodePolicyResult> run_passcode_probe(

@@ -21,7 +21,8 @@ TEST(Cli, NoSubcommandFails) { EXPECT_NE(run_kvdice({}).exit_code, 0); }
 TEST(Cli, UnknownFlagFails) { expect_failure({"generate", "--model", kModel, "--bogus", "1"}, "bogus"); }
 
 TEST(Cli, BudgetNotAMultipleOfWindowFails) {
-  expect_failure({"generate", "--model", kModel, "-p", "hi", "--budget", "100", "--window", "64"}, "multiple");
+  expect_failure({"generate", "--model", kModel, "-p", "hi", "--budget", "100", "--window", "64"},
+                 "multiple");
 }
 
 TEST(Cli, BudgetNotAboveWindowFails) {
@@ -33,31 +34,38 @@ TEST(Cli, EvictingPolicyWithoutBudgetFails) {
 }
 
 TEST(Cli, UnknownPolicyFails) {
-  expect_failure({"generate", "--model", kModel, "-p", "hi", "--policy", "oracle", "--budget", "128"}, "oracle");
+  expect_failure({"generate", "--model", kModel, "-p", "hi", "--policy", "oracle", "--budget", "128"},
+                 "oracle");
 }
 
 TEST(Cli, BadSamplingFlagsFail) {
-  expect_failure({"generate", "--model", kModel, "-p", "hi", "--policy", "full", "--top-p", "1.5"}, "--top-p");
-  expect_failure({"generate", "--model", kModel, "-p", "hi", "--policy", "full", "--temperature", "-1"}, "--temperature");
+  expect_failure({"generate", "--model", kModel, "-p", "hi", "--policy", "full", "--top-p", "1.5"},
+                 "--top-p");
+  expect_failure({"generate", "--model", kModel, "-p", "hi", "--policy", "full", "--temperature", "-1"},
+                 "--temperature");
 }
 
 TEST(Cli, MissingModelFails) {
-  expect_failure({"generate", "--model", "/nonexistent/model", "-p", "hi", "--policy", "full"}, "/nonexistent/model");
+  expect_failure({"generate", "--model", "/nonexistent/model", "-p", "hi", "--policy", "full"},
+                 "/nonexistent/model");
 }
 
-TEST(Cli, MissingPromptFails) { expect_failure({"generate", "--model", kModel, "--policy", "full"}, "prompt"); }
+TEST(Cli, MissingPromptFails) {
+  expect_failure({"generate", "--model", kModel, "--policy", "full"}, "prompt");
+}
 
 TEST(Cli, LongPromptErrorRuleFails) {
   const std::string long_text(400, 'a');
-  expect_failure({"generate", "--model", kModel, "-p", long_text + " b c d e f g h i j k l m n o p q r s t u v w x y z",
-                  "--budget", "16", "--window", "8", "--long-prompt", "error", "-n", "4"},
-                 "does not fit the budget");
+  expect_failure(
+      {"generate", "--model", kModel, "-p", long_text + " b c d e f g h i j k l m n o p q r s t u v w x y z",
+       "--budget", "16", "--window", "8", "--long-prompt", "error", "-n", "4"},
+      "does not fit the budget");
 }
 
 TEST(Cli, GenerateJsonReportsEvictionAndBudget) {
-  const CommandResult r = run_kvdice({"generate", "--model", kModel, "--chat", "-p", "Count to ten.", "--policy",
-                                      "random_pp", "--budget", "32", "--window", "8", "-n", "60", "--ignore-eos",
-                                      "--json", "--seed", "3"});
+  const CommandResult r =
+      run_kvdice({"generate", "--model", kModel, "--chat", "-p", "Count to ten.", "--policy", "random_pp",
+                  "--budget", "32", "--window", "8", "-n", "60", "--ignore-eos", "--json", "--seed", "3"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json j = Json::parse(r.out);
   EXPECT_EQ(j["policy"], "random_pp");
@@ -74,8 +82,9 @@ TEST(Cli, GenerateJsonReportsEvictionAndBudget) {
 
 TEST(Cli, RetentionLogRecordsEveryRound) {
   const std::string log = ::testing::TempDir() + "/retention.jsonl";
-  const CommandResult r = run_kvdice({"generate", "--model", kModel, "-p", "log me", "--policy", "random_pp", "--budget",
-                                      "16", "--window", "8", "-n", "50", "--ignore-eos", "--json", "--retention-log", log});
+  const CommandResult r =
+      run_kvdice({"generate", "--model", kModel, "-p", "log me", "--policy", "random_pp", "--budget", "16",
+                  "--window", "8", "-n", "50", "--ignore-eos", "--json", "--retention-log", log});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json result = Json::parse(r.out);
   const int prompt = result["stats"]["prompt_tokens"];
@@ -91,7 +100,7 @@ TEST(Cli, RetentionLogRecordsEveryRound) {
     for (const auto& layer : kept) {
       for (const auto& head : layer) {
         const auto positions = head.get<std::vector<int>>();
-        ASSERT_EQ(positions.size(), 16u);  // exactly T kept
+        ASSERT_EQ(positions.size(), 16u);                             // exactly T kept
         for (int p = 0; p < prompt; ++p) EXPECT_EQ(positions[p], p);  // prompt protected
         const int newest = rec["at_token"].get<int>() - 1;
         for (int k = 0; k < 8; ++k) EXPECT_EQ(positions[16 - 8 + k], newest - 7 + k);  // window kept
@@ -104,7 +113,8 @@ TEST(Cli, RetentionLogRecordsEveryRound) {
 }
 
 TEST(Cli, GenerateTextPrintsStatistics) {
-  const CommandResult r = run_kvdice({"generate", "--model", kModel, "-p", "Hello", "--policy", "full", "-n", "8", "--ignore-eos"});
+  const CommandResult r = run_kvdice(
+      {"generate", "--model", kModel, "-p", "Hello", "--policy", "full", "-n", "8", "--ignore-eos"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("eviction rounds: 0"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("tok/s"), std::string::npos) << r.err;

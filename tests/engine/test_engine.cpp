@@ -36,7 +36,8 @@ EngineConfig budgeted(const std::string& policy, int T, int r, uint64_t seed = 5
   return c;
 }
 
-GenerationRequest request(const std::string& text, int n, SamplingParams sampling = {}, std::optional<uint64_t> stream = {}) {
+GenerationRequest request(const std::string& text, int n, SamplingParams sampling = {},
+                          std::optional<uint64_t> stream = {}) {
   GenerationRequest r;
   r.prompt = prompt_of(text);
   r.max_new_tokens = n;
@@ -46,7 +47,8 @@ GenerationRequest request(const std::string& text, int n, SamplingParams samplin
 }
 
 TEST(Engine, MixedBatchEqualsEachSequenceAlone) {
-  const std::vector<std::string> texts = {"a", "The quick brown fox jumps over the lazy dog again and again", "12 + 7 = 19"};
+  const std::vector<std::string> texts = {"a", "The quick brown fox jumps over the lazy dog again and again",
+                                          "12 + 7 = 19"};
   const SamplingParams sampling{0.8f, 0.95f, 0, 17};
   std::vector<GenerationRequest> batch;
   for (size_t i = 0; i < texts.size(); ++i) batch.push_back(request(texts[i], 70, sampling, i));

@@ -30,7 +30,8 @@ TEST(Sampler, GreedyTakesArgmaxAndLowestIdOnTies) {
 
 TEST(Sampler, SameSeedAndSequenceReproduces) {
   const auto logits = logits_of({0.25, 0.25, 0.25, 0.25});
-  Sampler a({1.0f, 1.0f, 0, 42}, 3), b({1.0f, 1.0f, 0, 42}, 3), c({1.0f, 1.0f, 0, 43}, 3), d({1.0f, 1.0f, 0, 42}, 4);
+  Sampler a({1.0f, 1.0f, 0, 42}, 3), b({1.0f, 1.0f, 0, 42}, 3), c({1.0f, 1.0f, 0, 43}, 3),
+      d({1.0f, 1.0f, 0, 42}, 4);
   std::vector<int> ta, tb, tc, td;
   for (int i = 0; i < 64; ++i) {
     ta.push_back(a.sample(logits, i));

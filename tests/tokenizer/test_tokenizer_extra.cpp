@@ -1,6 +1,7 @@
-// Edge cases beyond the shared goldens (tests/fixtures/golden/tokenizer_extra.json, made by tools/make_tokenizer_extra_goldens.py with the
-// real tokenizers/transformers): Unicode whitespace where PCRE2 and Oniguruma disagree, case folding,
-// NFC, long runs, and chat renders with odd whitespace and reasoning turns.
+// Edge cases beyond the shared goldens (tests/fixtures/golden/tokenizer_extra.json, made by
+// tools/make_tokenizer_extra_goldens.py with the real tokenizers/transformers): Unicode whitespace where
+// PCRE2 and Oniguruma disagree, case folding, NFC, long runs, and chat renders with odd whitespace and
+// reasoning turns.
 #include <gtest/gtest.h>
 
 #include "tokenizer/chat_template.h"
@@ -11,7 +12,8 @@ namespace kvdice::tokenizer {
 namespace {
 
 Json extra_golden() {
-  return read_json_file(std::filesystem::path(KVDICE_SOURCE_DIR) / "tests/fixtures/golden/tokenizer_extra.json");
+  return read_json_file(std::filesystem::path(KVDICE_SOURCE_DIR) /
+                        "tests/fixtures/golden/tokenizer_extra.json");
 }
 
 TEST(ExtraGolden, EncodingsMatchHfTokenizers) {

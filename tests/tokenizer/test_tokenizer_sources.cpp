@@ -67,7 +67,8 @@ TEST(FromParts, Llama3PatternMatchesTheLlamaGolden) {
 }
 
 TEST(FromParts, Gpt2PatternMatchesHfByteLevelRegex) {
-  // tests/fixtures/golden/tokenizer_extra.json holds HF's encodings with ByteLevel(use_regex=true) over the qwen3 vocab.
+  // tests/fixtures/golden/tokenizer_extra.json holds HF's encodings with ByteLevel(use_regex=true) over the
+  // qwen3 vocab.
   Json g =
       read_json_file(std::filesystem::path(KVDICE_SOURCE_DIR) / "tests/fixtures/golden/tokenizer_extra.json");
   auto gpt2 = Tokenizer::from_parts(parts_from_fixture("qwen3", PreTokenizer::Gpt2, /*nfc=*/false));

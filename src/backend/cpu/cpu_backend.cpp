@@ -23,7 +23,8 @@ class CpuBackend final : public Backend {
   std::string name() const override { return fmt::format("cpu (fp32, {} threads)", threads_); }
 
   void embed(const float* table, int dim, std::span<const int> ids, float* out) override {
-    for (size_t i = 0; i < ids.size(); ++i) std::copy_n(table + static_cast<int64_t>(ids[i]) * dim, dim, out + i * dim);
+    for (size_t i = 0; i < ids.size(); ++i)
+      std::copy_n(table + static_cast<int64_t>(ids[i]) * dim, dim, out + i * dim);
   }
 
   void rmsnorm(const float* x, const float* w, float* y, int rows, int dim, float eps) override {
@@ -38,18 +39,21 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void matmul(const float* x, const float* w, const float* bias, float* y, int rows, int in, int out) override {
+  void matmul(const float* x, const float* w, const float* bias, float* y, int rows, int in,
+              int out) override {
     // Each thread computes a contiguous slice of output features (rows of W).
     const int slices = std::min(threads_, std::max(1, out / 64));
 #pragma omp parallel for num_threads(slices) schedule(static)
     for (int t = 0; t < slices; ++t) {
-      const int begin = static_cast<int>(int64_t(out) * t / slices), end = static_cast<int>(int64_t(out) * (t + 1) / slices);
+      const int begin = static_cast<int>(int64_t(out) * t / slices),
+                end = static_cast<int>(int64_t(out) * (t + 1) / slices);
       const float* w_slice = w + int64_t(begin) * in;
       if (rows == 1) {
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, end - begin, in, 1.0f, w_slice, in, x, 1, 0.0f, y + begin, 1);
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, end - begin, in, 1.0f, w_slice, in, x, 1, 0.0f, y + begin,
+                    1);
       } else {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, end - begin, in, 1.0f, x, in, w_slice, in, 0.0f,
-                    y + begin, out);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, end - begin, in, 1.0f, x, in, w_slice, in,
+                    0.0f, y + begin, out);
       }
     }
     if (bias != nullptr) {
@@ -71,7 +75,8 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void rope(float* x, int n_heads, int head_dim, int rotary_dim, const float* inv_freq, int64_t position) override {
+  void rope(float* x, int n_heads, int head_dim, int rotary_dim, const float* inv_freq,
+            int64_t position) override {
     int half = rotary_dim / 2;
     for (int i = 0; i < half; ++i) {
       // Angles in double so large absolute positions keep fp32-level accuracy like HF's fp32 path.
