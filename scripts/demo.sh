@@ -4,9 +4,8 @@
 set -euo pipefail
 kvdice=${1:-build/kvdice}
 "$kvdice" pull default
-question="A shop sells pencils at 3 for 2 dollars and notebooks at 4 dollars each. \
-Maria buys 12 pencils and 3 notebooks and pays with a 50 dollar bill. How much change does she get? \
-Solve it step by step, then check the result a second way."
+question="Tom has 3 boxes with 12 apples each. He gives away 10 apples and then buys 5 more. \
+How many apples does he have now? Explain each step, then verify the answer in a different way."
 "$kvdice" generate --model default --chat --prompt "$question" \
   --policy random_pp --budget 128 --window 32 --seed 7 \
   --temperature 0.3 --top-p 0.9 --max-new-tokens 400
