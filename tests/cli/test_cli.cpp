@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "cli/run_command.h"
@@ -118,6 +119,46 @@ TEST(Cli, GenerateTextPrintsStatistics) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("eviction rounds: 0"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("tok/s"), std::string::npos) << r.err;
+}
+
+// Bad files through the whole CLI: a clear message and a non-zero exit, never a crash.
+TEST(Cli, TruncatedGgufFails) {
+  const std::filesystem::path src = std::string(KVDICE_FIXTURES_DIR) + "/gguf/tiny_qwen2.gguf";
+  const std::string cut = ::testing::TempDir() + "/truncated.gguf";
+  std::filesystem::copy_file(src, cut, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::resize_file(cut, std::filesystem::file_size(src) / 2);
+  const CommandResult r = run_kvdice({"inspect", "--model", cut});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("truncated.gguf"), std::string::npos) << r.err;
+  const CommandResult g = run_kvdice({"generate", "--model", cut, "-p", "hi", "--policy", "full"});
+  EXPECT_EQ(g.exit_code, 1) << g.err;
+}
+
+TEST(Cli, CorruptSafetensorsFails) {
+  const std::filesystem::path dir = ::testing::TempDir() + "/corrupt_qwen3";
+  std::filesystem::remove_all(dir);
+  std::filesystem::copy(kModel, dir);
+  std::filesystem::resize_file(dir / "model.safetensors", 4096);
+  const CommandResult r = run_kvdice({"generate", "--model", dir.string(), "-p", "hi", "--policy", "full"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("model.safetensors"), std::string::npos) << r.err;
+}
+
+TEST(Cli, UnsupportedArchitectureFails) {
+  const std::filesystem::path dir = ::testing::TempDir() + "/gemma_like";
+  std::filesystem::remove_all(dir);
+  std::filesystem::copy(kModel, dir);
+  Json config = read_json_file(dir / "config.json");
+  config["architectures"] = {"Gemma3ForCausalLM"};
+  std::ofstream(dir / "config.json") << config.dump();
+  const CommandResult r = run_kvdice({"inspect", "--model", dir.string()});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("Gemma3ForCausalLM"), std::string::npos) << r.err;
+}
+
+TEST(Cli, UnknownChatTemplateFails) {
+  expect_failure({"generate", "--model", kModel, "--chat", "--chat-template", "vicuna", "-p", "hi", "--policy", "full"},
+                 "vicuna");
 }
 
 TEST(Cli, InspectPrintsConfigAndKvBytes) {
