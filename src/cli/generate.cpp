@@ -87,7 +87,12 @@ void run_generate(const GenerateOptions& o) {
       ids = engine::encode_raw_prompt(bundle, text);
     }
     for (int i = 0; i < o.samples; ++i) {
-      engine::GenerationRequest req{ids, o.max_new_tokens, sampling, stop_ids, o.ignore_eos};
+      engine::GenerationRequest req;
+      req.prompt = ids;
+      req.max_new_tokens = o.max_new_tokens;
+      req.sampling = sampling;
+      req.stop_ids = stop_ids;
+      req.ignore_eos = o.ignore_eos;
       eng.submit(std::move(req));
     }
   }
@@ -168,7 +173,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--system", o->system, "System message (with --chat)");
   cmd->add_flag("--no-think", o->no_think, "Qwen3: thinking off (pre-fills an empty <think></think>)");
   cmd->add_option("--chat-template", o->chat_template,
-                  "Override the chat template (qwen3, chatml, llama3, phi4)");
+                  "Override the chat template (qwen3, chatml, llama3, phi4, deepseek_r1, llama31, "
+                  "phi4_reasoning, qwen3_thinking)");
   cmd->add_option("--policy", o->policy,
                   "Eviction policy (full, random_pp, random, random_shared, recency_pp, recency, streaming)");
   cmd->add_option("--budget,-T", o->budget, "KV budget T per layer and KV head (includes prompt and window)");

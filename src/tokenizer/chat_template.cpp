@@ -11,15 +11,44 @@ struct NamedTemplate {
   ChatTemplate kind;
   std::string_view name;
 };
-constexpr std::array<NamedTemplate, 4> kTemplates{{
+constexpr std::array<NamedTemplate, 8> kTemplates{{
     {ChatTemplate::Qwen3, "qwen3"},
     {ChatTemplate::ChatML, "chatml"},
     {ChatTemplate::Llama3, "llama3"},
     {ChatTemplate::Phi4, "phi4"},
+    {ChatTemplate::DeepSeekR1, "deepseek_r1"},
+    {ChatTemplate::Llama31, "llama31"},
+    {ChatTemplate::Phi4Reasoning, "phi4_reasoning"},
+    {ChatTemplate::Qwen3Thinking, "qwen3_thinking"},
 }};
 
 constexpr std::string_view kQwenDefaultSystem =
     "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+
+// microsoft/Phi-4-reasoning's template adds this system turn when the chat does not open with one.
+constexpr std::string_view kPhiReasoningSystem =
+    "You are Phi, a language model trained by Microsoft to help users. Your role as an assistant involves "
+    "thoroughly exploring questions through a systematic thinking process before providing the final precise "
+    "and accurate solutions. This requires engaging in a comprehensive cycle of analysis, summarizing, "
+    "exploration, reassessment, reflection, backtracing, and iteration to develop well-considered thinking "
+    "process. Please structure your response into two main sections: Thought and Solution using the "
+    "specified format: <think> {Thought section} </think> {Solution section}. In the Thought section, detail "
+    "your reasoning process in steps. Each step should include detailed considerations such as analysing "
+    "questions, summarizing relevant findings, brainstorming new ideas, verifying the accuracy of the "
+    "current steps, refining any errors, and revisiting previous steps. In the Solution section, based on "
+    "various attempts, explorations, and reflections from the Thought section, systematically present the "
+    "final solution that you deem correct. The Solution section should be logical, accurate, and concise and "
+    "detail necessary steps needed to reach the conclusion. Now, try to solve the following question through "
+    "the above guidelines:";
+
+// The Llama-3.1/3.2 templates' "Today Date" unless a date_string is passed. Llama-3.2's asks transformers
+// for today's date instead; one fixed date keeps prompts (and runs) reproducible.
+constexpr std::string_view kLlamaDefaultDate = "26 Jul 2024";
+
+constexpr std::string_view kDeepSeekBos = "<｜begin▁of▁sentence｜>";
+constexpr std::string_view kDeepSeekUser = "<｜User｜>";
+constexpr std::string_view kDeepSeekAssistant = "<｜Assistant｜>";
+constexpr std::string_view kDeepSeekEos = "<｜end▁of▁sentence｜>";
 
 bool contains(std::string_view text, std::string_view needle) {
   return text.find(needle) != std::string_view::npos;
@@ -145,22 +174,85 @@ std::string render_chatml(std::span<const ChatMessage> messages, const ChatOptio
   return out;
 }
 
-std::string render_llama3(std::span<const ChatMessage> messages, const ChatOptions& options) {
-  std::string out;
-  for (std::size_t i = 0; i < messages.size(); ++i) {
-    if (i == 0) out += "<|begin_of_text|>";
-    out += "<|start_header_id|>" + messages[i].role + "<|end_header_id|>\n\n";
-    out += python_strip(messages[i].content);
+void append_llama3_turns(std::string& out, std::span<const ChatMessage> messages) {
+  for (const auto& m : messages) {
+    out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n";
+    out += python_strip(m.content);
     out += "<|eot_id|>";
   }
+}
+
+std::string render_llama3(std::span<const ChatMessage> messages, const ChatOptions& options) {
+  std::string out = "<|begin_of_text|>";
+  append_llama3_turns(out, messages);
   if (options.add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
   return out;
 }
 
-std::string render_phi4(std::span<const ChatMessage> messages, const ChatOptions& options) {
-  std::string out;
+// Llama-3.1/3.2 (tools off): the system header always exists; a leading system message fills it.
+std::string render_llama31(std::span<const ChatMessage> messages, const ChatOptions& options) {
+  std::string out = "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n";
+  out += "Cutting Knowledge Date: December 2023\nToday Date: ";
+  out += kLlamaDefaultDate;
+  out += "\n\n";
+  if (messages[0].role == "system") {
+    out += python_strip(messages[0].content);
+    messages = messages.subspan(1);
+  }
+  out += "<|eot_id|>";
+  append_llama3_turns(out, messages);
+  if (options.add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+// DeepSeek-R1 distills: the last system message goes right after BOS, assistant turns keep only the
+// text after their last "</think>", and the generation prompt opens the reasoning block.
+std::string render_deepseek_r1(std::span<const ChatMessage> messages, const ChatOptions& options) {
+  std::string out(kDeepSeekBos);
+  std::string_view system;
+  for (const auto& m : messages)
+    if (m.role == "system") system = m.content;
+  out += system;
+  for (const auto& m : messages) {
+    if (m.role == "user") {
+      out += kDeepSeekUser;
+      out += m.content;
+    } else if (m.role == "assistant") {
+      out += kDeepSeekAssistant;
+      out += after_last(m.content, "</think>");
+      out += kDeepSeekEos;
+    }
+  }
+  if (options.add_generation_prompt) {
+    out += kDeepSeekAssistant;
+    out += "<think>\n";
+  }
+  return out;
+}
+
+std::string render_phi4(std::span<const ChatMessage> messages, const ChatOptions& options,
+                        std::string out = {}) {
   for (const auto& m : messages) out += "<|im_start|>" + m.role + "<|im_sep|>" + m.content + "<|im_end|>";
   if (options.add_generation_prompt) out += "<|im_start|>assistant<|im_sep|>";
+  return out;
+}
+
+std::string render_phi4_reasoning(std::span<const ChatMessage> messages, const ChatOptions& options) {
+  std::string out;
+  if (messages[0].role != "system") {
+    out = "<|im_start|>system<|im_sep|>";
+    out += kPhiReasoningSystem;
+    out += "<|im_end|>";
+  }
+  return render_phi4(messages, options, std::move(out));
+}
+
+// Qwen3 Thinking-2507 has no enable_thinking switch: it always thinks.
+std::string render_qwen3_thinking(std::span<const ChatMessage> messages, const ChatOptions& options) {
+  ChatOptions qwen3_options;
+  qwen3_options.add_generation_prompt = options.add_generation_prompt;
+  std::string out = render_qwen3(messages, qwen3_options);
+  if (options.add_generation_prompt) out += "<think>\n";
   return out;
 }
 
@@ -194,19 +286,45 @@ namespace {
 
 ChatTemplate detect_chat_template(std::string_view jinja) {
   if (jinja.empty()) give_up("the model has no chat template");
+  if (contains(jinja, kDeepSeekUser)) {
+    // The January 2025 distill template prompted with a bare "<｜Assistant｜>"; DeepSeek-R1/V3 proper
+    // join several system messages (is_first_sp). Both render differently from ours.
+    if (contains(jinja, "is_first_sp"))
+      give_up("the DeepSeek-R1/V3 template (which joins system messages) is not the distills'");
+    if (!contains(jinja, "<｜Assistant｜><think>") || !contains(jinja, "split('</think>')[-1]"))
+      give_up(
+          "a DeepSeek template whose generation prompt does not open \"<think>\" (the early R1 distill one)");
+    return ChatTemplate::DeepSeekR1;
+  }
   if (contains(jinja, "<|im_sep|>")) {
     // Phi-4-reasoning's template adds a long built-in system prompt the plain Phi-4 format lacks.
-    if (contains(jinja, "You are Phi, a language model trained by Microsoft"))
-      give_up("the Phi-4-reasoning template (with its built-in system prompt) is not rendered as code");
+    if (contains(jinja, "You are Phi, a language model trained by Microsoft")) {
+      if (contains(jinja, kPhiReasoningSystem) && contains(jinja, "messages[0]['role'] != 'system'"))
+        return ChatTemplate::Phi4Reasoning;
+      give_up("a Phi-4 reasoning template whose built-in system prompt differs from Phi-4-reasoning's");
+    }
     return ChatTemplate::Phi4;
   }
   if (contains(jinja, "<|start_header_id|>") && contains(jinja, "<|eot_id|>")) {
     // Llama-3.1+ templates always add a "Cutting Knowledge Date" system header.
-    if (contains(jinja, "Cutting Knowledge Date"))
-      give_up("the Llama-3.1 template (with its dated system header) is not rendered as code");
+    if (contains(jinja, "Cutting Knowledge Date")) {
+      if (contains(jinja, "Cutting Knowledge Date: December 2023") && contains(jinja, kLlamaDefaultDate) &&
+          contains(jinja, "set system_message = messages[0]['content']|trim") &&
+          contains(jinja, "message['content'] | trim + '<|eot_id|>'"))
+        return ChatTemplate::Llama31;
+      give_up("a dated Llama-3 template that is not Llama-3.1/3.2's");
+    }
     return ChatTemplate::Llama3;
   }
   if (contains(jinja, "<|im_start|>")) {
+    // Qwen3 Thinking-2507: Qwen3's turn logic, always-thinking generation prompt, no enable_thinking.
+    bool opens_think = contains(jinja, "'<|im_start|>assistant\\n<think>\\n'") ||
+                       contains(jinja, "'<|im_start|>assistant\n<think>\n'");
+    if (opens_think && !contains(jinja, "enable_thinking")) {
+      if (contains(jinja, "last_query_index") && contains(jinja, "reasoning_content"))
+        return ChatTemplate::Qwen3Thinking;
+      give_up("a ChatML template that always opens <think> but is not Qwen3 Thinking-2507's (e.g. QwQ's)");
+    }
     if (contains(jinja, "enable_thinking")) return ChatTemplate::Qwen3;
     if (contains(jinja, kQwenDefaultSystem)) return ChatTemplate::ChatML;
     give_up("a ChatML template that is neither Qwen3's nor Qwen2.5's");
@@ -226,6 +344,14 @@ std::string render_chat(ChatTemplate kind, std::span<const ChatMessage> messages
       return render_llama3(messages, options);
     case ChatTemplate::Phi4:
       return render_phi4(messages, options);
+    case ChatTemplate::DeepSeekR1:
+      return render_deepseek_r1(messages, options);
+    case ChatTemplate::Llama31:
+      return render_llama31(messages, options);
+    case ChatTemplate::Phi4Reasoning:
+      return render_phi4_reasoning(messages, options);
+    case ChatTemplate::Qwen3Thinking:
+      return render_qwen3_thinking(messages, options);
   }
   KVDICE_CHECK(false, "unknown ChatTemplate {}", static_cast<int>(kind));
   return {};

@@ -10,10 +10,14 @@
 namespace kvdice::tokenizer {
 
 enum class ChatTemplate {
-  Qwen3,   // ChatML with <think> handling; thinking off pre-fills "<think>\n\n</think>\n\n"
-  ChatML,  // Qwen2/Qwen2.5: ChatML with the default system prompt when none is given
-  Llama3,  // <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
-  Phi4,    // <|im_start|>role<|im_sep|>...<|im_end|>
+  Qwen3,          // ChatML with <think> handling; thinking off pre-fills "<think>\n\n</think>\n\n"
+  ChatML,         // Qwen2/Qwen2.5: ChatML with the default system prompt when none is given
+  Llama3,         // <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
+  Phi4,           // <|im_start|>role<|im_sep|>...<|im_end|>
+  DeepSeekR1,     // R1 distills: <｜User｜>/<｜Assistant｜> turns, prompt opens "<think>\n"
+  Llama31,        // Llama-3.1/3.2: Llama3 turns after the system header dated "26 Jul 2024"
+  Phi4Reasoning,  // Phi4 plus Microsoft's reasoning system prompt when the chat has none
+  Qwen3Thinking,  // Qwen3 Thinking-2507: Qwen3 whose generation prompt always opens "<think>\n"
 };
 
 struct ChatMessage {
@@ -28,7 +32,7 @@ struct ChatOptions {
 
 std::string_view chat_template_name(ChatTemplate kind);
 std::vector<std::string> chat_template_names();
-// By name ("qwen3", "chatml", "llama3", "phi4"); Error listing the known names otherwise.
+// By name (see chat_template_names()); Error listing the known names otherwise.
 ChatTemplate chat_template_from_name(std::string_view name);
 // Recognises a Jinja source from tokenizer_config.json / GGUF metadata; Error if unknown or empty.
 ChatTemplate detect_chat_template(std::string_view jinja_source);

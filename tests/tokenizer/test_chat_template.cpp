@@ -57,7 +57,7 @@ INSTANTIATE_TEST_SUITE_P(Families, GoldenChat,
 
 TEST(ChatTemplate, NamesRoundTrip) {
   auto names = chat_template_names();
-  ASSERT_EQ(names.size(), 4u);
+  ASSERT_EQ(names.size(), 8u);
   for (const auto& name : names) EXPECT_EQ(chat_template_name(chat_template_from_name(name)), name);
 }
 
