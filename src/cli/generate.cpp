@@ -8,7 +8,6 @@
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/error.h"
-#include "core/log.h"
 #include "engine/engine.h"
 #include "engine/model_bundle.h"
 #include "engine/run_summary.h"
@@ -50,7 +49,6 @@ std::string read_text_file(const std::string& path) {
 }
 
 void run_generate(const GenerateOptions& o) {
-  if (o.quiet || o.json) set_log_level(LogLevel::Warn);
   std::vector<std::string> texts = o.prompts;
   for (const auto& f : o.prompt_files) texts.push_back(read_text_file(f));
   if (texts.empty()) fail("no prompt: pass --prompt TEXT or --prompt-file FILE");

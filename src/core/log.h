@@ -1,4 +1,5 @@
-// Minimal leveled logging to stderr. The CLI sets the level; the library only reports.
+// Warnings to stderr: the library reports conditions the user must see (e.g. a prompt longer than the
+// budget) and never decides itself whether to hide them.
 #pragma once
 
 #include <fmt/core.h>
@@ -7,20 +8,9 @@
 
 namespace kvdice {
 
-enum class LogLevel { Quiet = 0, Warn = 1, Info = 2, Debug = 3 };
-
-LogLevel log_level();
-void set_log_level(LogLevel level);
-
 template <class... Args>
 void log_warn(fmt::format_string<Args...> format, Args&&... args) {
-  if (log_level() >= LogLevel::Warn)
-    fmt::print(stderr, "kvdice: warning: {}\n", fmt::format(format, std::forward<Args>(args)...));
-}
-template <class... Args>
-void log_info(fmt::format_string<Args...> format, Args&&... args) {
-  if (log_level() >= LogLevel::Info)
-    fmt::print(stderr, "kvdice: {}\n", fmt::format(format, std::forward<Args>(args)...));
+  fmt::print(stderr, "kvdice: warning: {}\n", fmt::format(format, std::forward<Args>(args)...));
 }
 
 }  // namespace kvdice

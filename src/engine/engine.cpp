@@ -38,7 +38,6 @@ struct Engine::Sequence {
   std::vector<uint8_t> forced_is_argmax;
   FinishReason finish = FinishReason::Running;
   SequenceStats stats;
-  bool prefilled = false;
 };
 
 namespace {
@@ -81,13 +80,8 @@ uint64_t Engine::submit(GenerationRequest request) {
       if (t < 0 || t >= model_.config().vocab) fail("forced token id {} is outside the vocabulary", t);
     }
   }
+  budget_.check_prompt(prompt_len);  // refuses under --long-prompt error
   if (budget_.prompt_too_long(prompt_len)) {
-    if (budget_.long_prompt == kv::LongPromptRule::Error) {
-      fail(
-          "prompt of {} tokens does not fit the budget: T - r = {} selection slots must exceed the prompt "
-          "(raise --budget or use --long-prompt warn)",
-          prompt_len, budget_.selection());
-    }
     log_warn(
         "PROMPT LONGER THAN THE BUDGET: prompt {} tokens >= T - r = {}; only the first {} prompt slots are "
         "protected and one slot is left for everything else (the reference's behaviour; accuracy collapses). "
@@ -139,7 +133,6 @@ void Engine::prefill(std::vector<Sequence*> batch) {
   const int vocab = model_.config().vocab;
   for (size_t i = 0; i < batch.size(); ++i) {
     Sequence& seq = *batch[i];
-    seq.prefilled = true;
     seq.stats.prefill_seconds = elapsed;
     seq.stats.peak_resident_slots = std::max(seq.stats.peak_resident_slots, seq.kv.length());
     accept_token(seq, std::span<const float>(logits.ptr() + i * vocab, vocab));

@@ -76,14 +76,6 @@ tokenizer::ChatTemplate resolve_chat_template(const ModelBundle& bundle, const s
   return tokenizer::detect_chat_template(bundle.tokenizer->chat_template_source());
 }
 
-namespace {
-std::vector<int> with_bos(const ModelBundle& bundle, std::vector<int> ids) {
-  const auto bos = bundle.tokenizer->bos_id();
-  if (bundle.tokenizer->add_bos() && bos && (ids.empty() || ids.front() != *bos))
-    ids.insert(ids.begin(), *bos);
-  return ids;
-}
-}  // namespace
 
 std::vector<int> encode_chat_prompt(const ModelBundle& bundle, tokenizer::ChatTemplate kind,
                                     const std::string& user_text, const std::string& system_text,
@@ -92,12 +84,12 @@ std::vector<int> encode_chat_prompt(const ModelBundle& bundle, tokenizer::ChatTe
   if (!system_text.empty()) messages.push_back({"system", system_text});
   messages.push_back({"user", user_text});
   const std::string rendered = tokenizer::render_chat(kind, messages, {true, enable_thinking});
-  // Templates that start with BOS text already carry it; with_bos() does not add a second one.
-  return with_bos(bundle, bundle.tokenizer->encode(rendered, /*parse_special=*/true));
+  // Templates that start with BOS text already carry it; encode_prompt() does not add a second one.
+  return bundle.tokenizer->encode_prompt(rendered, /*parse_special=*/true);
 }
 
 std::vector<int> encode_raw_prompt(const ModelBundle& bundle, const std::string& text) {
-  return with_bos(bundle, bundle.tokenizer->encode(text, /*parse_special=*/false));
+  return bundle.tokenizer->encode_prompt(text, /*parse_special=*/false);
 }
 
 }  // namespace kvdice::engine

@@ -127,8 +127,8 @@ std::vector<int> Tokenizer::encode(std::string_view text, bool parse_special) co
   return out;
 }
 
-std::vector<int> Tokenizer::encode_prompt(std::string_view text) const {
-  std::vector<int> ids = encode(text);
+std::vector<int> Tokenizer::encode_prompt(std::string_view text, bool parse_special) const {
+  std::vector<int> ids = encode(text, parse_special);
   if (impl_->add_bos && (ids.empty() || ids.front() != *impl_->bos_id))
     ids.insert(ids.begin(), *impl_->bos_id);
   return ids;

@@ -59,7 +59,7 @@ class Tokenizer {
   std::vector<int> encode(std::string_view text, bool parse_special = true) const;
   // encode() plus BOS in front when add_bos() and the text does not already start with it (a rendered
   // Llama-3 chat already does), so a prompt never carries two.
-  std::vector<int> encode_prompt(std::string_view text) const;
+  std::vector<int> encode_prompt(std::string_view text, bool parse_special = true) const;
   // Concatenated bytes of the tokens; may end in a partial UTF-8 sequence.
   std::string decode(std::span<const int> ids) const;
   std::string token_bytes(int id) const;  // raw bytes one token stands for
