@@ -1,48 +1,192 @@
-// Backend: the fused ops one decode step is made of. The CPU backend (cpu/) is the fp32 reference;
-// the CUDA backend (a later issue) implements the same ops in bf16 and is checked against it.
-// Pointers are host pointers for the CPU backend. Matrices are row-major; weights are [out, in].
+// Backend: owns memory (typed views over its buffers, weights, the KV pool, the step batch) and the
+// fused, batched ops one forward step is made of. The CPU backend (cpu/) is the readable fp32
+// reference and runs every op eagerly; the CUDA backend (cuda/) implements the same ops in bf16 with
+// fp32 accumulation and is checked against it op by op (tests/backend). Every op covers the whole
+// step batch; per-sequence variation comes from the arrays of a StepBatch, never from host loops, so
+// a decode step needs no host data between ops (the shape CUDA graphs need).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
-#include <span>
 #include <string>
+#include <vector>
+
+#include "backend/step_batch.h"
+#include "core/dtype.h"
+
+namespace kvdice::policy {
+class EvictionPolicy;
+}
 
 namespace kvdice::backend {
 
-// One attention problem: `n_q` query rows of one query head against `n_kv` key/value rows.
-struct AttentionShape {
-  int head_dim = 0;
-  float scale = 0.0f;  // usually 1 / sqrt(head_dim)
+// A 2-D row-major matrix in backend memory: element (r, c) at data + (r * ld + c) * dtype_size.
+struct View {
+  void* data = nullptr;
+  DType dtype = DType::F32;
+  int64_t rows = 0, cols = 0, ld = 0;  // ld in elements
+
+  bool empty() const { return data == nullptr; }
+  int64_t bytes() const { return rows * ld * static_cast<int64_t>(dtype_size(dtype)); }
+  // Rows [begin, begin + n) as a view of the same memory.
+  View row_slice(int64_t begin, int64_t n) const;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data);
+  }
+};
+
+// A linear layer's weight [out, in] (nn.Linear layout) and optional bias [out] (fp32).
+struct Weight {
+  View w;
+  View bias;  // empty: no bias
+};
+
+// Owning handle to backend memory; freed through the backend that made it.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(void* data, size_t bytes, std::function<void(void*)> free_fn)
+      : data_(data), bytes_(bytes), free_(std::move(free_fn)) {}
+  Buffer(Buffer&& other) noexcept { *this = std::move(other); }
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { reset(); }
+  void reset();
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  // Carves typed views or arrays out of the buffer in order (256-byte aligned).
+  class Carver {
+   public:
+    explicit Carver(const Buffer& buffer) : base_(static_cast<char*>(buffer.data())), size_(buffer.bytes()) {}
+    explicit Carver(size_t measure_only) : base_(nullptr), size_(measure_only) {}
+    void* take(size_t bytes);
+    View matrix(DType dtype, int64_t rows, int64_t cols);
+    template <class T>
+    T* array(int64_t n) {
+      return static_cast<T*>(take(sizeof(T) * static_cast<size_t>(n)));
+    }
+    size_t used() const { return used_; }
+
+   private:
+    char* base_;
+    size_t size_;
+    size_t used_ = 0;
+  };
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  std::function<void(void*)> free_;
+};
+
+// One layer of the KV pool (see kv/kv_pool.h for the layout): pages of `page_slots` slots; keys and
+// values [n_pages][n_kv_heads][page_slots][head_dim] in the pool's dtype, absolute positions
+// [n_pages][n_kv_heads][page_slots] int32. A sequence's slot s lives in page
+// page_table[s / page_slots] at offset s % page_slots.
+struct KvLayer {
+  void* keys = nullptr;
+  void* values = nullptr;
+  int32_t* positions = nullptr;
+  DType dtype = DType::F32;
+  int n_kv_heads = 0, head_dim = 0, page_slots = 0;
+  int layer = 0;
+  // Element offset of (page, head, offset-in-page) for keys/values; positions use it / head_dim.
+  int64_t slot_index(int32_t page, int head, int offset) const {
+    return (static_cast<int64_t>(page) * n_kv_heads + head) * page_slots + offset;
+  }
+};
+
+// RoPE (rotate-half) tables: inv_freq[rotary_dim / 2] fp32 in backend memory.
+struct Rope {
+  const float* inv_freq = nullptr;
+  int rotary_dim = 0;
+};
+
+struct MemoryInfo {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
 };
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  virtual bool is_cpu() const = 0;
+  // Dtype of GEMM inputs between ops (fp32 on CPU, bf16 on CUDA). The residual stream, GEMM outputs
+  // that feed norms, and logits are always fp32.
+  virtual DType activation_dtype() const = 0;
+  virtual DType weight_dtype() const = 0;
+  virtual DType kv_dtype() const = 0;
 
-  // out[i, :] = table[ids[i], :]
-  virtual void embed(const float* table, int dim, std::span<const int> ids, float* out) = 0;
-  // y = x / rms(x) * w, per row of `dim`.
-  virtual void rmsnorm(const float* x, const float* w, float* y, int rows, int dim, float eps) = 0;
-  // y[rows, out] = x[rows, in] · W[out, in]^T (+ bias[out] when non-null).
-  virtual void matmul(const float* x, const float* w, const float* bias, float* y, int rows, int in,
-                      int out) = 0;
-  // x += y, n elements.
-  virtual void add(float* x, const float* y, int64_t n) = 0;
-  // out[r, i] = silu(gate[r, i]) * up[r, i]; gate_up is [rows, 2 * n] (gate first) when fused.
-  virtual void silu_mul(const float* gate, const float* up, float* out, int rows, int n) = 0;
-  // Rotate-half RoPE in place on `n_heads` heads of one token at absolute `position`, using the
-  // precomputed inverse frequencies (head_dim / 2 of them; rotary dims beyond are left untouched).
-  virtual void rope(float* x, int n_heads, int head_dim, int rotary_dim, const float* inv_freq,
-                    int64_t position) = 0;
-  // Causal attention of `n_q` new queries (at positions kv_len - n_q .. kv_len - 1 of the slot
-  // order) over `n_kv` keys; query row i sees keys [0, n_kv - n_q + i]. q/out: [n_q, head_dim].
-  // keys/values: [n_kv, head_dim]. Decode is n_q = 1 over all resident slots.
-  virtual void attention(const float* q, const float* keys, const float* values, float* out, int n_q,
-                         int n_kv, const AttentionShape& shape) = 0;
+  // ---- memory -------------------------------------------------------------------------------
+  // Error naming `what`, the size and the free memory when it does not fit.
+  virtual Buffer alloc(size_t bytes, const std::string& what) = 0;
+  virtual void upload(void* dst, const void* src, size_t bytes) = 0;
+  virtual void download(void* dst, const void* src, size_t bytes) = 0;
+  virtual void fill_zero(void* dst, size_t bytes) = 0;
+  // Writes a host fp32 matrix [rows, cols] into `dst`, converting to dst.dtype (round to nearest even).
+  virtual void upload_matrix(const View& dst, const float* src) = 0;
+  // Reads `src` back as fp32 [rows, cols] (tests and mechanism studies; not on the fast path).
+  virtual void download_matrix(const View& src, float* dst) = 0;
+  virtual void synchronize() = 0;
+  virtual MemoryInfo memory() const = 0;
+
+  // ---- ops (all asynchronous on CUDA, in stream order) -----------------------------------------
+  // x[row, :] = table[tokens[row], :]  (x fp32 [n_rows, hidden]).
+  virtual void embed(const StepBatch& batch, const View& table, const View& x) = 0;
+  // y = x / rms(x) * w per row (x fp32; y fp32 or activation dtype; w fp32 [cols]).
+  virtual void rmsnorm(const View& x, const View& w, const View& y, float eps) = 0;
+  // y = x · W^T + bias, or y += x · W^T when `accumulate` (y fp32, the residual stream).
+  virtual void matmul(const View& x, const Weight& w, const View& y, bool accumulate) = 0;
+  // For each row: split qkv (fp32 [n_rows, (n_heads + 2 n_kv) * head_dim], q then k then v), apply the
+  // per-head RMSNorm to q and k when the norms are given (Qwen3), rotate q and k at the row's absolute
+  // position (batch.appended[seq] + row - seq_row_begin[seq]), write q into `q` (activation dtype
+  // [n_rows, n_heads * head_dim]) and k, v and the position into the row's next KV slot
+  // (slot batch.length[seq] + row - seq_row_begin[seq]) of every KV head of `kv`.
+  virtual void qk_norm_rope_append(const StepBatch& batch, const View& qkv, const View& q_norm,
+                                   const View& k_norm, float eps, const Rope& rope, const KvLayer& kv,
+                                   const View& q, int n_heads) = 0;
+  // Causal attention of each row's query heads over its sequence's resident slots plus the step's new
+  // ones: row i of a sequence with n new rows and L resident slots before the step sees slots
+  // [0, L + i]. GQA: query head h reads KV head h / (n_heads / n_kv_heads). out: activation dtype.
+  virtual void attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out,
+                         int n_heads, float scale) = 0;
+  // out = silu(gate_up[:, :n]) * gate_up[:, n:]  (gate_up fp32 [rows, 2n]; out activation dtype).
+  virtual void silu_mul(const View& gate_up, const View& out) = 0;
+  // out[s, :] = x[seq_row_begin[s + 1] - 1, :]: each sequence's last row (for its logits).
+  virtual void gather_last_rows(const StepBatch& batch, const View& x, const View& out) = 0;
+  // After the forward: length[s] += n_new(s), appended[s] += n_new(s).
+  virtual void advance(const StepBatch& batch) = 0;
+  // Writes next_token[s] for every sequence from logits [n_seqs, vocab] fp32 (engine/sampling.h is
+  // the exact rule; CPU and CUDA pick the same token from the same logits), or, for rows with
+  // forced[s] >= 0, takes the forced token and writes its log-probability and whether it was the
+  // argmax. gen_step[s] += 1.
+  virtual void sample(const StepBatch& batch, const View& logits) = 0;
+  // The eviction round of every due sequence (length > T and length % r == 0, per row) and every
+  // (layer, KV head) in one call: `policy`'s selection writes keep flags, one shared compaction moves
+  // survivors at or above T into the holes below T (kv/eviction_round.h's exact pairing), then
+  // length = T and round += 1. Rows whose policy_id differs from `policy_id` or that are not due do
+  // nothing. The CPU twin is kv::run_eviction_round.
+  // Error naming the policy when this backend cannot run its selection (no CUDA file).
+  virtual void check_policy(const policy::EvictionPolicy& policy) const {}
+  virtual void evict(const StepBatch& batch, const std::vector<KvLayer>& layers,
+                     const policy::EvictionPolicy& policy, int policy_id) = 0;
 };
 
+// Which backend to run on: "cpu", "cuda", or "auto" (CUDA when a GPU is visible, else CPU).
+struct BackendOptions {
+  std::string name = "auto";
+  int threads = 0;  // CPU threads; 0 = all cores
+  int device = 0;   // CUDA device index
+};
+
+std::unique_ptr<Backend> make_backend(const BackendOptions& options);
 std::unique_ptr<Backend> make_cpu_backend(int threads);
+// True when this build has the CUDA backend and a GPU is visible.
+bool cuda_available();
 
 }  // namespace kvdice::backend

@@ -34,7 +34,7 @@ struct GenerateOptions {
   int max_new_tokens = 256;
   int samples = 1;
   bool ignore_eos = false;
-  int threads = 0;
+  backend::BackendOptions backend;
   bool json = false;
   bool quiet = false;
   std::string retention_log;
@@ -72,7 +72,7 @@ void run_generate(const GenerateOptions& o) {
 
   const auto model_path = resolve_model_argument(o.model);
   engine::ModelBundle bundle = engine::load_model_bundle(model_path);
-  auto backend = backend::make_cpu_backend(o.threads);
+  auto backend = backend::make_backend(o.backend);
   engine::Engine eng(*bundle.model, *backend, config);
 
   std::vector<int> stop_ids = bundle.generation.eos_ids;
@@ -125,7 +125,7 @@ void run_generate(const GenerateOptions& o) {
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   auto results = eng.take_finished();
   std::sort(results.begin(), results.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
-  const int bytes_per_element = 4;  // the CPU backend holds K/V in fp32
+  const int bytes_per_element = eng.kv_bytes_per_element();
   int64_t total_generated = 0;
   Json records = Json::array();
   for (const auto& r : results) {
@@ -186,7 +186,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--max-new-tokens,-n", o->max_new_tokens, "Tokens to generate per sequence");
   cmd->add_option("--samples", o->samples, "Sequences per prompt (independent streams)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at end-of-sequence tokens");
-  cmd->add_option("--threads", o->threads, "CPU threads (0 = all)");
+  add_backend_flags(cmd, o->backend);
   cmd->add_flag("--json", o->json, "Print one JSON record (or an array) instead of text");
   cmd->add_flag("--quiet,-q", o->quiet, "Only the generated text and the final statistics");
   cmd->add_option("--retention-log", o->retention_log,

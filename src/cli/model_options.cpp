@@ -16,4 +16,10 @@ std::filesystem::path resolve_model_argument(const std::string& name_or_path) {
   return model::resolve_model_path(name_or_path, kvdice_home());
 }
 
+void add_backend_flags(CLI::App* cmd, backend::BackendOptions& options) {
+  cmd->add_option("--backend", options.name, "Where to run: cpu, cuda, or auto (CUDA when a GPU is visible)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  cmd->add_option("--threads", options.threads, "CPU threads (0 = all)");
+}
+
 }  // namespace kvdice::cli

@@ -1,15 +1,21 @@
 // Shared CLI plumbing: the --model flag (a path, or a known model name that is pulled into the
-// cache at $KVDICE_HOME, default ~/.cache/kvdice) and the --threads flag.
+// cache at $KVDICE_HOME, default ~/.cache/kvdice) and the --backend / --threads flags.
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <filesystem>
+#include <memory>
 #include <string>
+
+#include "backend/backend.h"
 
 namespace kvdice::cli {
 
 std::filesystem::path kvdice_home();
 // A path that exists is used as is; otherwise a known model name is pulled.
 std::filesystem::path resolve_model_argument(const std::string& name_or_path);
+
+// --backend cpu|cuda|auto and --threads on a subcommand that runs a model.
+void add_backend_flags(CLI::App* cmd, backend::BackendOptions& options);
 
 }  // namespace kvdice::cli

@@ -17,7 +17,7 @@ struct ProbeOptions {
   probe::PasscodeConfig config;
   std::string policies = "full,random_pp,recency_pp,random";
   bool no_think = false;
-  int threads = 0;
+  backend::BackendOptions backend;
   std::string json_out;
 };
 
@@ -40,7 +40,7 @@ void run_passcode(ProbeOptions& o) {
   kv::BudgetSpec{o.config.budget, o.config.window}.validate();
   const auto path = resolve_model_argument(o.model);
   engine::ModelBundle bundle = engine::load_model_bundle(path);
-  auto backend = backend::make_cpu_backend(o.threads);
+  auto backend = backend::make_backend(o.backend);
   fmt::print(stderr, "kvdice: passcode probe on {}: T={} r={} rounds={} instances={}\n", bundle.source,
              o.config.budget, o.config.window, o.config.rounds, o.config.instances);
   const auto instances = probe::build_passcode_instances(bundle, o.config);
@@ -80,7 +80,7 @@ void add_probe_command(CLI::App& app) {
   cmd->add_option("--seed", o->config.seed, "Seed for passcodes, fillers and eviction");
   cmd->add_option("--chat-template", o->config.chat_template, "Override the chat template");
   cmd->add_flag("--no-think", o->no_think, "Qwen3: thinking off");
-  cmd->add_option("--threads", o->threads, "CPU threads (0 = all)");
+  add_backend_flags(cmd, o->backend);
   cmd->add_option("--json-out", o->json_out, "Also write the results as JSON to this file");
   cmd->callback([o] { run_passcode(*o); });
 }

@@ -51,6 +51,15 @@ KVDICE_HD inline PhiloxBlock philox4x32_10(PhiloxBlock counter, PhiloxKey key) {
   return {{c0, c1, c2, c3}};
 }
 
+// High 64 bits of the 128-bit product a * b (device code has no unsigned __int128).
+KVDICE_HD inline uint64_t mul_hi_u64(uint64_t a, uint64_t b) {
+#ifdef __CUDA_ARCH__
+  return __umul64hi(a, b);
+#else
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(a) * b) >> 64);
+#endif
+}
+
 // A stream of 64-bit draws for one (key, a, b, c) triple; draw i uses counter (i, a, b, c) and
 // combines two 32-bit words, the other two are unused so that draw i never depends on i-1.
 struct PhiloxStream {
@@ -62,8 +71,7 @@ struct PhiloxStream {
   }
   // Uniform integer in [0, range), range >= 1; multiply-shift with bias below range / 2^64.
   KVDICE_HD uint32_t uniform_below(uint32_t index, uint32_t range) const {
-    uint64_t x = draw_u64(index);
-    return static_cast<uint32_t>((static_cast<unsigned __int128>(x) * range) >> 64);
+    return static_cast<uint32_t>(mul_hi_u64(draw_u64(index), range));
   }
   // Uniform float in [0, 1) with 24 bits of resolution.
   KVDICE_HD float uniform_float(uint32_t index) const {

@@ -17,91 +17,187 @@ std::string_view finish_reason_name(FinishReason reason) {
       return "stop";
     case FinishReason::Length:
       return "length";
+    case FinishReason::Cancelled:
+      return "cancelled";
   }
   return "?";
 }
 
+// A request's host-side state. length/appended/round mirror the backend's step batch exactly: they
+// are deterministic (one slot per token, rounds at the trigger), so the host never reads them back.
 struct Engine::Sequence {
-  Sequence(uint64_t id_, GenerationRequest req, kv::KvShape shape, int capacity)
-      : id(id_),
-        stream_id(req.stream_id.value_or(id_)),
-        request(std::move(req)),
-        sampler(request.sampling, stream_id),
-        kv(shape, capacity) {}
-  uint64_t id;
-  uint64_t stream_id;
+  uint64_t id = 0;
+  uint64_t stream_id = 0;
   GenerationRequest request;
-  Sampler sampler;
-  kv::SequenceKv kv;
+  int policy = 0;  // index into policies_
+  kv::BudgetSpec budget;
+  int n_protected = 0;
+  std::vector<int32_t> pages;
+  int length = 0;
+  int64_t appended = 0;
   std::vector<int> generated;
   std::vector<float> forced_logprobs;
   std::vector<uint8_t> forced_is_argmax;
   FinishReason finish = FinishReason::Running;
   SequenceStats stats;
+
+  int forced_now() const {
+    return request.forced_tokens.empty() ? -1 : request.forced_tokens[generated.size()];
+  }
 };
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// The effective budget of a policy: unbounded when it keeps everything; validated otherwise.
+kv::BudgetSpec effective_budget(const policy::EvictionPolicy& policy, kv::BudgetSpec budget) {
+  if (!policy.evicts()) {
+    budget.budget = 0;
+  } else if (!budget.bounded()) {
+    fail("policy '{}' evicts and needs a budget: pass --budget T (T > r, T a multiple of r)", policy.name());
+  }
+  budget.validate();
+  return budget;
 }
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 }  // namespace
 
 Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfig config)
-    : model_(model),
-      backend_(backend),
-      config_(std::move(config)),
-      policy_(policy::make_policy(config_.policy)) {
-  budget_ = config_.budget;
-  if (!policy_->evicts()) budget_.budget = 0;  // full attention keeps everything
-  if (policy_->evicts() && !budget_.bounded()) {
-    fail("policy '{}' evicts and needs a budget: pass --budget T (T > r, T a multiple of r)",
-         policy_->name());
+    : model_(model), backend_(backend), config_(std::move(config)) {
+  policies_.push_back(policy::make_policy(config_.policy));
+  budget_ = effective_budget(*policies_.front(), config_.budget);
+  backend_.check_policy(*policies_.front());
+  if (config_.max_batch < 1 || config_.max_batch > 4096)
+    fail("max batch must be in [1, 4096] (got {})", config_.max_batch);
+  if (config_.prefill_chunk < 1) fail("prefill chunk must be >= 1 token (got {})", config_.prefill_chunk);
+  if (config_.kv_slot_limit < 0) fail("KV slot limit must be >= 0 (got {})", config_.kv_slot_limit);
+  const model::ModelConfig& mc = model_.config();
+  const int max_context = config_.max_context > 0 ? config_.max_context : std::max(mc.max_position, 4096);
+
+  const int prefill_rows = std::max(config_.prefill_chunk, config_.max_batch);
+  forward_ = std::make_unique<model::ForwardPass>(model_, backend_, prefill_rows, config_.max_batch, config_.max_batch);
+  const kv::KvShape shape = model_.kv_shape();
+  const int page_slots = kv::KvPool::kDefaultPageSlots;
+  max_pages_ = static_cast<int>((int64_t{max_context} + page_slots - 1) / page_slots);
+  decode_batch_ = std::make_unique<backend::StepStorage>(backend_, config_.max_batch, config_.max_batch, max_pages_);
+  prefill_batch_ = std::make_unique<backend::StepStorage>(backend_, config_.max_batch, prefill_rows, max_pages_);
+
+  // The pool takes what is left: free device memory less a margin for library workspaces (CUDA), or
+  // what the limits need in lazily-touched host memory (CPU).
+  const int64_t page_bytes = kv::KvPool::bytes_per_page(shape, backend_.kv_dtype(), page_slots);
+  int64_t pages = 0;
+  const backend::MemoryInfo memory = backend_.memory();
+  if (config_.kv_pool_bytes > 0) {
+    pages = config_.kv_pool_bytes / page_bytes;
+  } else if (!backend_.is_cpu()) {
+    const int64_t margin = static_cast<int64_t>(kGiB) + memory.total_bytes / 50;
+    pages = (memory.free_bytes - margin) / page_bytes;
+  } else {
+    pages = int64_t{config_.max_batch} * max_pages_;
+    if (config_.kv_slot_limit > 0) pages = std::min(pages, config_.kv_slot_limit / page_slots + config_.max_batch);
+    pages = std::min(pages, memory.total_bytes / 2 / page_bytes);
   }
-  budget_.validate();
-  if (config_.max_batch < 1) fail("max batch must be >= 1 (got {})", config_.max_batch);
+  if (pages < 1) {
+    fail("no memory left for the KV pool: {:.2f} GiB free after weights ({:.2f} GiB) and activations ({:.2f} GiB), "
+         "one page of {} slots needs {} bytes",
+         memory.free_bytes / kGiB, forward_->weights().bytes / kGiB, forward_->activation_bytes() / kGiB, page_slots,
+         page_bytes);
+  }
+  pool_ = std::make_unique<kv::KvPool>(backend_, shape, std::min<int64_t>(pages, INT32_MAX), page_slots);
+  plan_.weight_bytes = forward_->weights().bytes;
+  plan_.activation_bytes = forward_->activation_bytes();
+  plan_.kv_pool_bytes = pool_->total_bytes();
+  plan_.kv_pool_slots = pool_->n_pages() * page_slots;
+  plan_.kv_page_slots = page_slots;
+  plan_.kv_bytes_per_slot = page_bytes / page_slots;
 }
 
 Engine::~Engine() = default;
 
+int Engine::policy_index(const std::string& name) {
+  for (size_t i = 0; i < policies_.size(); ++i)
+    if (policies_[i]->name() == name) return static_cast<int>(i);
+  auto policy = policy::make_policy(name);
+  backend_.check_policy(*policy);
+  policies_.push_back(std::move(policy));
+  return static_cast<int>(policies_.size() - 1);
+}
+
 uint64_t Engine::submit(GenerationRequest request) {
-  const int prompt_len = static_cast<int>(request.prompt.size());
+  const int vocab = model_.config().vocab;
+  const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
   if (prompt_len == 0) fail("empty prompt: a request needs at least one token");
   if (request.max_new_tokens < 1) fail("max new tokens must be >= 1 (got {})", request.max_new_tokens);
-  for (int t : request.prompt) {
-    if (t < 0 || t >= model_.config().vocab)
-      fail("prompt token id {} is outside the vocabulary (size {})", t, model_.config().vocab);
-  }
+  for (int t : request.prompt)
+    if (t < 0 || t >= vocab) fail("prompt token id {} is outside the vocabulary (size {})", t, vocab);
   request.sampling.validate();
   if (!request.forced_tokens.empty()) {
     request.max_new_tokens = static_cast<int>(request.forced_tokens.size());
     request.ignore_eos = true;
-    for (int t : request.forced_tokens) {
-      if (t < 0 || t >= model_.config().vocab) fail("forced token id {} is outside the vocabulary", t);
-    }
+    for (int t : request.forced_tokens)
+      if (t < 0 || t >= vocab) fail("forced token id {} is outside the vocabulary", t);
   }
-  budget_.check_prompt(prompt_len);  // refuses under --long-prompt error
-  if (budget_.prompt_too_long(prompt_len)) {
+  auto seq = std::make_unique<Sequence>();
+  if (request.kv) {
+    seq->policy = policy_index(request.kv->policy);
+    seq->budget = effective_budget(*policies_[static_cast<size_t>(seq->policy)], request.kv->budget);
+  } else {
+    seq->budget = budget_;
+  }
+  const policy::EvictionPolicy& policy = *policies_[static_cast<size_t>(seq->policy)];
+  const kv::BudgetSpec& budget = seq->budget;
+  if (prompt_len > INT32_MAX / 2) fail("prompt of {} tokens is too long", prompt_len);
+  budget.check_prompt(static_cast<int>(prompt_len));  // refuses under --long-prompt error
+  if (budget.prompt_too_long(static_cast<int>(prompt_len))) {
     log_warn(
         "PROMPT LONGER THAN THE BUDGET: prompt {} tokens >= T - r = {}; only the first {} prompt slots are "
         "protected and one slot is left for everything else (the reference's behaviour; accuracy collapses). "
         "Raise --budget or pass --long-prompt error.",
-        prompt_len, budget_.selection(), budget_.selection() - 1);
+        prompt_len, budget.selection(), budget.selection() - 1);
   }
-  const int64_t reservation = budget_.reservation(prompt_len, request.max_new_tokens);
-  if (config_.kv_slot_limit > 0 && reservation > config_.kv_slot_limit) {
-    fail("request needs {} KV slots but the pool holds {}: lower --max-new-tokens or set a budget",
-         reservation, config_.kv_slot_limit);
+  const int64_t reservation = budget.bounded() ? std::max<int64_t>(prompt_len, budget.budget) + budget.window
+                                               : prompt_len + request.max_new_tokens;
+  const int64_t max_slots = int64_t{max_pages_} * pool_->page_slots();
+  if (reservation > max_slots) {
+    fail("request needs {} KV slots (prompt {} + {}), more than the longest context of {} slots: lower "
+         "--max-new-tokens or set a budget",
+         reservation, prompt_len, budget.bounded() ? "window" : "max new tokens", max_slots);
   }
-  const uint64_t id = next_id_++;
-  auto seq =
-      std::make_unique<Sequence>(id, std::move(request), model_.kv_shape(), static_cast<int>(reservation));
-  seq->stats.prompt_tokens = prompt_len;
+  const int64_t pool_slots = pool_->n_pages() * pool_->page_slots();
+  if (reservation > pool_slots || (config_.kv_slot_limit > 0 && reservation > config_.kv_slot_limit)) {
+    const int64_t limit = config_.kv_slot_limit > 0 ? std::min(pool_slots, config_.kv_slot_limit) : pool_slots;
+    fail("request needs {} KV slots ({:.3f} GiB) but the pool holds {} ({:.3f} GiB): lower --max-new-tokens or set "
+         "a budget",
+         reservation, reservation * plan_.kv_bytes_per_slot / kGiB, limit, limit * plan_.kv_bytes_per_slot / kGiB);
+  }
+  seq->id = next_id_++;
+  seq->stream_id = request.stream_id.value_or(seq->id);
+  seq->n_protected = budget.bounded() && policy.protects_prompt() ? budget.protected_slots(static_cast<int>(prompt_len)) : 0;
+  seq->stats.prompt_tokens = static_cast<int>(prompt_len);
   seq->stats.reserved_slots = reservation;
-  seq->stats.protected_prompt_slots =
-      budget_.bounded() && policy_->protects_prompt() ? budget_.protected_slots(prompt_len) : 0;
+  seq->stats.protected_prompt_slots = seq->n_protected;
+  seq->request = std::move(request);
+  const uint64_t id = seq->id;
   waiting_.push_back(std::move(seq));
   return id;
+}
+
+bool Engine::cancel(uint64_t id) {
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if ((*it)->id != id) continue;
+    Sequence& seq = **it;
+    finished_.push_back({seq.id, std::move(seq.request.prompt), {}, {}, {}, FinishReason::Cancelled, seq.stats});
+    waiting_.erase(it);
+    return true;
+  }
+  for (auto& seq : running_) {
+    if (seq->id != id || seq->finish != FinishReason::Running) continue;
+    seq->finish = FinishReason::Cancelled;
+    return true;
+  }
+  return false;
 }
 
 bool Engine::idle() const { return waiting_.empty() && running_.empty(); }
@@ -112,90 +208,165 @@ void Engine::set_round_observer(std::function<void(uint64_t, const kv::RoundReco
 
 void Engine::admit() {
   std::vector<Sequence*> admitted;
+  int64_t rows = 0;
   while (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_batch) {
     Sequence& next = *waiting_.front();
-    if (config_.kv_slot_limit > 0 && reserved_slots_ + next.stats.reserved_slots > config_.kv_slot_limit)
-      break;
+    const int64_t prompt = next.stats.prompt_tokens;
+    // One prefill step takes whole prompts up to the chunk size; a longer prompt goes alone, in chunks.
+    if (!admitted.empty() && rows + prompt > config_.prefill_chunk) break;
+    if (config_.kv_slot_limit > 0 && reserved_slots_ + next.stats.reserved_slots > config_.kv_slot_limit) break;
+    std::vector<int32_t> pages = pool_->allocate(next.stats.reserved_slots);
+    if (pages.empty()) break;  // waits for running sequences to retire; never preempts them
+    next.pages = std::move(pages);
     reserved_slots_ += next.stats.reserved_slots;
+    rows += prompt;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     admitted.push_back(running_.back().get());
+    if (prompt > config_.prefill_chunk) break;
   }
-  if (!admitted.empty()) prefill(std::move(admitted));
+  if (!admitted.empty()) prefill(admitted);
 }
 
-void Engine::prefill(std::vector<Sequence*> batch) {
+void Engine::prefill(const std::vector<Sequence*>& batch) {
   const auto start = Clock::now();
-  std::vector<model::SequenceStep> steps;
-  for (Sequence* seq : batch) steps.push_back({&seq->kv, seq->request.prompt});
-  const Tensor logits = model_.forward(backend_, steps);
-  const double elapsed = seconds_since(start);
-  const int vocab = model_.config().vocab;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    Sequence& seq = *batch[i];
-    seq.stats.prefill_seconds = elapsed;
-    seq.stats.peak_resident_slots = std::max(seq.stats.peak_resident_slots, seq.kv.length());
-    accept_token(seq, std::span<const float>(logits.ptr() + i * vocab, vocab));
+  backend::StepStorage& storage = *prefill_batch_;
+  backend::StepBatch& b = storage.host();
+  const int n = static_cast<int>(batch.size());
+  const int chunk = config_.prefill_chunk;
+  const int total = batch.size() == 1 ? batch[0]->stats.prompt_tokens : chunk;  // whole prompts fit one chunk
+  bool any_forced = false;
+  for (int done = 0; done < total; done += chunk) {
+    b.n_seqs = n;
+    int row = 0;
+    for (int s = 0; s < n; ++s) {
+      Sequence& seq = *batch[static_cast<size_t>(s)];
+      const std::vector<int>& prompt = seq.request.prompt;
+      const int begin = std::min<int>(done, static_cast<int>(prompt.size()));
+      const int end = std::min<int>(begin + chunk, static_cast<int>(prompt.size()));
+      b.seq_row_begin[s] = row;
+      b.length[s] = seq.length;
+      b.appended[s] = static_cast<int32_t>(seq.appended);
+      std::fill_n(b.page_table + int64_t{s} * max_pages_, max_pages_, 0);
+      std::copy(seq.pages.begin(), seq.pages.end(), b.page_table + int64_t{s} * max_pages_);
+      b.sample_key[s] = philox_key(seq.request.sampling.seed, seq.stream_id, RngDomain::Sampling);
+      b.temperature[s] = seq.request.sampling.temperature;
+      b.top_p[s] = seq.request.sampling.top_p;
+      b.top_k[s] = seq.request.sampling.top_k;
+      b.gen_step[s] = 0;
+      b.forced[s] = seq.forced_now();
+      any_forced = any_forced || b.forced[s] >= 0;
+      for (int i = begin; i < end; ++i) {
+        b.tokens[row] = prompt[static_cast<size_t>(i)];
+        b.row_seq[row] = s;
+        ++row;
+      }
+      seq.length += end - begin;
+      seq.appended += end - begin;
+    }
+    b.seq_row_begin[n] = row;
+    b.n_rows = row;
+    b.max_rows_per_seq = 0;
+    for (int s = 0; s < n; ++s) b.max_rows_per_seq = std::max(b.max_rows_per_seq, b.seq_row_begin[s + 1] - b.seq_row_begin[s]);
+    storage.upload_all();
+    const backend::StepBatch view = storage.device();
+    const backend::View logits = forward_->run(view, *pool_, false);
+    if (done + chunk >= total) backend_.sample(view, logits);  // the last chunk's logits give the first token
+    backend_.advance(view);
   }
+  storage.download_outputs(any_forced);
+  const double elapsed = seconds_since(start);
+  for (int s = 0; s < n; ++s) {
+    Sequence& seq = *batch[static_cast<size_t>(s)];
+    seq.stats.prefill_seconds = elapsed;
+    seq.stats.peak_resident_slots = std::max(seq.stats.peak_resident_slots, seq.length);
+    accept_token(seq, b.next_token[s], b.forced_logprob[s], b.forced_is_argmax[s] != 0);
+  }
+  // The admitted sequences take the last rows of the decode batch.
+  for (size_t row = running_.size() - batch.size(); row < running_.size(); ++row) write_decode_row(static_cast<int>(row));
+}
+
+void Engine::write_decode_row(int row) {
+  const Sequence& seq = *running_[static_cast<size_t>(row)];
+  backend::StepStorage& storage = *decode_batch_;
+  backend::StepBatch& b = storage.host();
+  b.tokens[row] = seq.generated.back();
+  b.row_seq[row] = row;
+  b.seq_row_begin[row] = row;
+  b.seq_row_begin[row + 1] = row + 1;
+  b.length[row] = seq.length;
+  b.appended[row] = static_cast<int32_t>(seq.appended);
+  std::fill_n(b.page_table + int64_t{row} * max_pages_, max_pages_, 0);
+  std::copy(seq.pages.begin(), seq.pages.end(), b.page_table + int64_t{row} * max_pages_);
+  b.budget[row] = seq.budget.budget;
+  b.window[row] = seq.budget.window;
+  b.n_protected[row] = seq.n_protected;
+  b.policy_id[row] = seq.policy;
+  b.round[row] = seq.stats.eviction_rounds;
+  b.evict_key[row] = philox_key(config_.eviction_seed, seq.stream_id, RngDomain::Eviction);
+  b.sample_key[row] = philox_key(seq.request.sampling.seed, seq.stream_id, RngDomain::Sampling);
+  b.temperature[row] = seq.request.sampling.temperature;
+  b.top_p[row] = seq.request.sampling.top_p;
+  b.top_k[row] = seq.request.sampling.top_k;
+  b.gen_step[row] = static_cast<int32_t>(seq.generated.size());
+  b.forced[row] = seq.finish == FinishReason::Running ? seq.forced_now() : -1;
+  storage.upload_seq(row);
+  storage.upload_rows(row, 1);
 }
 
 void Engine::decode() {
   const auto start = Clock::now();
-  std::vector<Sequence*> batch;
-  std::vector<model::SequenceStep> steps;
-  for (auto& seq : running_) {
-    if (seq->finish != FinishReason::Running) continue;
-    batch.push_back(seq.get());
-    steps.push_back({&seq->kv, std::span<const int>(&seq->generated.back(), 1)});
+  const int n = static_cast<int>(running_.size());
+  if (n == 0) return;
+  backend::StepStorage& storage = *decode_batch_;
+  backend::StepBatch& b = storage.host();
+  b.n_seqs = b.n_rows = n;
+  b.max_rows_per_seq = 1;
+  bool any_forced = false;
+  for (int row = 0; row < n; ++row) {
+    const int forced = running_[static_cast<size_t>(row)]->forced_now();
+    any_forced = any_forced || forced >= 0;
+    b.forced[row] = forced;
   }
-  if (batch.empty()) return;
-  const Tensor logits = model_.forward(backend_, steps);
-  const int vocab = model_.config().vocab;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    Sequence& seq = *batch[i];
-    seq.stats.peak_resident_slots = std::max(seq.stats.peak_resident_slots, seq.kv.length());
-    maybe_evict(seq);  // after the token attended, before the next one is fed
-    accept_token(seq, std::span<const float>(logits.ptr() + i * vocab, vocab));
-  }
+  if (any_forced) storage.upload_forced();  // teacher forcing (probes) only; sampling needs no host data
+
+  const backend::StepBatch view = storage.device(/*self_feeding=*/true);
+  const backend::View logits = forward_->run(view, *pool_, false);
+  backend_.sample(view, logits);
+  backend_.advance(view);
+  std::vector<uint8_t> policy_used(policies_.size(), 0);
+  for (const auto& seq : running_) policy_used[static_cast<size_t>(seq->policy)] |= seq->budget.bounded() ? 1 : 0;
+  for (size_t p = 0; p < policies_.size(); ++p)
+    if (policy_used[p]) backend_.evict(view, pool_->layers(), *policies_[p], static_cast<int>(p));
+  storage.download_outputs(any_forced, /*self_feeding=*/true);
+
   const double elapsed = seconds_since(start);
-  for (Sequence* seq : batch) seq->stats.decode_seconds += elapsed;
+  for (int row = 0; row < n; ++row) {
+    Sequence& seq = *running_[static_cast<size_t>(row)];
+    seq.length += 1;
+    seq.appended += 1;
+    seq.stats.peak_resident_slots = std::max(seq.stats.peak_resident_slots, seq.length);
+    seq.stats.decode_seconds += elapsed;
+    if (seq.budget.should_evict(seq.length)) finish_round(seq);
+    b.tokens[row] = b.next_token[row];
+    accept_token(seq, b.next_token[row], b.forced_logprob[row], b.forced_is_argmax[row] != 0);
+  }
 }
 
-void Engine::maybe_evict(Sequence& seq) {
-  if (!budget_.should_evict(seq.kv.length())) return;
-  kv::RoundContext context{config_.eviction_seed, seq.stream_id,
-                           static_cast<uint32_t>(seq.stats.eviction_rounds), seq.stats.prompt_tokens};
-  kv::RoundRecord record;
-  const kv::RoundResult result =
-      kv::run_eviction_round(seq.kv, budget_, *policy_, context, round_observer_ ? &record : nullptr);
-  KVDICE_CHECK(seq.kv.length() == budget_.budget, "after a round the cache holds {} slots, expected T = {}",
-               seq.kv.length(), budget_.budget);
-  seq.stats.eviction_rounds++;
-  seq.stats.moved_slots += result.moved_slots;
-  if (round_observer_) round_observer_(seq.id, record);
+void Engine::finish_round(Sequence& seq) {
+  // The backend already ran the round inside the step; the host mirrors its effect.
+  seq.length = seq.budget.budget;
+  const uint32_t round = static_cast<uint32_t>(seq.stats.eviction_rounds++);
+  if (round_observer_) {
+    const kv::SequenceKv view(*pool_, seq.pages, static_cast<int>(seq.stats.reserved_slots), seq.length, seq.appended);
+    round_observer_(seq.id, kv::read_round_record(view, round));
+  }
 }
 
-namespace {
-// log softmax(logits)[token] in double, and whether token is the (first) argmax.
-std::pair<float, bool> score_forced(std::span<const float> logits, int token) {
-  const auto best = std::max_element(logits.begin(), logits.end());
-  double total = 0.0;
-  for (float l : logits) total += std::exp(static_cast<double>(l) - *best);
-  const double logprob = static_cast<double>(logits[token]) - *best - std::log(total);
-  return {static_cast<float>(logprob), best - logits.begin() == token};
-}
-}  // namespace
-
-void Engine::accept_token(Sequence& seq, std::span<const float> logits) {
-  const size_t step = seq.generated.size();
-  int token;
+void Engine::accept_token(Sequence& seq, int token, float forced_logprob, bool forced_is_argmax) {
   if (!seq.request.forced_tokens.empty()) {
-    token = seq.request.forced_tokens[step];
-    const auto [logprob, is_argmax] = score_forced(logits, token);
-    seq.forced_logprobs.push_back(logprob);
-    seq.forced_is_argmax.push_back(is_argmax);
-  } else {
-    token = seq.sampler.sample(logits, static_cast<uint32_t>(step));
+    seq.forced_logprobs.push_back(forced_logprob);
+    seq.forced_is_argmax.push_back(forced_is_argmax ? 1 : 0);
   }
   seq.generated.push_back(token);
   const GenerationRequest& req = seq.request;
@@ -210,23 +381,27 @@ void Engine::accept_token(Sequence& seq, std::span<const float> logits) {
 }
 
 void Engine::retire_finished() {
-  for (auto it = running_.begin(); it != running_.end();) {
-    Sequence& seq = **it;
+  for (size_t row = 0; row < running_.size();) {
+    Sequence& seq = *running_[row];
     if (seq.finish == FinishReason::Running) {
-      ++it;
+      ++row;
       continue;
     }
     seq.stats.generated_tokens = static_cast<int>(seq.generated.size());
-    seq.stats.final_resident_slots = seq.kv.length();
+    seq.stats.final_resident_slots = seq.length;
     reserved_slots_ -= seq.stats.reserved_slots;
+    pool_->release(seq.pages);
     finished_.push_back({seq.id, std::move(seq.request.prompt), std::move(seq.generated),
-                         std::move(seq.forced_logprobs), std::move(seq.forced_is_argmax), seq.finish,
-                         seq.stats});
-    it = running_.erase(it);
+                         std::move(seq.forced_logprobs), std::move(seq.forced_is_argmax), seq.finish, seq.stats});
+    // The last row moves into the hole so the decode batch stays dense; only that row is rewritten.
+    running_[row] = std::move(running_.back());
+    running_.pop_back();
+    if (row < running_.size()) write_decode_row(static_cast<int>(row));
   }
 }
 
 void Engine::step() {
+  retire_finished();  // cancellations since the last step
   // New work first so a waiting sequence joins the next decode step (continuous batching).
   const size_t running_before = running_.size();
   admit();
@@ -235,16 +410,17 @@ void Engine::step() {
 }
 
 void Engine::run(const std::function<void(const TokenEvent&)>& on_token) {
-  on_token_ = on_token;
+  auto previous = std::exchange(on_token_, on_token);
   while (!idle()) {
-    if (running_.empty() && !waiting_.empty() && config_.kv_slot_limit > 0 &&
-        waiting_.front()->stats.reserved_slots > config_.kv_slot_limit) {
-      fail("request {} can never be admitted: it needs more KV slots than the pool holds",
-           waiting_.front()->id);
-    }
+    const size_t waiting_before = waiting_.size();
+    const bool was_empty = running_.empty();
     step();
+    if (was_empty && running_.empty() && !waiting_.empty() && waiting_.size() == waiting_before) {
+      fail("request {} can never be admitted: it needs {} KV slots and the pool has {} free", waiting_.front()->id,
+           waiting_.front()->stats.reserved_slots, pool_->free_pages() * pool_->page_slots());
+    }
   }
-  on_token_ = {};
+  on_token_ = std::move(previous);
 }
 
 std::vector<GenerationResult> Engine::take_finished() { return std::exchange(finished_, {}); }

@@ -1,7 +1,9 @@
-// Engine: the step loop. Admits requests whose whole KV reservation fits (no preemption, ever),
-// prefills them, then decodes all running sequences together; after each decode step, sequences
-// whose length hits the trigger run an eviction round with the configured policy. Each sequence
-// has its own prompt length, trigger and random streams, so mixed batches are exact.
+// Engine: the step loop, the same for every backend. Admits requests whose whole KV reservation fits
+// the pool (pages assigned at admission, never preempted), prefills them, then decodes all running
+// sequences as one batch: forward -> sample -> advance -> evict, all backend ops over the persistent
+// decode batch. Each sequence has its own prompt length, budget, policy, trigger and random streams,
+// so mixed batches are exact; the host mirrors lengths and rounds (they are deterministic) and reads
+// back only the sampled tokens.
 #pragma once
 
 #include <cstdint>
@@ -12,22 +14,26 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/step_storage.h"
 #include "engine/request.h"
-#include "engine/sampler.h"
 #include "kv/budget.h"
 #include "kv/eviction_round.h"
-#include "kv/sequence_kv.h"
+#include "kv/kv_pool.h"
+#include "model/forward.h"
 #include "model/model.h"
 #include "policy/eviction_policy.h"
 
 namespace kvdice::engine {
 
 struct EngineConfig {
-  kv::BudgetSpec budget;
+  kv::BudgetSpec budget;  // default budget; a request may bring its own (GenerationRequest::kv)
   std::string policy = "random_pp";
   uint64_t eviction_seed = 0;  // keys the eviction stream; sampling seeds are per request
-  int max_batch = 64;          // running sequences at once
-  int64_t kv_slot_limit = 0;   // total reserved slots across running sequences; 0 = no limit
+  int max_batch = 64;          // running sequences at once (rows of the decode batch)
+  int prefill_chunk = 2048;    // most prompt tokens of one prefill step; longer prompts go in chunks
+  int64_t kv_slot_limit = 0;   // total reserved slots across running sequences; 0 = as the pool allows
+  int64_t kv_pool_bytes = 0;   // KV pool size; 0 = sized from free memory (CUDA) or the limits (CPU)
+  int max_context = 0;         // longest reservation of one sequence in slots; 0 = the model's max position
 };
 
 struct TokenEvent {
@@ -36,46 +42,75 @@ struct TokenEvent {
   bool finished;
 };
 
+// What the engine allocated on its backend (inspect's memory plan and the run summaries).
+struct MemoryPlan {
+  int64_t weight_bytes = 0;
+  int64_t activation_bytes = 0;
+  int64_t kv_pool_bytes = 0;
+  int64_t kv_pool_slots = 0;  // per (layer, KV head)
+  int kv_page_slots = 0;
+  int64_t kv_bytes_per_slot = 0;  // all layers and heads, K, V and position
+};
+
 class Engine {
  public:
   Engine(const model::Model& model, backend::Backend& backend, EngineConfig config);
   ~Engine();
 
   const EngineConfig& config() const { return config_; }
-  const policy::EvictionPolicy& policy() const { return *policy_; }
-  // Effective budget: unbounded when the policy keeps everything.
+  // The default policy and effective budget (unbounded when the policy keeps everything).
+  const policy::EvictionPolicy& policy() const { return *policies_.front(); }
   const kv::BudgetSpec& budget() const { return budget_; }
+  const MemoryPlan& memory_plan() const { return plan_; }
+  int kv_bytes_per_element() const { return static_cast<int>(dtype_size(backend_.kv_dtype())); }
 
-  // Validates the request (prompt length vs budget and model, sampling params); returns its id.
+  // Validates the request (prompt length vs budget and model, sampling params, reservation vs pool);
+  // returns its id.
   uint64_t submit(GenerationRequest request);
+  // Frees a waiting or running request at the next step; false when the id is unknown or finished.
+  // Its result is reported with FinishReason::Cancelled.
+  bool cancel(uint64_t id);
   bool idle() const;
+  int running() const { return static_cast<int>(running_.size()); }
+  int waiting() const { return static_cast<int>(waiting_.size()); }
+  int64_t reserved_slots() const { return reserved_slots_; }
   // One scheduler iteration: admit + prefill new sequences, or one decode step for all running.
   void step();
   // Runs until every submitted request finished; calls `on_token` for each sampled token.
   void run(const std::function<void(const TokenEvent&)>& on_token = {});
+  // Per-token callback for step()-driven use (the server); run() sets its own for its duration.
+  void set_token_callback(std::function<void(const TokenEvent&)> on_token) { on_token_ = std::move(on_token); }
 
   // Finished results, in completion order; taken out of the engine.
   std::vector<GenerationResult> take_finished();
-  // Optional sink for per-round retention records (mechanism studies).
+  // Optional sink for per-round retention records (mechanism studies; reads positions back).
   void set_round_observer(std::function<void(uint64_t id, const kv::RoundRecord&)> observer);
 
  private:
   struct Sequence;
+  int policy_index(const std::string& name);
   void admit();
-  void prefill(std::vector<Sequence*> batch);
+  void prefill(const std::vector<Sequence*>& batch);
   void decode();
-  void accept_token(Sequence& seq, std::span<const float> logits);
-  void maybe_evict(Sequence& seq);
+  void write_decode_row(int row);
+  void accept_token(Sequence& seq, int token, float forced_logprob, bool forced_is_argmax);
+  void finish_round(Sequence& seq);
   void retire_finished();
 
   const model::Model& model_;
   backend::Backend& backend_;
   EngineConfig config_;
   kv::BudgetSpec budget_;
-  std::unique_ptr<policy::EvictionPolicy> policy_;
+  std::vector<std::unique_ptr<policy::EvictionPolicy>> policies_;  // [0] = the default
+  std::unique_ptr<model::ForwardPass> forward_;
+  std::unique_ptr<kv::KvPool> pool_;
+  std::unique_ptr<backend::StepStorage> decode_batch_;
+  std::unique_ptr<backend::StepStorage> prefill_batch_;
+  MemoryPlan plan_;
+  int max_pages_ = 0;
   uint64_t next_id_ = 0;
   std::deque<std::unique_ptr<Sequence>> waiting_;
-  std::vector<std::unique_ptr<Sequence>> running_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // running_[i] is row i of the decode batch
   std::vector<GenerationResult> finished_;
   int64_t reserved_slots_ = 0;
   std::function<void(const TokenEvent&)> on_token_;

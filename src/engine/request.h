@@ -7,11 +7,18 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "kv/budget.h"
 
 namespace kvdice::engine {
 
-enum class FinishReason { Running, Stop, Length };
+enum class FinishReason { Running, Stop, Length, Cancelled };
 std::string_view finish_reason_name(FinishReason reason);
+
+// A request's own eviction policy and budget (overrides the engine's defaults).
+struct KvSettings {
+  std::string policy;
+  kv::BudgetSpec budget;
+};
 
 struct GenerationRequest {
   std::vector<int> prompt;  // token ids of the whole prefill (chat template included)
@@ -25,6 +32,7 @@ struct GenerationRequest {
   // Keys this sequence's eviction and sampling streams; defaults to the engine-assigned id. Set it
   // to reproduce a sequence exactly in another batch or run (e.g. problem index * runs + run).
   std::optional<uint64_t> stream_id;
+  std::optional<KvSettings> kv;  // default: the engine's policy and budget
 };
 
 struct SequenceStats {
@@ -34,7 +42,6 @@ struct SequenceStats {
   int protected_prompt_slots = 0;  // pl, 0 when the policy does not protect the prompt
   int peak_resident_slots = 0;     // per (layer, head)
   int final_resident_slots = 0;
-  int64_t moved_slots = 0;     // K/V slot moves done by compaction, all layers and heads
   int64_t reserved_slots = 0;  // reserved at admission
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;

@@ -43,7 +43,6 @@ Json result_json(const GenerationResult& r, const std::string& text, const model
                 {"decode_tokens_per_second", decode_rate(s)},
                 {"eviction_rounds", s.eviction_rounds},
                 {"protected_prompt_slots", s.protected_prompt_slots},
-                {"moved_slots", s.moved_slots},
                 {"reserved_slots", s.reserved_slots},
                 {"resident_slots", f.resident_slots},
                 {"peak_resident_slots", f.peak_slots},
@@ -63,8 +62,8 @@ std::string result_summary(const GenerationResult& r, const model::ModelConfig& 
                      finish_reason_name(r.finish));
   out += fmt::format("speed: prefill {:.2f} s ({:.1f} tok/s), decode {:.1f} tok/s\n", s.prefill_seconds,
                      s.prefill_seconds > 0 ? s.prompt_tokens / s.prefill_seconds : 0.0, decode_rate(s));
-  out += fmt::format("eviction rounds: {} (protected prompt slots: {}, slot moves: {})\n", s.eviction_rounds,
-                     s.protected_prompt_slots, s.moved_slots);
+  out += fmt::format("eviction rounds: {} (protected prompt slots: {})\n", s.eviction_rounds,
+                     s.protected_prompt_slots);
   out += fmt::format(
       "resident KV: {} slots/head now, {} peak; {} now, {} peak vs {} for full attention ({} tokens); "
       "{}-byte elements\n",

@@ -1,6 +1,7 @@
 // Sampler: greedy, temperature, top-k, top-p (HF order: temperature, then top-k, then top-p),
 // drawing from a counter-based stream keyed by (seed, sequence id) in the sampling domain, so a
-// sequence's tokens depend only on its seed and its own logits, never on batch composition.
+// sequence's tokens depend only on its seed and its own logits, never on batch composition. The exact
+// rule (integer weights, shared with the CUDA kernel) is backend/sampling_rule.h.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,7 @@ struct SamplingParams {
 class Sampler {
  public:
   Sampler(const SamplingParams& params, uint64_t sequence_id);
+  PhiloxKey key() const { return key_; }
   // Samples the `step`-th token of the sequence from raw logits.
   int sample(std::span<const float> logits, uint32_t step) const;
 

@@ -1,6 +1,7 @@
-// One eviction round for one sequence: for every (layer, KV head) ask the policy which candidates
-// to keep, then compact: evicted slots below T are refilled by the surviving slots at or above T,
-// so a round moves at most len - T entries per head and the sequence ends with exactly T slots.
+// One eviction round for one sequence held in a host pool (tests, tools): for every (layer, KV head)
+// ask the policy which candidates to keep, then compact: evicted slots below T are refilled by the
+// surviving slots at or above T, so a round moves at most len - T entries per head and the sequence
+// ends with exactly T slots. The implementation is the CPU backend's (backend/cpu/cpu_eviction.h).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,9 @@ struct RoundResult {
 // Requires budget.should_evict(kv.length()). Fills `record` when non-null.
 RoundResult run_eviction_round(SequenceKv& kv, const BudgetSpec& budget, const policy::EvictionPolicy& policy,
                                const RoundContext& context, RoundRecord* record = nullptr);
+
+// Kept absolute positions of every (layer, head) right after a round (read through the backend).
+RoundRecord read_round_record(const SequenceKv& kv, uint32_t round);
 
 // The compaction step alone (the CPU twin of the backend's compact op): `keep` has one flag per
 // resident slot of this (layer, head) and exactly `target` ones; afterwards slots [0, target) hold

@@ -1,19 +1,23 @@
-// Model = config + weights + forward(). Forward runs new tokens of several sequences through the
-// decoder, appending their post-RoPE K/V at their true absolute positions; it never knows which
-// eviction policy manages the caches it writes into.
+// Model = config + host weights (fp32, as loaded) + RoPE tables. ForwardPass (model/forward.h) runs it
+// on a backend; the model never knows which eviction policy manages the caches it writes into.
 #pragma once
 
 #include <span>
 #include <vector>
 
-#include "backend/backend.h"
 #include "core/tensor.h"
+#include "kv/kv_pool.h"
 #include "kv/sequence_kv.h"
 #include "model/config.h"
 #include "model/weights.h"
 
+namespace kvdice::backend {
+class Backend;
+}
+
 namespace kvdice::model {
 
+// New tokens of one sequence for Model::forward.
 struct SequenceStep {
   kv::SequenceKv* kv = nullptr;
   std::span<const int> tokens;  // prefill: the whole prompt (or a chunk); decode: one token
@@ -25,12 +29,13 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
+  const std::vector<float>& rope_inv_freq() const { return inv_freq_; }
   kv::KvShape kv_shape() const { return {config_.n_layers, config_.n_kv_heads, config_.head_dim}; }
 
-  // Appends every step's tokens to its cache and returns logits: one row per sequence (its last
-  // token), or one row per token of every step when `all_positions` is true. Shape [rows, vocab].
-  Tensor forward(backend::Backend& backend, std::span<const SequenceStep> steps,
-                 bool all_positions = false) const;
+  // Convenience for tests and tools: runs the steps through a one-off ForwardPass (weights uploaded
+  // for this call), appends their tokens to the caches and returns host logits: one row per sequence
+  // (its last token), or one row per token of every step when `all_positions`. [rows, vocab].
+  Tensor forward(backend::Backend& backend, std::span<const SequenceStep> steps, bool all_positions = false) const;
 
  private:
   ModelConfig config_;

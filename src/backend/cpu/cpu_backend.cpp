@@ -1,16 +1,29 @@
-// The fp32 reference backend: readable loops (OpenMP over rows/heads), OpenBLAS for the GEMMs.
+// The fp32 reference backend: readable loops (OpenMP over rows, heads and sequences), OpenBLAS for the
+// GEMMs, memory in host RAM. Every CUDA op is checked against the op of the same name here.
 #include <cblas.h>
 #include <omp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_eviction.h"
+#include "backend/sampling_rule.h"
 #include "core/error.h"
+#include "policy/eviction_policy.h"
 
 namespace kvdice::backend {
 namespace {
+
+float* f32(const View& v) {
+  KVDICE_CHECK(v.dtype == DType::F32, "CPU backend computes in fp32, got a {} view", dtype_name(v.dtype));
+  return static_cast<float*>(v.data);
+}
+float* row(const View& v, int64_t r) { return f32(v) + r * v.ld; }
 
 class CpuBackend final : public Backend {
  public:
@@ -21,89 +34,127 @@ class CpuBackend final : public Backend {
   }
 
   std::string name() const override { return fmt::format("cpu (fp32, {} threads)", threads_); }
+  bool is_cpu() const override { return true; }
+  DType activation_dtype() const override { return DType::F32; }
+  DType weight_dtype() const override { return DType::F32; }
+  DType kv_dtype() const override { return DType::F32; }
 
-  void embed(const float* table, int dim, std::span<const int> ids, float* out) override {
-    for (size_t i = 0; i < ids.size(); ++i)
-      std::copy_n(table + static_cast<int64_t>(ids[i]) * dim, dim, out + i * dim);
+  Buffer alloc(size_t bytes, const std::string& what) override {
+    if (bytes == 0) return Buffer(nullptr, 0, {});
+    // Anonymous mappings are zero pages until touched: a large KV pool costs memory only as used.
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      fail("cannot allocate {} ({:.2f} GiB) in host memory: {}", what, static_cast<double>(bytes) / (1u << 30),
+           std::strerror(errno));
+    }
+    return Buffer(p, bytes, [bytes](void* q) { munmap(q, bytes); });
+  }
+  void upload(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void download(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void fill_zero(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
+  void upload_matrix(const View& dst, const float* src) override {
+    for (int64_t r = 0; r < dst.rows; ++r) std::copy_n(src + r * dst.cols, dst.cols, row(dst, r));
+  }
+  void download_matrix(const View& src, float* dst) override {
+    for (int64_t r = 0; r < src.rows; ++r) std::copy_n(row(src, r), src.cols, dst + r * src.cols);
+  }
+  void synchronize() override {}
+  MemoryInfo memory() const override {
+    const int64_t page = sysconf(_SC_PAGESIZE);
+    return {sysconf(_SC_AVPHYS_PAGES) * page, sysconf(_SC_PHYS_PAGES) * page};
   }
 
-  void rmsnorm(const float* x, const float* w, float* y, int rows, int dim, float eps) override {
-#pragma omp parallel for num_threads(threads_) if (rows > 1)
-    for (int r = 0; r < rows; ++r) {
-      const float* xr = x + static_cast<int64_t>(r) * dim;
-      float* yr = y + static_cast<int64_t>(r) * dim;
+  void embed(const StepBatch& batch, const View& table, const View& x) override {
+    for (int r = 0; r < batch.n_rows; ++r) std::copy_n(row(table, batch.tokens[r]), x.cols, row(x, r));
+  }
+
+  void rmsnorm(const View& x, const View& w, const View& y, float eps) override {
+    const int64_t dim = x.cols;
+#pragma omp parallel for num_threads(threads_) if (x.rows > 1)
+    for (int64_t r = 0; r < x.rows; ++r) {
+      const float* xr = row(x, r);
+      float* yr = row(y, r);
       double sum = 0.0;
-      for (int i = 0; i < dim; ++i) sum += static_cast<double>(xr[i]) * xr[i];
-      float inv = 1.0f / std::sqrt(static_cast<float>(sum / dim) + eps);
-      for (int i = 0; i < dim; ++i) yr[i] = xr[i] * inv * w[i];
+      for (int64_t i = 0; i < dim; ++i) sum += static_cast<double>(xr[i]) * xr[i];
+      const float inv = 1.0f / std::sqrt(static_cast<float>(sum / dim) + eps);
+      for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * f32(w)[i];
     }
   }
 
-  void matmul(const float* x, const float* w, const float* bias, float* y, int rows, int in,
-              int out) override {
+  void matmul(const View& x, const Weight& w, const View& y, bool accumulate) override {
+    const int rows = static_cast<int>(x.rows), in = static_cast<int>(x.cols), out = static_cast<int>(w.w.rows);
+    KVDICE_CHECK(w.w.cols == in && y.cols == out && y.rows == rows, "matmul [{}x{}]·[{}x{}]^T into [{}x{}]", rows,
+                 in, out, w.w.cols, y.rows, y.cols);
+    const float beta = accumulate ? 1.0f : 0.0f;
     // Each thread computes a contiguous slice of output features (rows of W).
     const int slices = std::min(threads_, std::max(1, out / 64));
 #pragma omp parallel for num_threads(slices) schedule(static)
     for (int t = 0; t < slices; ++t) {
-      const int begin = static_cast<int>(int64_t(out) * t / slices),
-                end = static_cast<int>(int64_t(out) * (t + 1) / slices);
-      const float* w_slice = w + int64_t(begin) * in;
+      const int begin = static_cast<int>(int64_t(out) * t / slices), end = static_cast<int>(int64_t(out) * (t + 1) / slices);
+      const float* w_slice = row(w.w, begin);
       if (rows == 1) {
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, end - begin, in, 1.0f, w_slice, in, x, 1, 0.0f, y + begin,
-                    1);
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, end - begin, in, 1.0f, w_slice, static_cast<int>(w.w.ld), f32(x), 1,
+                    beta, f32(y) + begin, 1);
       } else {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, end - begin, in, 1.0f, x, in, w_slice, in,
-                    0.0f, y + begin, out);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, end - begin, in, 1.0f, f32(x),
+                    static_cast<int>(x.ld), w_slice, static_cast<int>(w.w.ld), beta, f32(y) + begin,
+                    static_cast<int>(y.ld));
       }
     }
-    if (bias != nullptr) {
+    if (!w.bias.empty()) {
       for (int r = 0; r < rows; ++r)
-        for (int o = 0; o < out; ++o) y[static_cast<int64_t>(r) * out + o] += bias[o];
+        for (int o = 0; o < out; ++o) row(y, r)[o] += f32(w.bias)[o];
     }
   }
 
-  void add(float* x, const float* y, int64_t n) override {
-    for (int64_t i = 0; i < n; ++i) x[i] += y[i];
-  }
-
-  void silu_mul(const float* gate, const float* up, float* out, int rows, int n) override {
-    int64_t total = static_cast<int64_t>(rows) * n;
-#pragma omp parallel for num_threads(threads_) if (total > 65536)
-    for (int64_t i = 0; i < total; ++i) {
-      float g = gate[i];
-      out[i] = g / (1.0f + std::exp(-g)) * up[i];
-    }
-  }
-
-  void rope(float* x, int n_heads, int head_dim, int rotary_dim, const float* inv_freq,
-            int64_t position) override {
-    int half = rotary_dim / 2;
-    for (int i = 0; i < half; ++i) {
-      // Angles in double so large absolute positions keep fp32-level accuracy like HF's fp32 path.
-      double angle = static_cast<double>(position) * static_cast<double>(inv_freq[i]);
-      float c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
-      for (int h = 0; h < n_heads; ++h) {
-        float* v = x + static_cast<int64_t>(h) * head_dim;
-        float a = v[i], b = v[i + half];
-        v[i] = a * c - b * s;
-        v[i + half] = b * c + a * s;
+  void qk_norm_rope_append(const StepBatch& batch, const View& qkv, const View& q_norm, const View& k_norm,
+                           float eps, const Rope& rope, const KvLayer& kv, const View& q, int n_heads) override {
+    const int hd = kv.head_dim, n_kv = kv.n_kv_heads;
+#pragma omp parallel for num_threads(threads_) if (batch.n_rows > 1)
+    for (int r = 0; r < batch.n_rows; ++r) {
+      const int s = batch.row_seq[r];
+      const int i = r - batch.seq_row_begin[s];
+      const int32_t position = batch.appended[s] + i;
+      const int slot = batch.length[s] + i;
+      const float* src = row(qkv, r);
+      float* q_out = row(q, r);
+      std::copy_n(src, int64_t{n_heads} * hd, q_out);
+      std::vector<float> k(src + int64_t{n_heads} * hd, src + int64_t{n_heads + n_kv} * hd);
+      const float* v = src + int64_t{n_heads + n_kv} * hd;
+      for (int h = 0; h < n_heads; ++h) norm_and_rotate(q_out + int64_t{h} * hd, q_norm, eps, rope, hd, position);
+      const int64_t page = batch.page_table[int64_t{s} * batch.max_pages + slot / kv.page_slots];
+      for (int g = 0; g < n_kv; ++g) {
+        norm_and_rotate(k.data() + int64_t{g} * hd, k_norm, eps, rope, hd, position);
+        const int64_t index = kv.slot_index(static_cast<int32_t>(page), g, slot % kv.page_slots);
+        std::copy_n(k.data() + int64_t{g} * hd, hd, static_cast<float*>(kv.keys) + index * hd);
+        std::copy_n(v + int64_t{g} * hd, hd, static_cast<float*>(kv.values) + index * hd);
+        kv.positions[index] = position;
       }
     }
   }
 
-  void attention(const float* q, const float* keys, const float* values, float* out, int n_q, int n_kv,
-                 const AttentionShape& shape) override {
-    const int d = shape.head_dim;
-    std::vector<float> scores(n_kv);
-    for (int i = 0; i < n_q; ++i) {
-      const float* qi = q + static_cast<int64_t>(i) * d;
-      int visible = n_kv - n_q + i + 1;
+  void attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
+                 float scale) override {
+    const int hd = kv.head_dim, group = n_heads / kv.n_kv_heads;
+    // One task per (row, query head): its query against the head's visible slots.
+    const int n_tasks = batch.n_rows * n_heads;
+#pragma omp parallel for num_threads(threads_) schedule(dynamic)
+    for (int task = 0; task < n_tasks; ++task) {
+      const int r = task / n_heads, head = task % n_heads, g = head / group;
+      const int s = batch.row_seq[r];
+      const int visible = batch.length[s] + (r - batch.seq_row_begin[s]) + 1;
+      const int32_t* pages = batch.page_table + int64_t{s} * batch.max_pages;
+      auto slot_offset = [&](int slot) {
+        return kv.slot_index(pages[slot / kv.page_slots], g, slot % kv.page_slots) * hd;
+      };
+      const float* qi = row(q, r) + int64_t{head} * hd;
+      std::vector<float> scores(static_cast<size_t>(visible));
       float max_score = -INFINITY;
       for (int j = 0; j < visible; ++j) {
-        const float* kj = keys + static_cast<int64_t>(j) * d;
+        const float* kj = static_cast<const float*>(kv.keys) + slot_offset(j);
         float dot = 0.0f;
-        for (int c = 0; c < d; ++c) dot += qi[c] * kj[c];
-        scores[j] = dot * shape.scale;
+        for (int c = 0; c < hd; ++c) dot += qi[c] * kj[c];
+        scores[j] = dot * scale;
         max_score = std::max(max_score, scores[j]);
       }
       double denom = 0.0;
@@ -111,18 +162,92 @@ class CpuBackend final : public Backend {
         scores[j] = std::exp(scores[j] - max_score);
         denom += scores[j];
       }
-      float* oi = out + static_cast<int64_t>(i) * d;
-      std::fill_n(oi, d, 0.0f);
-      float inv = static_cast<float>(1.0 / denom);
+      float* oi = row(out, r) + int64_t{head} * hd;
+      std::fill_n(oi, hd, 0.0f);
+      const float inv = static_cast<float>(1.0 / denom);
       for (int j = 0; j < visible; ++j) {
-        const float* vj = values + static_cast<int64_t>(j) * d;
-        float p = scores[j] * inv;
-        for (int c = 0; c < d; ++c) oi[c] += p * vj[c];
+        const float* vj = static_cast<const float*>(kv.values) + slot_offset(j);
+        const float p = scores[j] * inv;
+        for (int c = 0; c < hd; ++c) oi[c] += p * vj[c];
       }
     }
   }
 
+  void silu_mul(const View& gate_up, const View& out) override {
+    const int64_t n = out.cols;
+#pragma omp parallel for num_threads(threads_) if (out.rows * n > 65536)
+    for (int64_t r = 0; r < out.rows; ++r) {
+      const float* gate = row(gate_up, r);
+      const float* up = gate + n;
+      float* o = row(out, r);
+      for (int64_t i = 0; i < n; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    }
+  }
+
+  void gather_last_rows(const StepBatch& batch, const View& x, const View& out) override {
+    for (int s = 0; s < batch.n_seqs; ++s) std::copy_n(row(x, batch.seq_row_begin[s + 1] - 1), x.cols, row(out, s));
+  }
+
+  void advance(const StepBatch& batch) override {
+    for (int s = 0; s < batch.n_seqs; ++s) {
+      const int n_new = batch.seq_row_begin[s + 1] - batch.seq_row_begin[s];
+      batch.length[s] += n_new;
+      batch.appended[s] += n_new;
+    }
+  }
+
+  void sample(const StepBatch& batch, const View& logits) override {
+    const int vocab = static_cast<int>(logits.cols);
+#pragma omp parallel for num_threads(threads_) if (batch.n_seqs > 1)
+    for (int s = 0; s < batch.n_seqs; ++s) {
+      const float* l = row(logits, s);
+      if (batch.forced[s] >= 0) {
+        const ForcedScore score = score_forced_reference(l, vocab, batch.forced[s]);
+        batch.forced_logprob[s] = score.logprob;
+        batch.forced_is_argmax[s] = score.is_argmax ? 1 : 0;
+        batch.next_token[s] = batch.forced[s];
+      } else {
+        batch.next_token[s] = sample_reference(l, vocab, batch.temperature[s], batch.top_k[s], batch.top_p[s],
+                                               batch.sample_key[s], static_cast<uint32_t>(batch.gen_step[s]));
+      }
+      batch.gen_step[s] += 1;
+    }
+  }
+
+  void evict(const StepBatch& batch, const std::vector<KvLayer>& layers, const policy::EvictionPolicy& policy,
+             int policy_id) override {
+    for (int s = 0; s < batch.n_seqs; ++s) {
+      const int len = batch.length[s], budget = batch.budget[s], window = batch.window[s];
+      if (batch.policy_id[s] != policy_id || budget <= 0 || len <= budget || len % window != 0) continue;
+      const HostSequencePages pages{&layers, batch.page_table + int64_t{s} * batch.max_pages, len, batch.appended[s]};
+      RoundParams params{budget, window, batch.n_protected[s], batch.evict_key[s],
+                         static_cast<uint32_t>(batch.round[s])};
+      evict_sequence_host(pages, params, policy);
+      batch.length[s] = budget;
+      batch.round[s] += 1;
+    }
+  }
+
  private:
+  // Per-head RMSNorm (when `norm` is given) then rotate-half RoPE of one head vector at `position`.
+  static void norm_and_rotate(float* v, const View& norm, float eps, const Rope& rope, int hd, int32_t position) {
+    if (!norm.empty()) {
+      double sum = 0.0;
+      for (int i = 0; i < hd; ++i) sum += static_cast<double>(v[i]) * v[i];
+      const float inv = 1.0f / std::sqrt(static_cast<float>(sum / hd) + eps);
+      for (int i = 0; i < hd; ++i) v[i] = v[i] * inv * f32(norm)[i];
+    }
+    const int half = rope.rotary_dim / 2;
+    for (int i = 0; i < half; ++i) {
+      // Angles in double so large absolute positions keep fp32-level accuracy like HF's fp32 path.
+      const double angle = static_cast<double>(position) * static_cast<double>(rope.inv_freq[i]);
+      const float c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
+      const float a = v[i], b = v[i + half];
+      v[i] = a * c - b * s;
+      v[i + half] = b * c + a * s;
+    }
+  }
+
   int threads_;
 };
 

@@ -1,0 +1,72 @@
+#include "backend/backend.h"
+
+#include <utility>
+
+#include "core/error.h"
+
+namespace kvdice::backend {
+
+View View::row_slice(int64_t begin, int64_t n) const {
+  KVDICE_CHECK(begin >= 0 && n >= 0 && begin + n <= rows, "row slice [{}, {}) of {} rows", begin, begin + n, rows);
+  View out = *this;
+  out.data = static_cast<char*>(data) + begin * ld * static_cast<int64_t>(dtype_size(dtype));
+  out.rows = n;
+  return out;
+}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    reset();
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+    free_ = std::move(other.free_);
+  }
+  return *this;
+}
+
+void Buffer::reset() {
+  if (data_ != nullptr && free_) free_(data_);
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+void* Buffer::Carver::take(size_t bytes) {
+  constexpr size_t kAlign = 256;
+  const size_t begin = (used_ + kAlign - 1) / kAlign * kAlign;
+  KVDICE_CHECK(base_ == nullptr || begin + bytes <= size_, "carving {} bytes at {} overruns a {}-byte buffer", bytes,
+               begin, size_);
+  used_ = begin + bytes;
+  return base_ == nullptr ? nullptr : base_ + begin;
+}
+
+View Buffer::Carver::matrix(DType dtype, int64_t rows, int64_t cols) {
+  View v;
+  v.data = take(static_cast<size_t>(rows * cols) * dtype_size(dtype));
+  v.dtype = dtype;
+  v.rows = rows;
+  v.cols = cols;
+  v.ld = cols;
+  return v;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device);  // cuda/cuda_backend.cu, CUDA builds only
+
+#ifndef KVDICE_WITH_CUDA
+bool cuda_available() { return false; }
+#endif
+
+std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
+  if (options.threads < 0) fail("--threads must be >= 0 (0 = all cores), got {}", options.threads);
+  if (options.name == "cpu") return make_cpu_backend(options.threads);
+  if (options.name == "cuda" || (options.name == "auto" && cuda_available())) {
+#ifdef KVDICE_WITH_CUDA
+    return make_cuda_backend(options.device);
+#else
+    fail("--backend cuda: this kvdice was built without CUDA (configure with -DKVDICE_CUDA=ON)");
+#endif
+  }
+  if (options.name == "auto") return make_cpu_backend(options.threads);
+  fail("--backend must be cpu, cuda or auto (got '{}')", options.name);
+}
+
+}  // namespace kvdice::backend

@@ -1,0 +1,60 @@
+#include "kv/kv_pool.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace kvdice::kv {
+
+int64_t KvPool::bytes_per_page(KvShape shape, DType dtype, int page_slots) {
+  const int64_t slots = int64_t{shape.n_layers} * shape.n_kv_heads * page_slots;
+  return slots * (2 * int64_t{shape.head_dim} * static_cast<int64_t>(dtype_size(dtype)) + 4);
+}
+
+KvPool::KvPool(backend::Backend& backend, KvShape shape, int64_t n_pages, int page_slots)
+    : backend_(&backend), shape_(shape), dtype_(backend.kv_dtype()), page_slots_(page_slots), n_pages_(n_pages) {
+  if (shape.n_layers <= 0 || shape.n_kv_heads <= 0 || shape.head_dim <= 0)
+    fail("KV shape must be positive, got n_layers={} n_kv_heads={} head_dim={}", shape.n_layers,
+         shape.n_kv_heads, shape.head_dim);
+  if (page_slots <= 0) fail("KV page size must be > 0 slots, got {}", page_slots);
+  if (n_pages <= 0 || n_pages > INT32_MAX) fail("KV pool must hold 1 .. 2^31-1 pages, got {}", n_pages);
+  const int64_t slots_per_layer = n_pages * shape.n_kv_heads * page_slots;
+  const size_t kv_bytes = static_cast<size_t>(slots_per_layer * shape.n_layers * shape.head_dim) * dtype_size(dtype_);
+  keys_ = backend.alloc(kv_bytes, "KV pool keys");
+  values_ = backend.alloc(kv_bytes, "KV pool values");
+  positions_ = backend.alloc(static_cast<size_t>(slots_per_layer * shape.n_layers) * 4, "KV pool positions");
+  const size_t layer_kv_bytes = kv_bytes / shape.n_layers;
+  for (int l = 0; l < shape.n_layers; ++l) {
+    backend::KvLayer view;
+    view.keys = static_cast<char*>(keys_.data()) + l * layer_kv_bytes;
+    view.values = static_cast<char*>(values_.data()) + l * layer_kv_bytes;
+    view.positions = static_cast<int32_t*>(positions_.data()) + l * slots_per_layer;
+    view.dtype = dtype_;
+    view.n_kv_heads = shape.n_kv_heads;
+    view.head_dim = shape.head_dim;
+    view.page_slots = page_slots;
+    view.layer = l;
+    layers_.push_back(view);
+  }
+  free_.resize(static_cast<size_t>(n_pages));
+  for (int64_t i = 0; i < n_pages; ++i) free_[static_cast<size_t>(i)] = static_cast<int32_t>(n_pages - 1 - i);
+}
+
+std::vector<int32_t> KvPool::allocate(int64_t slots) {
+  const int64_t need = pages_for(std::max<int64_t>(slots, 1));
+  if (need > free_pages()) return {};
+  std::vector<int32_t> pages(free_.end() - need, free_.end());
+  std::reverse(pages.begin(), pages.end());
+  free_.resize(free_.size() - static_cast<size_t>(need));
+  return pages;
+}
+
+void KvPool::release(const std::vector<int32_t>& pages) {
+  for (auto it = pages.rbegin(); it != pages.rend(); ++it) {
+    KVDICE_CHECK(*it >= 0 && *it < n_pages_, "released page {} outside the pool of {}", *it, n_pages_);
+    free_.push_back(*it);
+  }
+  KVDICE_CHECK(free_pages() <= n_pages_, "pool holds {} free pages of {}", free_pages(), n_pages_);
+}
+
+}  // namespace kvdice::kv

@@ -1,0 +1,174 @@
+#include "model/forward.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace kvdice::model {
+namespace {
+
+using backend::View;
+using backend::Weight;
+
+// Rows of several host [r_i, cols] tensors stacked into one host matrix.
+std::vector<float> stack_rows(std::initializer_list<const Tensor*> parts) {
+  std::vector<float> out;
+  for (const Tensor* t : parts) out.insert(out.end(), t->data.begin(), t->data.end());
+  return out;
+}
+
+// Two passes over the same plan: first measuring the bytes, then carving and uploading.
+class WeightPlan {
+ public:
+  WeightPlan(backend::Backend& be, backend::Buffer::Carver& carver, bool upload)
+      : be_(be), carver_(carver), upload_(upload) {}
+
+  View put(const float* data, int64_t rows, int64_t cols, DType dtype) {
+    View v = carver_.matrix(dtype, rows, cols);
+    if (upload_) be_.upload_matrix(v, data);
+    return v;
+  }
+  View vector(const Tensor& t) { return t.empty() ? View{} : put(t.ptr(), 1, t.numel(), DType::F32); }
+  View matrix(const Tensor& t) { return put(t.ptr(), t.dim(0), t.dim(1), be_.weight_dtype()); }
+  // Fusing makes host copies; the measuring pass needs only the shapes.
+  View fused(std::initializer_list<const Tensor*> parts) {
+    int64_t rows = 0;
+    for (const Tensor* t : parts) rows += t->dim(0);
+    const int64_t cols = (*parts.begin())->dim(1);
+    if (!upload_) return put(nullptr, rows, cols, be_.weight_dtype());
+    const std::vector<float> host = stack_rows(parts);
+    return put(host.data(), rows, cols, be_.weight_dtype());
+  }
+  View fused_bias(std::initializer_list<const Tensor*> parts) {
+    int64_t n = 0;
+    for (const Tensor* t : parts) n += static_cast<int64_t>(t->data.size());
+    if (n == 0) return {};
+    if (!upload_) return put(nullptr, 1, n, DType::F32);
+    const std::vector<float> host = stack_rows(parts);
+    return put(host.data(), 1, n, DType::F32);
+  }
+
+ private:
+  backend::Backend& be_;
+  backend::Buffer::Carver& carver_;
+  bool upload_;
+};
+
+UploadedWeights plan_weights(const Model& model, backend::Backend& be, backend::Buffer::Carver& carver, bool upload) {
+  const ModelWeights& w = model.weights();
+  WeightPlan plan(be, carver, upload);
+  UploadedWeights out;
+  out.embed = plan.matrix(w.embed);
+  for (const LayerWeights& lw : w.layers) {
+    UploadedLayer l;
+    l.attn_norm = plan.vector(lw.attn_norm);
+    l.mlp_norm = plan.vector(lw.mlp_norm);
+    l.q_norm = plan.vector(lw.q_norm);
+    l.k_norm = plan.vector(lw.k_norm);
+    l.qkv = {plan.fused({&lw.wq, &lw.wk, &lw.wv}), plan.fused_bias({&lw.bq, &lw.bk, &lw.bv})};
+    l.wo = {plan.matrix(lw.wo), {}};
+    l.gate_up = {plan.fused({&lw.w_gate, &lw.w_up}), {}};
+    l.down = {plan.matrix(lw.w_down), {}};
+    out.layers.push_back(l);
+  }
+  out.final_norm = plan.vector(w.final_norm);
+  out.lm_head = {w.lm_head.empty() ? out.embed : plan.matrix(w.lm_head), {}};
+  const std::vector<float>& inv_freq = model.rope_inv_freq();
+  const View rope = plan.put(inv_freq.data(), 1, static_cast<int64_t>(inv_freq.size()), DType::F32);
+  out.rope = {static_cast<const float*>(rope.data), static_cast<int>(inv_freq.size()) * 2};
+  return out;
+}
+
+}  // namespace
+
+UploadedWeights upload_weights(const Model& model, backend::Backend& be) {
+  backend::Buffer::Carver measure(size_t{0});
+  plan_weights(model, be, measure, false);
+  backend::Buffer buffer = be.alloc(measure.used(), "model weights");
+  backend::Buffer::Carver carver(buffer);
+  UploadedWeights out = plan_weights(model, be, carver, true);
+  out.bytes = static_cast<int64_t>(buffer.bytes());
+  out.buffers.push_back(std::move(buffer));
+  return out;
+}
+
+ForwardPass::Activations ForwardPass::carve(backend::Buffer::Carver& carver, const ModelConfig& c, DType act,
+                                            int rows, int seqs, int logit_rows) {
+  const int64_t qkv_cols = c.q_dim() + 2 * c.kv_dim();
+  Activations a;
+  a.x = carver.matrix(DType::F32, rows, c.hidden);
+  a.h = carver.matrix(act, rows, c.hidden);
+  a.qkv = carver.matrix(DType::F32, rows, qkv_cols);
+  a.q = carver.matrix(act, rows, c.q_dim());
+  a.attn = carver.matrix(act, rows, c.q_dim());
+  a.gate_up = carver.matrix(DType::F32, rows, 2 * int64_t{c.intermediate});
+  a.mlp = carver.matrix(act, rows, c.intermediate);
+  a.last = carver.matrix(DType::F32, seqs, c.hidden);
+  a.last_norm = carver.matrix(act, logit_rows, c.hidden);
+  a.logits = carver.matrix(DType::F32, logit_rows, c.vocab);
+  return a;
+}
+
+int64_t ForwardPass::activation_bytes_for(const ModelConfig& config, const backend::Backend& backend, int max_rows,
+                                          int max_seqs, int max_logit_rows) {
+  backend::Buffer::Carver measure(size_t{0});
+  carve(measure, config, backend.activation_dtype(), max_rows, max_seqs, max_logit_rows);
+  return static_cast<int64_t>(measure.used());
+}
+
+ForwardPass::ForwardPass(const Model& model, backend::Backend& backend, int max_rows, int max_seqs, int max_logit_rows)
+    : model_(model),
+      backend_(backend),
+      weights_(upload_weights(model, backend)),
+      max_rows_(max_rows),
+      max_seqs_(max_seqs),
+      max_logit_rows_(max_logit_rows) {
+  if (max_rows < 1 || max_seqs < 1 || max_seqs > max_rows || max_logit_rows < max_seqs)
+    fail("forward sizes must satisfy 1 <= seqs <= rows and logit rows >= seqs (rows {}, seqs {}, logit rows {})",
+         max_rows, max_seqs, max_logit_rows);
+  const int64_t bytes = activation_bytes_for(model.config(), backend, max_rows, max_seqs, max_logit_rows);
+  arena_ = backend.alloc(static_cast<size_t>(bytes), "activations");
+  backend::Buffer::Carver carver(arena_);
+  a_ = carve(carver, model.config(), backend.activation_dtype(), max_rows, max_seqs, max_logit_rows);
+}
+
+backend::View ForwardPass::run(const backend::StepBatch& batch, const kv::KvPool& pool, bool all_positions) {
+  const ModelConfig& c = model_.config();
+  const int rows = batch.n_rows, seqs = batch.n_seqs;
+  KVDICE_CHECK(rows >= 1 && rows <= max_rows_ && seqs >= 1 && seqs <= max_seqs_, "step of {} rows / {} sequences "
+               "exceeds the forward's {} / {}", rows, seqs, max_rows_, max_seqs_);
+  KVDICE_CHECK(!all_positions || rows <= max_logit_rows_, "{} logit rows exceed {}", rows, max_logit_rows_);
+  backend::Backend& be = backend_;
+  const View x = a_.x.row_slice(0, rows), h = a_.h.row_slice(0, rows), qkv = a_.qkv.row_slice(0, rows),
+             q = a_.q.row_slice(0, rows), attn = a_.attn.row_slice(0, rows),
+             gate_up = a_.gate_up.row_slice(0, rows), mlp = a_.mlp.row_slice(0, rows);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+
+  be.embed(batch, weights_.embed, x);
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    const UploadedLayer& w = weights_.layers[static_cast<size_t>(layer)];
+    const backend::KvLayer& kv = pool.layer(layer);
+    be.rmsnorm(x, w.attn_norm, h, c.rms_eps);
+    be.matmul(h, w.qkv, qkv, /*accumulate=*/false);
+    be.qk_norm_rope_append(batch, qkv, w.q_norm, w.k_norm, c.rms_eps, weights_.rope, kv, q, c.n_heads);
+    be.attention(batch, q, kv, attn, c.n_heads, scale);
+    be.matmul(attn, w.wo, x, /*accumulate=*/true);  // residual add fused into the GEMM
+    be.rmsnorm(x, w.mlp_norm, h, c.rms_eps);
+    be.matmul(h, w.gate_up, gate_up, /*accumulate=*/false);
+    be.silu_mul(gate_up, mlp);
+    be.matmul(mlp, w.down, x, /*accumulate=*/true);
+  }
+  // Final norm and logits only for the rows asked for.
+  View last = x;
+  if (!all_positions) {
+    last = a_.last.row_slice(0, seqs);
+    be.gather_last_rows(batch, x, last);
+  }
+  const View normed = a_.last_norm.row_slice(0, last.rows);
+  const View logits = a_.logits.row_slice(0, last.rows);
+  be.rmsnorm(last, weights_.final_norm, normed, c.rms_eps);
+  be.matmul(normed, weights_.lm_head, logits, /*accumulate=*/false);
+  return logits;
+}
+
+}  // namespace kvdice::model

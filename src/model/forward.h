@@ -1,0 +1,70 @@
+// ForwardPass: the model's weights uploaded to one backend (fused QKV and gate/up projections, in the
+// backend's weight dtype), an activation arena sized once for a maximum number of rows, and the one
+// straight-line forward of batched ops that every step runs: no host loop, copy, branch or
+// allocation between ops, so the CUDA backend can capture it as a graph.
+#pragma once
+
+#include <vector>
+
+#include "backend/backend.h"
+#include "kv/kv_pool.h"
+#include "model/model.h"
+
+namespace kvdice::model {
+
+struct UploadedLayer {
+  backend::View attn_norm, mlp_norm, q_norm, k_norm;  // fp32; q/k norms empty unless qk_norm
+  backend::Weight qkv;                                // [q_dim + 2 kv_dim, hidden] (+ bias with qkv_bias)
+  backend::Weight wo;                                 // [hidden, q_dim]
+  backend::Weight gate_up;                            // [2 intermediate, hidden], gate first
+  backend::Weight down;                               // [hidden, intermediate]
+};
+
+struct UploadedWeights {
+  backend::View embed;  // [vocab, hidden]
+  std::vector<UploadedLayer> layers;
+  backend::View final_norm;
+  backend::Weight lm_head;  // the embedding when tied
+  backend::Rope rope;
+  int64_t bytes = 0;
+  std::vector<backend::Buffer> buffers;
+};
+
+// Uploads every weight once (fusing q/k/v and gate/up), converting fp32 host tensors to the backend's
+// weight dtype.
+UploadedWeights upload_weights(const Model& model, backend::Backend& backend);
+
+class ForwardPass {
+ public:
+  // `max_rows`: most token rows of one step; `max_seqs`: most sequences of one step; `max_logit_rows`:
+  // logits rows (max_seqs, or max_rows for all-position scoring).
+  ForwardPass(const Model& model, backend::Backend& backend, int max_rows, int max_seqs, int max_logit_rows);
+
+  // Runs the step (tokens, positions and pages from `batch`), appending K/V into `pool`. Returns logits
+  // [n_seqs, vocab] fp32 (each sequence's last row), or [n_rows, vocab] when `all_positions`.
+  backend::View run(const backend::StepBatch& batch, const kv::KvPool& pool, bool all_positions);
+
+  const UploadedWeights& weights() const { return weights_; }
+  int max_rows() const { return max_rows_; }
+  int max_seqs() const { return max_seqs_; }
+  int64_t activation_bytes() const { return static_cast<int64_t>(arena_.bytes()); }
+  // Bytes the activation arena takes for these sizes (the memory plan).
+  static int64_t activation_bytes_for(const ModelConfig& config, const backend::Backend& backend, int max_rows,
+                                      int max_seqs, int max_logit_rows);
+
+ private:
+  struct Activations {
+    backend::View x, h, qkv, q, attn, gate_up, mlp, last, last_norm, logits;
+  };
+  static Activations carve(backend::Buffer::Carver& carver, const ModelConfig& c, DType act, int rows, int seqs,
+                           int logit_rows);
+
+  const Model& model_;
+  backend::Backend& backend_;
+  UploadedWeights weights_;
+  int max_rows_, max_seqs_, max_logit_rows_;
+  backend::Buffer arena_;
+  Activations a_;
+};
+
+}  // namespace kvdice::model
