@@ -1,6 +1,7 @@
 // `kvdice generate`: chat-templated or raw generation for one or more prompts under a KV budget.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -33,6 +34,7 @@ struct GenerateOptions {
   int top_k = 0;
   int max_new_tokens = 256;
   int samples = 1;
+  int max_batch = 0;
   bool ignore_eos = false;
   backend::BackendOptions backend;
   bool json = false;
@@ -61,6 +63,9 @@ void run_generate(const GenerateOptions& o) {
                    o.long_prompt == "error" ? kv::LongPromptRule::Error : kv::LongPromptRule::Warn};
   config.policy = o.policy;
   config.eviction_seed = o.seed;
+  const int64_t n_sequences_wanted = static_cast<int64_t>(texts.size()) * o.samples;
+  if (o.max_batch < 0) fail("--max-batch must be >= 0 (0 = all sequences at once), got {}", o.max_batch);
+  config.max_batch = static_cast<int>(std::min<int64_t>(o.max_batch > 0 ? o.max_batch : n_sequences_wanted, 4096));
   // Validate the cheap things before loading weights.
   auto policy = policy::make_policy(o.policy);
   if (policy->evicts()) {
@@ -185,6 +190,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--top-k", o->top_k, "Top-k (0 = off)");
   cmd->add_option("--max-new-tokens,-n", o->max_new_tokens, "Tokens to generate per sequence");
   cmd->add_option("--samples", o->samples, "Sequences per prompt (independent streams)");
+  cmd->add_option("--max-batch", o->max_batch, "Most sequences decoding at once (0 = all of them)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at end-of-sequence tokens");
   add_backend_flags(cmd, o->backend);
   cmd->add_flag("--json", o->json, "Print one JSON record (or an array) instead of text");

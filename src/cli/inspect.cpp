@@ -3,12 +3,54 @@
 
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "engine/engine.h"
 #include "engine/model_bundle.h"
 
 namespace kvdice::cli {
 namespace {
 
-void run_inspect(const std::string& model_arg, bool as_json) {
+struct PlanOptions {
+  backend::BackendOptions backend{"", 0, 0};  // empty name: no memory plan
+  int budget = 2048;
+  int window = 64;
+  int prompt_len = 1024;
+  int max_new_tokens = 32768;
+  int max_batch = 128;
+};
+
+// What the engine allocates on the backend: weights, activations, and the KV pool with how many
+// sequences of a given shape it holds.
+Json memory_plan(const std::filesystem::path& path, const PlanOptions& o) {
+  engine::ModelBundle bundle = engine::load_model_bundle(path);
+  auto be = backend::make_backend(o.backend);
+  engine::EngineConfig config;
+  config.policy = "random_pp";
+  config.budget = {o.budget, o.window};
+  config.max_batch = o.max_batch;
+  engine::Engine eng(*bundle.model, *be, config);
+  const engine::MemoryPlan& p = eng.memory_plan();
+  const int64_t budgeted = std::max<int64_t>(o.prompt_len, o.budget) + o.window;
+  const int64_t full = int64_t{o.prompt_len} + o.max_new_tokens;
+  auto pages = [&](int64_t slots) { return (slots + p.kv_page_slots - 1) / p.kv_page_slots * p.kv_page_slots; };
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  const backend::MemoryInfo mem = be->memory();
+  return Json{{"backend", be->name()},
+              {"device_total_gib", mem.total_bytes / gib},
+              {"device_free_gib_after_plan", mem.free_bytes / gib},
+              {"weights_gib", p.weight_bytes / gib},
+              {"activations_gib", p.activation_bytes / gib},
+              {"kv_pool_gib", p.kv_pool_bytes / gib},
+              {"kv_pool_slots_per_head", p.kv_pool_slots},
+              {"kv_bytes_per_slot", p.kv_bytes_per_slot},
+              {"kv_page_slots", p.kv_page_slots},
+              {"max_batch", o.max_batch},
+              {"sequences_at_budget", p.kv_pool_slots / pages(budgeted)},
+              {"budget_reservation_slots", budgeted},
+              {"sequences_full_attention", p.kv_pool_slots / pages(full)},
+              {"full_reservation_slots", full}};
+}
+
+void run_inspect(const std::string& model_arg, bool as_json, const PlanOptions& plan_options) {
   const auto path = resolve_model_argument(model_arg);
   const engine::CheckpointSummary s = engine::summarize_checkpoint(path);
   const model::ModelConfig& c = s.config;
@@ -38,16 +80,23 @@ void run_inspect(const std::string& model_arg, bool as_json) {
          {"parameters", s.parameters},
          {"kv_bytes_per_token_bf16", c.kv_bytes_per_token(2)},
          {"kv_bytes_per_token_fp32", c.kv_bytes_per_token(4)}};
+  if (!plan_options.backend.name.empty()) j["memory_plan"] = memory_plan(path, plan_options);
   if (as_json) {
     fmt::print("{}\n", j.dump(2));
     return;
   }
   fmt::print("{} ({})\n", j["path"].get<std::string>(), s.format);
   for (const auto& [key, value] : j.items()) {
-    if (key == "path" || key == "format") continue;
+    if (key == "path" || key == "format" || key == "memory_plan") continue;
     fmt::print("  {:<24} {}\n", key, value.is_string() ? value.get<std::string>() : value.dump());
   }
   fmt::print("  {:<24} {:.3f} B\n", "parameters (billions)", s.parameters / 1e9);
+  if (j.contains("memory_plan")) {
+    fmt::print("memory plan (T={} r={}, prompt {}, max batch {}):\n", plan_options.budget, plan_options.window,
+               plan_options.prompt_len, plan_options.max_batch);
+    for (const auto& [key, value] : j["memory_plan"].items())
+      fmt::print("  {:<28} {}\n", key, value.is_string() ? value.get<std::string>() : value.dump());
+  }
 }
 
 }  // namespace
@@ -55,12 +104,21 @@ void run_inspect(const std::string& model_arg, bool as_json) {
 void add_inspect_command(CLI::App& app) {
   auto model = std::make_shared<std::string>();
   auto as_json = std::make_shared<bool>(false);
+  auto plan = std::make_shared<PlanOptions>();
   CLI::App* cmd =
       app.add_subcommand("inspect", "Show a checkpoint's config, parameters, dtypes and KV bytes per token");
   cmd->add_option("--model,-m", *model, "HF checkpoint directory, .gguf file, or a known model name")
       ->required();
   cmd->add_flag("--json", *as_json, "Print JSON");
-  cmd->callback([model, as_json] { run_inspect(*model, *as_json); });
+  cmd->add_option("--backend", plan->backend.name,
+                  "Also load the model on this backend (cpu, cuda, auto) and print its memory plan")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  cmd->add_option("--budget,-T", plan->budget, "Memory plan: budget T per layer and KV head");
+  cmd->add_option("--window,-r", plan->window, "Memory plan: window r");
+  cmd->add_option("--prompt-len", plan->prompt_len, "Memory plan: prompt tokens per sequence");
+  cmd->add_option("--max-new-tokens,-n", plan->max_new_tokens, "Memory plan: new tokens under full attention");
+  cmd->add_option("--max-batch", plan->max_batch, "Memory plan: rows of the decode batch");
+  cmd->callback([model, as_json, plan] { run_inspect(*model, *as_json, *plan); });
 }
 
 }  // namespace kvdice::cli

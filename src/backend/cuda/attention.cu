@@ -1,0 +1,350 @@
+// Attention over the paged KV pool, decode and prefill in one tiled kernel (flash-style, SIMT fp32):
+// a CTA takes one (sequence, tile of query rows, KV head, KV split) and holds every query of the tile
+// for all the KV head's query heads (the GQA group), so each K/V byte it loads serves the whole group.
+// K/V tiles of 32 slots are read with 16-byte loads through the page table into shared memory (bf16),
+// scores and the online softmax are fp32 per warp (lanes over keys for QK, lanes over channels for
+// PV). Decode steps (one row per sequence) split long contexts over several CTAs whose partial
+// (max, sum, unnormalised output) are merged by a log-sum-exp kernel. Causal: query row i of a
+// sequence with L resident slots before the step sees slots [0, L + i].
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.h"
+
+namespace kvdice::backend::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kTileKeys = 32;  // one key per lane in the score phase
+constexpr int kMinSplitSlots = 256;
+
+template <int HD>
+struct AttentionShape {
+  static constexpr int kQueriesPerWarp = HD <= 128 ? 8 : 4;
+  static constexpr int kMaxQueries = kWarps * kQueriesPerWarp;
+  static constexpr int kPairs = HD / 2;                                 // bf16 pairs per head vector
+  static constexpr int kPairsPerLane = kPairs >= 32 ? kPairs / 32 : 1;  // PV: lane owns pairs lane + 32 j
+  static constexpr int kKeyStrideWords = kPairs + 1;  // padded: conflict-free lanes over keys
+  static constexpr size_t kSharedBytes = sizeof(float) * kMaxQueries * HD +
+                                         sizeof(uint32_t) * kTileKeys * kKeyStrideWords +
+                                         sizeof(uint32_t) * kTileKeys * kPairs;
+};
+
+struct AttentionArgs {
+  StepBatch batch;
+  const __nv_bfloat16* q;
+  int64_t q_ld;
+  const __nv_bfloat16* keys;
+  const __nv_bfloat16* values;
+  int n_kv_heads, page_slots;
+  __nv_bfloat16* out;
+  int64_t out_ld;
+  int n_heads, group, rows_per_tile, n_row_tiles, n_splits, split_slots;
+  float scale;
+  float* partial_acc;  // [n_rows][n_heads][n_splits][HD] when n_splits > 1
+  float* partial_ml;   // [n_rows][n_heads][n_splits][2]
+};
+
+__device__ inline float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+__device__ inline float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
+  using Shape = AttentionShape<HD>;
+  constexpr int QPW = Shape::kQueriesPerWarp;
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  float* q_shared = reinterpret_cast<float*>(shared_raw);                                // [kMaxQueries][HD]
+  uint32_t* k_shared = reinterpret_cast<uint32_t*>(q_shared + Shape::kMaxQueries * HD);  // [keys][stride]
+  uint32_t* v_shared = k_shared + kTileKeys * Shape::kKeyStrideWords;                    // [keys][kPairs]
+
+  const int s = static_cast<int>(blockIdx.x) / a.n_row_tiles;
+  const int tile = static_cast<int>(blockIdx.x) % a.n_row_tiles;
+  const int g = blockIdx.y;
+  const int split = blockIdx.z;
+  const StepBatch& batch = a.batch;
+  const int seq_begin = batch.seq_row_begin[s];
+  const int seq_rows = batch.seq_row_begin[s + 1] - seq_begin;
+  const int first_local = tile * a.rows_per_tile;
+  const int n_tile_rows = min(a.rows_per_tile, seq_rows - first_local);
+  if (n_tile_rows <= 0) return;
+  const int n_queries = n_tile_rows * a.group;
+  const int length = batch.length[s];
+  const int max_visible = length + first_local + n_tile_rows;  // the tile's last row sees this many slots
+  const int range_begin = split * a.split_slots;
+  const int range_end = min(range_begin + a.split_slots, max_visible);
+  const int32_t* pages = batch.page_table + static_cast<int64_t>(s) * batch.max_pages;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  // Queries of the tile: query index qi = row_in_tile * group + head_in_group.
+  for (int idx = threadIdx.x; idx < n_queries * HD; idx += kThreads) {
+    const int qi = idx / HD, c = idx % HD;
+    const int row = seq_begin + first_local + qi / a.group;
+    const int head = g * a.group + qi % a.group;
+    q_shared[qi * HD + c] =
+        __bfloat162float(a.q[static_cast<int64_t>(row) * a.q_ld + static_cast<int64_t>(head) * HD + c]);
+  }
+
+  float m[QPW], l[QPW], acc[QPW][Shape::kPairsPerLane][2];
+#pragma unroll
+  for (int k = 0; k < QPW; ++k) {
+    m[k] = -INFINITY;
+    l[k] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < Shape::kPairsPerLane; ++j) acc[k][j][0] = acc[k][j][1] = 0.0f;
+  }
+
+  constexpr int kChunksPerKey = HD * 2 / 16;  // 16-byte chunks per K or V row
+  for (int tile_begin = range_begin; tile_begin < range_end; tile_begin += kTileKeys) {
+    __syncthreads();  // the previous tile is consumed (and q_shared written on the first pass)
+    for (int idx = threadIdx.x; idx < kTileKeys * kChunksPerKey; idx += kThreads) {
+      const int key = idx / kChunksPerKey, chunk = idx % kChunksPerKey;
+      const int slot = tile_begin + key;
+      uint4 kv4 = make_uint4(0, 0, 0, 0), vv4 = make_uint4(0, 0, 0, 0);
+      if (slot < range_end) {
+        const int64_t index =
+            (static_cast<int64_t>(pages[slot / a.page_slots]) * a.n_kv_heads + g) * a.page_slots +
+            slot % a.page_slots;
+        kv4 = reinterpret_cast<const uint4*>(a.keys + index * HD)[chunk];
+        vv4 = reinterpret_cast<const uint4*>(a.values + index * HD)[chunk];
+      }
+      uint32_t* kd = k_shared + key * Shape::kKeyStrideWords + chunk * 4;
+      kd[0] = kv4.x;
+      kd[1] = kv4.y;
+      kd[2] = kv4.z;
+      kd[3] = kv4.w;
+      reinterpret_cast<uint4*>(v_shared + key * Shape::kPairs)[chunk] = vv4;
+    }
+    __syncthreads();
+
+    // Scores: lane = key of the tile, all of this warp's queries at once.
+    float score[QPW];
+#pragma unroll
+    for (int k = 0; k < QPW; ++k) score[k] = 0.0f;
+    const uint32_t* k_row = k_shared + lane * Shape::kKeyStrideWords;
+#pragma unroll 4
+    for (int p = 0; p < Shape::kPairs; ++p) {
+      const uint32_t word = k_row[p];
+      const float2 kf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&word));
+#pragma unroll
+      for (int k = 0; k < QPW; ++k) {
+        const int qi = warp + k * kWarps;
+        if (qi < n_queries) {
+          const float2 qf = reinterpret_cast<const float2*>(q_shared + qi * HD)[p];
+          score[k] = fmaf(qf.x, kf.x, score[k]);
+          score[k] = fmaf(qf.y, kf.y, score[k]);
+        }
+      }
+    }
+    const int slot = tile_begin + lane;
+#pragma unroll
+    for (int k = 0; k < QPW; ++k) {
+      const int qi = warp + k * kWarps;
+      if (qi >= n_queries) continue;  // uniform across the warp
+      const int visible = length + first_local + qi / a.group + 1;
+      const bool valid = slot < range_end && slot < visible;
+      const float sc = valid ? score[k] * a.scale : -INFINITY;
+      const float m_new = fmaxf(m[k], warp_max(sc));
+      if (m_new == -INFINITY) continue;  // nothing visible yet for this query
+      const float correction = expf(m[k] - m_new);
+      const float p = valid ? expf(sc - m_new) : 0.0f;
+      l[k] = l[k] * correction + warp_sum(p);
+      m[k] = m_new;
+#pragma unroll
+      for (int j = 0; j < Shape::kPairsPerLane; ++j) {
+        acc[k][j][0] *= correction;
+        acc[k][j][1] *= correction;
+      }
+      for (int t = 0; t < kTileKeys; ++t) {
+        const float pt = __shfl_sync(0xffffffffu, p, t);
+        if (pt == 0.0f) continue;  // uniform: pt is the same in every lane
+#pragma unroll
+        for (int j = 0; j < Shape::kPairsPerLane; ++j) {
+          const int pair = lane + 32 * j;
+          if (pair < Shape::kPairs) {
+            const uint32_t word = v_shared[t * Shape::kPairs + pair];
+            const float2 vf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&word));
+            acc[k][j][0] = fmaf(pt, vf.x, acc[k][j][0]);
+            acc[k][j][1] = fmaf(pt, vf.y, acc[k][j][1]);
+          }
+        }
+      }
+    }
+  }
+
+  // Results: normalised bf16 output, or this split's partial for the merge kernel.
+#pragma unroll
+  for (int k = 0; k < QPW; ++k) {
+    const int qi = warp + k * kWarps;
+    if (qi >= n_queries) continue;
+    const int row = seq_begin + first_local + qi / a.group;
+    const int head = g * a.group + qi % a.group;
+    if (a.n_splits == 1) {
+      const float inv = 1.0f / l[k];
+#pragma unroll
+      for (int j = 0; j < Shape::kPairsPerLane; ++j) {
+        const int pair = lane + 32 * j;
+        if (pair < Shape::kPairs) {
+          __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(
+              a.out + static_cast<int64_t>(row) * a.out_ld + static_cast<int64_t>(head) * HD);
+          dst[pair] = __floats2bfloat162_rn(acc[k][j][0] * inv, acc[k][j][1] * inv);
+        }
+      }
+    } else {
+      const int64_t part = (static_cast<int64_t>(row) * a.n_heads + head) * a.n_splits + split;
+      if (l[k] > 0.0f) {
+#pragma unroll
+        for (int j = 0; j < Shape::kPairsPerLane; ++j) {
+          const int pair = lane + 32 * j;
+          if (pair < Shape::kPairs)
+            reinterpret_cast<float2*>(a.partial_acc + part * HD)[pair] =
+                make_float2(acc[k][j][0], acc[k][j][1]);
+        }
+      }
+      if (lane == 0) {
+        a.partial_ml[part * 2] = m[k];
+        a.partial_ml[part * 2 + 1] = l[k];
+      }
+    }
+  }
+}
+
+// out = sum_s acc_s e^{m_s - M} / sum_s l_s e^{m_s - M} per (row, head); empty splits have l = 0.
+template <int HD>
+__global__ void merge_kernel(const float* partial_acc, const float* partial_ml, int n_heads, int n_splits,
+                             __nv_bfloat16* out, int64_t out_ld) {
+  const int row = blockIdx.x, head = blockIdx.y;
+  const int64_t first = (static_cast<int64_t>(row) * n_heads + head) * n_splits;
+  float max_m = -INFINITY;
+  for (int sp = 0; sp < n_splits; ++sp)
+    if (partial_ml[(first + sp) * 2 + 1] > 0.0f) max_m = fmaxf(max_m, partial_ml[(first + sp) * 2]);
+  for (int c = threadIdx.x; c < HD; c += blockDim.x) {
+    float numerator = 0.0f, denominator = 0.0f;
+    for (int sp = 0; sp < n_splits; ++sp) {
+      const float l = partial_ml[(first + sp) * 2 + 1];
+      if (!(l > 0.0f)) continue;
+      const float w = expf(partial_ml[(first + sp) * 2] - max_m);
+      numerator += partial_acc[(first + sp) * HD + c] * w;
+      denominator += l * w;
+    }
+    out[static_cast<int64_t>(row) * out_ld + static_cast<int64_t>(head) * HD + c] =
+        __float2bfloat16_rn(numerator / denominator);
+  }
+}
+
+int split_slots_for(const StepBatch& batch, const KvLayer& kv, int n_splits) {
+  const int capacity = batch.max_pages * kv.page_slots;
+  const int per_split = (capacity + n_splits - 1) / n_splits;
+  return (per_split + kTileKeys - 1) / kTileKeys * kTileKeys;
+}
+
+int rows_per_tile_for(int head_dim, int group) {
+  const int max_queries =
+      head_dim <= 128 ? AttentionShape<128>::kMaxQueries : AttentionShape<256>::kMaxQueries;
+  return std::max(1, max_queries / group);
+}
+
+template <int HD>
+void launch_for_head_dim(const AttentionArgs& args, cudaStream_t stream) {
+  constexpr size_t shared = AttentionShape<HD>::kSharedBytes;
+  static const bool configured = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(shared)));
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid(static_cast<unsigned>(args.batch.n_seqs * args.n_row_tiles),
+                  static_cast<unsigned>(args.n_kv_heads), static_cast<unsigned>(args.n_splits));
+  attention_kernel<HD><<<grid, kThreads, shared, stream>>>(args);
+  CUDA_CHECK_LAUNCH("attention_kernel");
+  if (args.n_splits > 1) {
+    merge_kernel<HD><<<dim3(static_cast<unsigned>(args.batch.n_rows), static_cast<unsigned>(args.n_heads)),
+                       std::min(HD, 128), 0, stream>>>(args.partial_acc, args.partial_ml, args.n_heads,
+                                                       args.n_splits, args.out, args.out_ld);
+    CUDA_CHECK_LAUNCH("attention merge_kernel");
+  }
+}
+
+}  // namespace
+
+bool attention_supports_head_dim(int head_dim) {
+  return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256;
+}
+
+int attention_max_group(int head_dim) {
+  return head_dim <= 128 ? AttentionShape<128>::kMaxQueries : AttentionShape<256>::kMaxQueries;
+}
+
+int attention_splits(const StepBatch& batch, const KvLayer& kv, int sm_count) {
+  if (batch.max_rows_per_seq != 1 || batch.n_seqs == 0) return 1;
+  const int capacity = batch.max_pages * kv.page_slots;
+  const int ctas = batch.n_seqs * kv.n_kv_heads;
+  const int wanted = (2 * sm_count + ctas - 1) / ctas;
+  const int most = std::max(1, (capacity + kMinSplitSlots - 1) / kMinSplitSlots);
+  int n_splits = std::clamp(wanted, 1, most);
+  // Rounding each split up to whole tiles may leave the last ones empty; drop those.
+  const int per_split = split_slots_for(batch, kv, n_splits);
+  return std::max(1, (capacity + per_split - 1) / per_split);
+}
+
+size_t attention_scratch_bytes(const StepBatch& batch, const KvLayer& kv, int n_heads, int n_splits) {
+  if (n_splits <= 1) return 0;
+  const size_t parts = static_cast<size_t>(batch.n_rows) * n_heads * n_splits;
+  return parts * sizeof(float) * (static_cast<size_t>(kv.head_dim) + 2) + 256;
+}
+
+void launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
+                      float scale, int n_splits, void* scratch, cudaStream_t stream) {
+  if (batch.n_rows == 0) return;
+  AttentionArgs a{};
+  a.batch = batch;
+  a.q = q.as<const __nv_bfloat16>();
+  a.q_ld = q.ld;
+  a.keys = static_cast<const __nv_bfloat16*>(kv.keys);
+  a.values = static_cast<const __nv_bfloat16*>(kv.values);
+  a.n_kv_heads = kv.n_kv_heads;
+  a.page_slots = kv.page_slots;
+  a.out = out.as<__nv_bfloat16>();
+  a.out_ld = out.ld;
+  a.n_heads = n_heads;
+  a.group = n_heads / kv.n_kv_heads;
+  a.rows_per_tile = rows_per_tile_for(kv.head_dim, a.group);
+  a.n_row_tiles = (std::max(1, batch.max_rows_per_seq) + a.rows_per_tile - 1) / a.rows_per_tile;
+  a.n_splits = n_splits;
+  a.split_slots = split_slots_for(batch, kv, n_splits);
+  a.scale = scale;
+  if (n_splits > 1) {
+    const size_t parts = static_cast<size_t>(batch.n_rows) * n_heads * n_splits;
+    a.partial_ml = static_cast<float*>(scratch);
+    a.partial_acc = a.partial_ml + (parts * 2 + 63) / 64 * 64;
+  }
+  switch (kv.head_dim) {
+    case 16:
+      launch_for_head_dim<16>(a, stream);
+      break;
+    case 32:
+      launch_for_head_dim<32>(a, stream);
+      break;
+    case 64:
+      launch_for_head_dim<64>(a, stream);
+      break;
+    case 128:
+      launch_for_head_dim<128>(a, stream);
+      break;
+    case 256:
+      launch_for_head_dim<256>(a, stream);
+      break;
+    default:
+      break;  // rejected by CudaBackend::attention
+  }
+}
+
+}  // namespace kvdice::backend::cuda

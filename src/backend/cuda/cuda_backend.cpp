@@ -1,0 +1,412 @@
+// CudaBackend: the bf16 CUDA backend. One device, one non-blocking stream owned by the backend; every
+// op validates its views on the host (shapes and dtypes only, never device data) and enqueues kernels
+// on the stream, so a decode step needs no host round trip and can be captured in a CUDA graph once
+// its scratch has grown to size. download() and synchronize() wait for the stream and raise errors the
+// eviction kernels flagged on the device. Kernels live in the .cu files named by cuda_kernels.h.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_gemm.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "core/error.h"
+#include "policy/cuda_selection.h"
+#include "policy/eviction_policy.h"
+
+namespace kvdice::backend {
+namespace {
+
+using cuda::DeviceKvLayer;
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// Keep-flag scratch of one evict launch; layers are processed in chunks that fit.
+constexpr size_t kKeepScratchBytes = size_t{64} << 20;
+
+void require_dtype(const View& v, DType dtype, const char* op, const char* what) {
+  if (v.dtype != dtype)
+    fail("CUDA {}: {} must be {}, got {}", op, what, dtype_name(dtype), dtype_name(v.dtype));
+}
+
+// Device scratch that only grows (reallocated outside the hot path, after the stream drains).
+struct Scratch {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    int count = 0;
+    CUDA_CHECK(cudaGetDeviceCount(&count));
+    if (device < 0 || device >= count) fail("--device {}: this machine has {} CUDA device(s)", device, count);
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaGetDeviceProperties(&properties_, device_));
+    if (properties_.major < 8) {
+      fail("CUDA device {} ({}) has compute capability {}.{}; kvdice needs bf16 tensor cores (8.0 or newer)",
+           device_, properties_.name, properties_.major, properties_.minor);
+    }
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&error_host_), sizeof(int), cudaHostAllocMapped));
+    *error_host_ = 0;
+    CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&error_device_), error_host_, 0));
+    gemm_ = std::make_unique<cuda::LtGemm>();
+  }
+
+  ~CudaBackend() override {
+    cudaSetDevice(device_);
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    gemm_.reset();
+    for (Scratch* s : {&attention_scratch_, &sample_scratch_, &keep_scratch_, &layer_table_})
+      if (s->data != nullptr) cudaFree(s->data);
+    if (error_host_ != nullptr) cudaFreeHost(error_host_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override {
+    return fmt::format("cuda (bf16, device {}: {}, {} SMs)", device_, properties_.name,
+                       properties_.multiProcessorCount);
+  }
+  bool is_cpu() const override { return false; }
+  DType activation_dtype() const override { return DType::BF16; }
+  DType weight_dtype() const override { return DType::BF16; }
+  DType kv_dtype() const override { return DType::BF16; }
+
+  // ---- memory ----------------------------------------------------------------------------------
+  Buffer alloc(size_t bytes, const std::string& what) override {
+    if (bytes == 0) return Buffer(nullptr, 0, {});
+    CUDA_CHECK(cudaSetDevice(device_));
+    void* p = nullptr;
+    const cudaError_t status = cudaMalloc(&p, bytes);
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // out of memory is not sticky: clear it so later calls succeed
+      const MemoryInfo info = memory();
+      fail("cannot allocate {} ({:.2f} GiB) on CUDA device {} ({}): {:.2f} GiB free of {:.2f} GiB", what,
+           static_cast<double>(bytes) / kGiB, device_, properties_.name,
+           static_cast<double>(info.free_bytes) / kGiB, static_cast<double>(info.total_bytes) / kGiB);
+    }
+    CUDA_CHECK(status);
+    const int device = device_;
+    return Buffer(p, bytes, [device](void* q) {
+      cudaSetDevice(device);
+      cudaFree(q);  // implicitly waits for work using q; errors here cannot be reported
+    });
+  }
+
+  void upload(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    // From pageable memory the call returns once `src` is staged, so the caller may reuse it.
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  }
+
+  void download(void* dst, const void* src, size_t bytes) override {
+    if (bytes != 0) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    synchronize();
+  }
+
+  void fill_zero(void* dst, size_t bytes) override {
+    if (bytes != 0) CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
+  }
+
+  void upload_matrix(const View& dst, const float* src) override {
+    if (dst.rows == 0 || dst.cols == 0) return;
+    const size_t elem = dtype_size(dst.dtype);
+    std::vector<unsigned char> staged(static_cast<size_t>(dst.rows * dst.cols) * elem);
+    const size_t n = static_cast<size_t>(dst.rows * dst.cols);
+    switch (dst.dtype) {
+      case DType::F32:
+        std::memcpy(staged.data(), src, n * sizeof(float));
+        break;
+      case DType::BF16: {
+        auto* out = reinterpret_cast<uint16_t*>(staged.data());
+        for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(src[i]);
+        break;
+      }
+      default:
+        fail("CUDA upload_matrix: unsupported dtype {}", dtype_name(dst.dtype));
+    }
+    CUDA_CHECK(cudaMemcpy2DAsync(dst.data, static_cast<size_t>(dst.ld) * elem, staged.data(),
+                                 static_cast<size_t>(dst.cols) * elem, static_cast<size_t>(dst.cols) * elem,
+                                 static_cast<size_t>(dst.rows), cudaMemcpyHostToDevice, stream_));
+    synchronize();  // `staged` dies here
+  }
+
+  void download_matrix(const View& src, float* dst) override {
+    if (src.rows == 0 || src.cols == 0) return;
+    const size_t elem = dtype_size(src.dtype);
+    const size_t n = static_cast<size_t>(src.rows * src.cols);
+    std::vector<unsigned char> staged(n * elem);
+    CUDA_CHECK(cudaMemcpy2DAsync(staged.data(), static_cast<size_t>(src.cols) * elem, src.data,
+                                 static_cast<size_t>(src.ld) * elem, static_cast<size_t>(src.cols) * elem,
+                                 static_cast<size_t>(src.rows), cudaMemcpyDeviceToHost, stream_));
+    synchronize();
+    switch (src.dtype) {
+      case DType::F32:
+        std::memcpy(dst, staged.data(), n * sizeof(float));
+        break;
+      case DType::BF16: {
+        const auto* in = reinterpret_cast<const uint16_t*>(staged.data());
+        for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(in[i]);
+        break;
+      }
+      default:
+        fail("CUDA download_matrix: unsupported dtype {}", dtype_name(src.dtype));
+    }
+  }
+
+  void synchronize() override {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const int code = *error_host_;
+    if (code != 0) {
+      *error_host_ = 0;
+      if (code == cuda::kErrorSelectionInput)
+        fail(
+            "CUDA evict on device {}: a due row's budget, window, protected prompt or length was outside the "
+            "policy's preconditions (need n_protected <= T - r <= length - r and length <= max_pages * "
+            "page_slots)",
+            device_);
+      fail("CUDA evict on device {}: a policy's keep flags did not hold exactly T slots (error code {})",
+           device_, code);
+    }
+  }
+
+  MemoryInfo memory() const override {
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    return {static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
+  }
+
+  // ---- ops --------------------------------------------------------------------------------------
+  void embed(const StepBatch& batch, const View& table, const View& x) override {
+    require_dtype(x, DType::F32, "embed", "x");
+    if (table.dtype != DType::BF16 && table.dtype != DType::F32)
+      fail("CUDA embed: table must be bf16 or f32, got {}", dtype_name(table.dtype));
+    KVDICE_CHECK(table.cols == x.cols && x.rows >= batch.n_rows,
+                 "embed: table [{}x{}] into x [{}x{}] for {} rows", table.rows, table.cols, x.rows, x.cols,
+                 batch.n_rows);
+    cuda::launch_embed(batch, table, x, stream_);
+  }
+
+  void rmsnorm(const View& x, const View& w, const View& y, float eps) override {
+    require_dtype(x, DType::F32, "rmsnorm", "x");
+    require_dtype(w, DType::F32, "rmsnorm", "weight");
+    if (y.dtype != DType::F32 && y.dtype != DType::BF16)
+      fail("CUDA rmsnorm: y must be f32 or bf16, got {}", dtype_name(y.dtype));
+    KVDICE_CHECK(x.rows == y.rows && x.cols == y.cols && w.cols * w.rows == x.cols,
+                 "rmsnorm [{}x{}] -> [{}x{}]", x.rows, x.cols, y.rows, y.cols);
+    cuda::launch_rmsnorm(x, w, y, eps, stream_);
+  }
+
+  void matmul(const View& x, const Weight& w, const View& y, bool accumulate) override {
+    require_dtype(x, DType::BF16, "matmul", "x");
+    require_dtype(w.w, DType::BF16, "matmul", "weight");
+    require_dtype(y, DType::F32, "matmul", "y");
+    KVDICE_CHECK(w.w.cols == x.cols && y.cols == w.w.rows && y.rows == x.rows,
+                 "matmul [{}x{}]·[{}x{}]^T into [{}x{}]", x.rows, x.cols, w.w.rows, w.w.cols, y.rows, y.cols);
+    gemm_->run(x, w.w, y, accumulate, stream_);
+    if (!w.bias.empty()) {
+      require_dtype(w.bias, DType::F32, "matmul", "bias");
+      cuda::launch_add_bias(w.bias, y, stream_);
+    }
+  }
+
+  void qk_norm_rope_append(const StepBatch& batch, const View& qkv, const View& q_norm, const View& k_norm,
+                           float eps, const Rope& rope, const KvLayer& kv, const View& q,
+                           int n_heads) override {
+    require_dtype(qkv, DType::F32, "qk_norm_rope_append", "qkv");
+    if (!q_norm.empty()) require_dtype(q_norm, DType::F32, "qk_norm_rope_append", "q_norm");
+    if (!k_norm.empty()) require_dtype(k_norm, DType::F32, "qk_norm_rope_append", "k_norm");
+    if (q.dtype != DType::BF16 && q.dtype != DType::F32)
+      fail("CUDA qk_norm_rope_append: q must be bf16 or f32, got {}", dtype_name(q.dtype));
+    if (kv.dtype != DType::BF16 && kv.dtype != DType::F32)
+      fail("CUDA qk_norm_rope_append: KV pool must be bf16 or f32, got {}", dtype_name(kv.dtype));
+    if (kv.head_dim > 256 || rope.rotary_dim > kv.head_dim || rope.rotary_dim % 2 != 0)
+      fail("CUDA qk_norm_rope_append: head_dim {} (at most 256) with rotary_dim {}", kv.head_dim,
+           rope.rotary_dim);
+    KVDICE_CHECK(qkv.cols == int64_t{n_heads + 2 * kv.n_kv_heads} * kv.head_dim &&
+                     q.cols == int64_t{n_heads} * kv.head_dim,
+                 "qk_norm_rope_append: qkv has {} columns, q {}, for {} q heads and {} KV heads of dim {}",
+                 qkv.cols, q.cols, n_heads, kv.n_kv_heads, kv.head_dim);
+    cuda::launch_qk_norm_rope_append(batch, qkv, q_norm, k_norm, eps, rope, kv, q, n_heads, stream_);
+  }
+
+  void attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
+                 float scale) override {
+    require_dtype(q, DType::BF16, "attention", "q");
+    require_dtype(out, DType::BF16, "attention", "out");
+    if (kv.dtype != DType::BF16) fail("CUDA attention: KV pool must be bf16, got {}", dtype_name(kv.dtype));
+    if (!cuda::attention_supports_head_dim(kv.head_dim))
+      fail("CUDA attention: head_dim {} is not supported (16, 32, 64, 128 or 256)", kv.head_dim);
+    if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0)
+      fail("CUDA attention: {} query heads do not split into {} KV heads", n_heads, kv.n_kv_heads);
+    const int group = n_heads / kv.n_kv_heads;
+    if (group > cuda::attention_max_group(kv.head_dim))
+      fail("CUDA attention: GQA group of {} query heads per KV head exceeds {} at head_dim {}", group,
+           cuda::attention_max_group(kv.head_dim), kv.head_dim);
+    KVDICE_CHECK(q.cols == int64_t{n_heads} * kv.head_dim && out.cols == q.cols,
+                 "attention: q [{}x{}] out [{}x{}]", q.rows, q.cols, out.rows, out.cols);
+    const int n_splits = cuda::attention_splits(batch, kv, properties_.multiProcessorCount);
+    void* scratch = grow(attention_scratch_, cuda::attention_scratch_bytes(batch, kv, n_heads, n_splits),
+                         "attention split partials");
+    cuda::launch_attention(batch, q, kv, out, n_heads, scale, n_splits, scratch, stream_);
+  }
+
+  void silu_mul(const View& gate_up, const View& out) override {
+    require_dtype(gate_up, DType::F32, "silu_mul", "gate_up");
+    if (out.dtype != DType::BF16 && out.dtype != DType::F32)
+      fail("CUDA silu_mul: out must be bf16 or f32, got {}", dtype_name(out.dtype));
+    KVDICE_CHECK(gate_up.cols == 2 * out.cols && gate_up.rows == out.rows, "silu_mul [{}x{}] -> [{}x{}]",
+                 gate_up.rows, gate_up.cols, out.rows, out.cols);
+    cuda::launch_silu_mul(gate_up, out, stream_);
+  }
+
+  void gather_last_rows(const StepBatch& batch, const View& x, const View& out) override {
+    KVDICE_CHECK(x.dtype == out.dtype && x.cols == out.cols && out.rows >= batch.n_seqs,
+                 "gather_last_rows [{}x{}] {} -> [{}x{}] {}", x.rows, x.cols, dtype_name(x.dtype), out.rows,
+                 out.cols, dtype_name(out.dtype));
+    cuda::launch_gather_last_rows(batch, x, out, stream_);
+  }
+
+  void advance(const StepBatch& batch) override { cuda::launch_advance(batch, stream_); }
+
+  void sample(const StepBatch& batch, const View& logits) override {
+    require_dtype(logits, DType::F32, "sample", "logits");
+    KVDICE_CHECK(logits.rows >= batch.n_seqs && logits.cols > 0 && logits.cols < (int64_t{1} << 31),
+                 "sample: logits [{}x{}] for {} sequences", logits.rows, logits.cols, batch.n_seqs);
+    void* scratch =
+        grow(sample_scratch_, cuda::sample_scratch_bytes(batch.n_seqs, logits.cols), "sampling weights");
+    cuda::launch_sample(batch, logits, scratch, stream_);
+  }
+
+  void check_policy(const policy::EvictionPolicy& policy) const override {
+    policy::require_cuda_selection(policy.name());
+  }
+
+  void evict(const StepBatch& batch, const std::vector<KvLayer>& layers, const policy::EvictionPolicy& policy,
+             int policy_id) override {
+    if (!policy.evicts() || batch.n_seqs == 0 || layers.empty()) return;
+    const policy::CudaSelectionLauncher launcher = policy::cuda_selection(policy.name());
+    if (launcher == nullptr) policy::require_cuda_selection(policy.name());  // throws naming the policy
+    const KvLayer& first = layers.front();
+    for (const KvLayer& layer : layers) {
+      KVDICE_CHECK(layer.n_kv_heads == first.n_kv_heads && layer.head_dim == first.head_dim &&
+                       layer.page_slots == first.page_slots && layer.dtype == first.dtype,
+                   "evict: layers of different shapes");
+    }
+    const int row_bytes = first.head_dim * static_cast<int>(dtype_size(first.dtype));
+    if (row_bytes % 16 != 0) fail("CUDA evict: K/V rows of {} bytes are not a multiple of 16", row_bytes);
+    const int n_layers = static_cast<int>(layers.size());
+    const auto* table = upload_layer_table(layers);
+
+    const int capacity = batch.max_pages * first.page_slots;
+    const size_t per_layer =
+        static_cast<size_t>(batch.n_seqs) * first.n_kv_heads * static_cast<size_t>(capacity);
+    const int chunk = static_cast<int>(std::clamp<size_t>(kKeepScratchBytes / std::max<size_t>(per_layer, 1),
+                                                          1, static_cast<size_t>(n_layers)));
+    auto* keep = static_cast<uint8_t*>(grow(keep_scratch_, per_layer * chunk, "eviction keep flags"));
+
+    policy::CudaSelectionArgs args;
+    args.batch = batch;
+    args.positions = table->positions;
+    args.n_kv_heads = first.n_kv_heads;
+    args.page_slots = first.page_slots;
+    args.policy_id = policy_id;
+    args.keep = keep;
+    args.capacity = capacity;
+    args.error = error_device_;
+    for (int begin = 0; begin < n_layers; begin += chunk) {
+      args.layer_begin = begin;
+      args.n_layers = std::min(chunk, n_layers - begin);
+      launcher(args, stream_);
+      cuda::launch_compaction(batch, table->layers, begin, args.n_layers, first.n_kv_heads, first.page_slots,
+                              row_bytes, policy_id, keep, capacity, error_device_, stream_);
+    }
+    cuda::launch_finish_eviction(batch, policy_id, stream_);
+  }
+
+ private:
+  // The device copy of the layers' pointers the eviction kernels index by layer.
+  struct LayerTable {
+    DeviceKvLayer* layers;
+    const int32_t* const* positions;
+  };
+
+  const LayerTable* upload_layer_table(const std::vector<KvLayer>& layers) {
+    std::vector<DeviceKvLayer> host(layers.size());
+    for (size_t l = 0; l < layers.size(); ++l)
+      host[l] = {layers[l].keys, layers[l].values, layers[l].positions};
+    const bool same =
+        host.size() == table_host_.size() &&
+        std::equal(host.begin(), host.end(), table_host_.begin(), [](const auto& a, const auto& b) {
+          return a.keys == b.keys && a.values == b.values && a.positions == b.positions;
+        });
+    if (!same) {
+      // Rare (once per KV pool), so a synchronous copy is fine; a captured graph never reaches it.
+      const size_t layer_bytes = (sizeof(DeviceKvLayer) * host.size() + 255) / 256 * 256;
+      char* base =
+          static_cast<char*>(grow(layer_table_, layer_bytes + sizeof(int32_t*) * host.size(), "layer table"));
+      std::vector<const int32_t*> positions(host.size());
+      for (size_t l = 0; l < host.size(); ++l) positions[l] = host[l].positions;
+      CUDA_CHECK(cudaMemcpyAsync(base, host.data(), sizeof(DeviceKvLayer) * host.size(),
+                                 cudaMemcpyHostToDevice, stream_));
+      CUDA_CHECK(cudaMemcpyAsync(base + layer_bytes, positions.data(), sizeof(int32_t*) * host.size(),
+                                 cudaMemcpyHostToDevice, stream_));
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      table_ = {reinterpret_cast<DeviceKvLayer*>(base),
+                reinterpret_cast<const int32_t* const*>(base + layer_bytes)};
+      table_host_ = std::move(host);
+    }
+    return &table_;
+  }
+
+  // Grows `s` to at least `bytes` (waiting for the stream first: kernels may still read the old one).
+  void* grow(Scratch& s, size_t bytes, const char* what) {
+    if (bytes <= s.bytes) return s.data;
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (s.data != nullptr) CUDA_CHECK(cudaFree(s.data));
+    s.data = nullptr;
+    s.bytes = 0;
+    const size_t rounded = (bytes + (size_t{1} << 20) - 1) >> 20 << 20;
+    const cudaError_t status = cudaMalloc(&s.data, rounded);
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      const MemoryInfo info = memory();
+      fail("cannot allocate {} scratch ({:.2f} GiB) on CUDA device {}: {:.2f} GiB free of {:.2f} GiB", what,
+           static_cast<double>(rounded) / kGiB, device_, static_cast<double>(info.free_bytes) / kGiB,
+           static_cast<double>(info.total_bytes) / kGiB);
+    }
+    CUDA_CHECK(status);
+    s.bytes = rounded;
+    return s.data;
+  }
+
+  int device_;
+  cudaDeviceProp properties_{};
+  cudaStream_t stream_ = nullptr;
+  int* error_host_ = nullptr;    // pinned, mapped: written by the eviction kernels
+  int* error_device_ = nullptr;  // the same word as the device sees it
+  std::unique_ptr<cuda::LtGemm> gemm_;
+  Scratch attention_scratch_, sample_scratch_, keep_scratch_, layer_table_;
+  std::vector<DeviceKvLayer> table_host_;
+  LayerTable table_{};
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+
+bool cuda_available() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return count > 0;
+}
+
+}  // namespace kvdice::backend

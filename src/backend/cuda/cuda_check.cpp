@@ -1,0 +1,26 @@
+#include "backend/cuda/cuda_check.h"
+
+#include "core/error.h"
+
+namespace kvdice::backend::cuda {
+namespace {
+
+int current_device_or_minus_one() {
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) return -1;
+  return device;
+}
+
+}  // namespace
+
+void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
+  fail("CUDA error on device {}: {} returned {} ({}) at {}:{}", current_device_or_minus_one(), call,
+       cudaGetErrorName(status), cudaGetErrorString(status), file, line);
+}
+
+void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
+  fail("cuBLASLt error on device {}: {} returned {} ({}) at {}:{}", current_device_or_minus_one(), call,
+       cublasLtGetStatusName(status), cublasLtGetStatusString(status), file, line);
+}
+
+}  // namespace kvdice::backend::cuda

@@ -1,0 +1,38 @@
+// Error checks for CUDA runtime and cuBLASLt calls: a failure throws kvdice::Error naming the call,
+// the file:line and the device, so a failing step says where and on which GPU it failed. The throwing
+// functions live in cuda_check.cpp (compiled by the host compiler): nvcc cannot evaluate fmt's
+// compile-time format strings, so .cu files never format messages themselves.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+namespace kvdice::backend::cuda {
+
+[[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
+[[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line);
+
+}  // namespace kvdice::backend::cuda
+
+#define CUDA_CHECK(call)                                                                         \
+  do {                                                                                           \
+    const cudaError_t kvdice_cuda_status_ = (call);                                              \
+    if (kvdice_cuda_status_ != cudaSuccess)                                                      \
+      ::kvdice::backend::cuda::throw_cuda_error(kvdice_cuda_status_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+#define CUBLAS_CHECK(call)                                                                           \
+  do {                                                                                               \
+    const cublasStatus_t kvdice_cublas_status_ = (call);                                             \
+    if (kvdice_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                              \
+      ::kvdice::backend::cuda::throw_cublas_error(kvdice_cublas_status_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+// After a kernel launch: launch-configuration errors surface here, naming the kernel.
+#define CUDA_CHECK_LAUNCH(kernel_name)                                                                   \
+  do {                                                                                                   \
+    const cudaError_t kvdice_cuda_status_ = cudaGetLastError();                                          \
+    if (kvdice_cuda_status_ != cudaSuccess)                                                              \
+      ::kvdice::backend::cuda::throw_cuda_error(kvdice_cuda_status_, "launch of " kernel_name, __FILE__, \
+                                                __LINE__);                                               \
+  } while (0)

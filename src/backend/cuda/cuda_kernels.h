@@ -1,0 +1,63 @@
+// Launchers of the CUDA backend's kernels (one .cu file per job). CudaBackend (cuda_backend.cpp)
+// validates shapes and dtypes and then calls these; they enqueue on `stream` and never synchronise.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace kvdice::backend::cuda {
+
+// ---- elementwise.cu ----
+void launch_embed(const StepBatch& batch, const View& table, const View& x, cudaStream_t stream);
+void launch_rmsnorm(const View& x, const View& w, const View& y, float eps, cudaStream_t stream);
+void launch_add_bias(const View& bias, const View& y, cudaStream_t stream);
+void launch_silu_mul(const View& gate_up, const View& out, cudaStream_t stream);
+void launch_gather_last_rows(const StepBatch& batch, const View& x, const View& out, cudaStream_t stream);
+void launch_advance(const StepBatch& batch, cudaStream_t stream);
+
+// ---- rope_append.cu ----
+void launch_qk_norm_rope_append(const StepBatch& batch, const View& qkv, const View& q_norm,
+                                const View& k_norm, float eps, const Rope& rope, const KvLayer& kv,
+                                const View& q, int n_heads, cudaStream_t stream);
+
+// ---- attention.cu ----
+// Head dims the attention kernels are built for.
+bool attention_supports_head_dim(int head_dim);
+// Largest GQA group (query heads per KV head) the kernels take at this head dim.
+int attention_max_group(int head_dim);
+// Split-KV plan: how many CTAs share one (sequence, KV head) in a decode step (1 for prefill).
+int attention_splits(const StepBatch& batch, const KvLayer& kv, int sm_count);
+// Scratch the split partials need (0 for one split).
+size_t attention_scratch_bytes(const StepBatch& batch, const KvLayer& kv, int n_heads, int n_splits);
+void launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
+                      float scale, int n_splits, void* scratch, cudaStream_t stream);
+
+// ---- sample.cu ----
+// Per-row weight scratch of the sample kernel.
+size_t sample_scratch_bytes(int n_seqs, int64_t vocab);
+void launch_sample(const StepBatch& batch, const View& logits, void* scratch, cudaStream_t stream);
+
+// ---- evict.cu ----
+// One layer's K/V/positions arrays as the compaction kernel reads them (a device array of these).
+struct DeviceKvLayer {
+  void* keys = nullptr;
+  void* values = nullptr;
+  int32_t* positions = nullptr;
+};
+// Moves survivors at or above T into the holes below T for every due (sequence, layer of the chunk,
+// KV head), reading the keep flags the policy wrote (layout of policy::CudaSelectionArgs::keep).
+void launch_compaction(const StepBatch& batch, const DeviceKvLayer* layers, int layer_begin, int n_layers,
+                       int n_kv_heads, int page_slots, int row_bytes, int policy_id, const uint8_t* keep,
+                       int capacity, int* error, cudaStream_t stream);
+// length = T and round += 1 for every due row (after all compaction launches of the call).
+void launch_finish_eviction(const StepBatch& batch, int policy_id, cudaStream_t stream);
+
+// Error codes the eviction kernels set in the backend's device-visible error word.
+inline constexpr int kErrorSelectionInput = 1;   // keep/protected/capacity outside the policy's preconditions
+inline constexpr int kErrorCompactionCount = 2;  // keep flags do not hold exactly T kept slots
+
+}  // namespace kvdice::backend::cuda

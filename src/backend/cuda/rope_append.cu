@@ -1,0 +1,120 @@
+// qk_norm_rope_append: one CTA per token row; each warp takes one head vector (a q head, a k head or a
+// v head) through a per-warp shared buffer: per-head RMSNorm (Qwen3), rotate-half RoPE at the row's
+// absolute position, then q to `q` and k, v and the position into the row's KV slot via the page
+// table. Angles are computed in double like the CPU twin, so large positions keep fp32 accuracy.
+#include <cuda_bf16.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/device_convert.cuh"
+
+namespace kvdice::backend::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kMaxHeadDim = 256;
+
+struct RopeArgs {
+  StepBatch batch;
+  const float* qkv;
+  int64_t qkv_ld;
+  const float* q_norm;  // nullptr: no per-head norm
+  const float* k_norm;
+  float eps;
+  const float* inv_freq;
+  int rotary_dim;
+  KvLayer kv;
+  void* q;
+  DType q_dtype;
+  int64_t q_ld;
+  int n_heads;
+};
+
+__global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_append_kernel(RopeArgs a) {
+  __shared__ float buffer[kWarps][kMaxHeadDim];
+  const int row = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const StepBatch& batch = a.batch;
+  const int s = batch.row_seq[row];
+  const int i = row - batch.seq_row_begin[s];
+  const int32_t position = batch.appended[s] + i;
+  const int slot = batch.length[s] + i;
+  const int hd = a.kv.head_dim, n_kv = a.kv.n_kv_heads;
+  const int64_t page = batch.page_table[static_cast<int64_t>(s) * batch.max_pages + slot / a.kv.page_slots];
+  const float* src_row = a.qkv + static_cast<int64_t>(row) * a.qkv_ld;
+  float* v = buffer[warp];
+  const int n_items = a.n_heads + 2 * n_kv;
+  for (int item = warp; item < n_items; item += kWarps) {
+    const float* src = src_row + static_cast<int64_t>(item) * hd;  // q heads, then k heads, then v heads
+    const bool is_q = item < a.n_heads;
+    const bool is_v = item >= a.n_heads + n_kv;
+    const int g = is_q ? 0 : (is_v ? item - a.n_heads - n_kv : item - a.n_heads);
+    const int64_t kv_index =
+        (page * n_kv + g) * a.kv.page_slots + slot % a.kv.page_slots;  // KvLayer::slot_index
+    if (is_v) {
+      for (int c = lane; c < hd; c += 32) store_float(a.kv.values, a.kv.dtype, kv_index * hd + c, src[c]);
+      if (lane == 0) a.kv.positions[kv_index] = position;
+      continue;
+    }
+    const float* norm = is_q ? a.q_norm : a.k_norm;
+    if (norm != nullptr) {
+      double sum = 0.0;
+      for (int c = lane; c < hd; c += 32) sum += static_cast<double>(src[c]) * src[c];
+      for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+      const float inv = 1.0f / sqrtf(static_cast<float>(sum / hd) + a.eps);
+      for (int c = lane; c < hd; c += 32) v[c] = src[c] * inv * norm[c];
+    } else {
+      for (int c = lane; c < hd; c += 32) v[c] = src[c];
+    }
+    __syncwarp();
+    void* dst;
+    DType dst_dtype;
+    int64_t base;
+    if (is_q) {
+      dst = a.q;
+      dst_dtype = a.q_dtype;
+      base = static_cast<int64_t>(row) * a.q_ld + static_cast<int64_t>(item) * hd;
+    } else {
+      dst = a.kv.keys;
+      dst_dtype = a.kv.dtype;
+      base = kv_index * hd;
+    }
+    const int half = a.rotary_dim / 2;
+    for (int c = lane; c < half; c += 32) {
+      const double angle = static_cast<double>(position) * static_cast<double>(a.inv_freq[c]);
+      double sin_d, cos_d;
+      sincos(angle, &sin_d, &cos_d);
+      const float cs = static_cast<float>(cos_d), sn = static_cast<float>(sin_d);
+      const float x0 = v[c], x1 = v[c + half];
+      store_float(dst, dst_dtype, base + c, __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn)));
+      store_float(dst, dst_dtype, base + c + half, __fadd_rn(__fmul_rn(x1, cs), __fmul_rn(x0, sn)));
+    }
+    for (int c = a.rotary_dim + lane; c < hd; c += 32) store_float(dst, dst_dtype, base + c, v[c]);
+    __syncwarp();
+  }
+}
+
+}  // namespace
+
+void launch_qk_norm_rope_append(const StepBatch& batch, const View& qkv, const View& q_norm,
+                                const View& k_norm, float eps, const Rope& rope, const KvLayer& kv,
+                                const View& q, int n_heads, cudaStream_t stream) {
+  if (batch.n_rows == 0) return;
+  RopeArgs a{batch,
+             qkv.as<float>(),
+             qkv.ld,
+             q_norm.empty() ? nullptr : q_norm.as<float>(),
+             k_norm.empty() ? nullptr : k_norm.as<float>(),
+             eps,
+             rope.inv_freq,
+             rope.rotary_dim,
+             kv,
+             q.data,
+             q.dtype,
+             q.ld,
+             n_heads};
+  qk_norm_rope_append_kernel<<<batch.n_rows, kWarps * 32, 0, stream>>>(a);
+  CUDA_CHECK_LAUNCH("qk_norm_rope_append_kernel");
+}
+
+}  // namespace kvdice::backend::cuda

@@ -1,0 +1,44 @@
+// Device twin of policy/random_subset.cpp: the same victims, bit for bit, without an m-long index
+// array. The partial Fisher-Yates of the CPU swaps idx[i] with idx[j_i], j_i = i + uniform_below(i,
+// m - i); the draws j_i do not depend on the array, so every victim can be resolved independently:
+// position i is final after step i and receives the value that position j_i held just before step i;
+// a position p >= i holds, before step i, the value position t held before step t for the last t < i
+// with j_t = p (p's identity value n_protected + p when there is none). Resolving victim i is one
+// backward scan over j_{i-1} .. j_0, so the CTA resolves all v victims in parallel with O(v) shared
+// memory for the draws (a sparse view of the same permutation the CPU builds densely).
+#pragma once
+
+#include <cstdint>
+
+#include "core/philox.h"
+#include "policy/cuda/selection_kernel.cuh"
+
+namespace kvdice::policy::cuda {
+
+// Draws cached in shared memory; draws beyond are recomputed from the stream (exact, only slower).
+inline constexpr int kCachedDraws = 4096;
+
+__device__ inline void keep_random_subset_device(const HeadSelect& h, uint32_t stream_c, uint8_t* keep) {
+  __shared__ int32_t draws[kCachedDraws];
+  const int m = h.n_candidates - h.n_protected;
+  const int victims = m - (h.keep - h.n_protected);
+  const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer), stream_c};
+  auto draw = [&](int t) {
+    return t + static_cast<int>(stream.uniform_below(static_cast<uint32_t>(t), static_cast<uint32_t>(m - t)));
+  };
+  const int cached = victims < kCachedDraws ? victims : kCachedDraws;
+  for (int t = threadIdx.x; t < cached; t += blockDim.x) draws[t] = draw(t);
+  for (int slot = threadIdx.x; slot < h.n_candidates; slot += blockDim.x) keep[slot] = 1;
+  __syncthreads();
+  for (int i = threadIdx.x; i < victims; i += blockDim.x) {
+    int p = i < cached ? draws[i] : draw(i);
+    for (int t = i - 1; t >= 0; --t) {
+      const int j = t < cached ? draws[t] : draw(t);
+      if (j == p) p = t;  // p received position t's value at step t; continue resolving position t
+    }
+    keep[h.n_protected + p] = 0;  // victims are distinct, so no two threads write the same flag
+  }
+  __syncthreads();
+}
+
+}  // namespace kvdice::policy::cuda

@@ -1,0 +1,259 @@
+// End-to-end parity of the CUDA backend (run on the GPU machine; skipped without a GPU):
+// - whole-model logits of every committed fixture family on CUDA against the CPU reference;
+// - the engine on CUDA: a teacher-forced random_pp run whose retention logs equal the CPU's, and a
+//   mixed batch that equals each sequence run alone;
+// - random-weight checkpoints of real shapes made on the GPU machine by tools/gpu/make_checkpoint.py,
+//   against transformers' bf16 logits (tools/gpu/golden_logits.py), when present under .gpu/.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "backend/backend.h"
+#include "backend/step_storage.h"
+#include "core/json.h"
+#include "engine/engine.h"
+#include "engine/model_bundle.h"
+#include "model/forward.h"
+
+namespace kvdice {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool have_gpu() { return backend::cuda_available(); }
+
+// Runs a prompt (one prefill step) then feeds `continuation` one decode step at a time through a
+// ForwardPass on `be`, returning the logits rows: after the prefill, then after each fed token.
+std::vector<std::vector<float>> run_rows(const model::Model& m, backend::Backend& be, const std::vector<int>& prompt,
+                                         const std::vector<int>& continuation) {
+  const int total = static_cast<int>(prompt.size() + continuation.size());
+  model::ForwardPass pass(m, be, static_cast<int>(prompt.size()), 1, 1);
+  kv::KvPool pool(be, m.kv_shape(), (total + 15) / 16 + 1);
+  const std::vector<int32_t> pages = pool.allocate(total);
+  backend::StepStorage storage(be, 1, static_cast<int>(prompt.size()), static_cast<int>(pages.size()));
+  backend::StepBatch& b = storage.host();
+  std::copy(pages.begin(), pages.end(), b.page_table);
+  std::vector<std::vector<float>> rows;
+  int length = 0;
+  auto step = [&](const std::vector<int>& tokens) {
+    b.n_seqs = 1;
+    b.n_rows = static_cast<int>(tokens.size());
+    b.max_rows_per_seq = b.n_rows;
+    b.seq_row_begin[0] = 0;
+    b.seq_row_begin[1] = b.n_rows;
+    b.length[0] = length;
+    b.appended[0] = length;
+    for (int i = 0; i < b.n_rows; ++i) {
+      b.tokens[i] = tokens[static_cast<size_t>(i)];
+      b.row_seq[i] = 0;
+    }
+    storage.upload_all();
+    const backend::StepBatch view = storage.device();
+    const backend::View logits = pass.run(view, pool, false);
+    be.advance(view);
+    std::vector<float> row(static_cast<size_t>(logits.cols));
+    be.download_matrix(logits, row.data());
+    rows.push_back(std::move(row));
+    length += b.n_rows;
+  };
+  step(prompt);
+  for (int t : continuation) step({t});
+  return rows;
+}
+
+struct RowDiff {
+  bool top1_equal;
+  bool near_tie;  // top-1 differs, but the reference's two candidates are closer than this row's error
+  double relative;  // ||a - b|| / ||b||
+  double max_abs;
+};
+
+RowDiff compare(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0, max_abs = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    num += d * d;
+    den += static_cast<double>(want[i]) * want[i];
+    max_abs = std::max(max_abs, std::abs(d));
+  }
+  const auto argmax = [](const std::vector<float>& v) { return std::max_element(v.begin(), v.end()) - v.begin(); };
+  const auto g = argmax(got), w = argmax(want);
+  const bool near_tie = g != w && std::abs(want[static_cast<size_t>(w)] - want[static_cast<size_t>(g)]) <= 2 * max_abs;
+  return {g == w, near_tie, std::sqrt(num / std::max(den, 1e-30)), max_abs};
+}
+
+int argmax(const std::vector<float>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+class FixtureOnCuda : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FixtureOnCuda, LogitsMatchTheCpuAtPrefillAndEveryDecodeStep) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (or a build without CUDA)";
+  const engine::ModelBundle bundle = engine::load_model_bundle(fs::path(KVDICE_FIXTURES_DIR) / GetParam());
+  const model::Model& m = *bundle.model;
+  const std::vector<int> prompt = engine::encode_raw_prompt(bundle, "The quick brown fox jumps over the lazy dog 12 + 7");
+  auto cpu = backend::make_cpu_backend(1);
+  auto cuda = backend::make_backend({"cuda"});
+  // Greedy continuation from the CPU, fed to both so the rows stay comparable.
+  std::vector<int> continuation;
+  {
+    std::vector<int> fed;
+    for (int i = 0; i < 24; ++i) {
+      const auto rows = run_rows(m, *cpu, prompt, fed);
+      fed.push_back(argmax(rows.back()));
+    }
+    continuation = fed;
+  }
+  const auto want = run_rows(m, *cpu, prompt, continuation);
+  const auto got = run_rows(m, *cuda, prompt, continuation);
+  ASSERT_EQ(got.size(), want.size());
+  double worst = 0;
+  int top1 = 0, ties = 0;
+  for (size_t r = 0; r < want.size(); ++r) {
+    const RowDiff d = compare(got[r], want[r]);
+    worst = std::max(worst, d.relative);
+    top1 += d.top1_equal ? 1 : 0;
+    ties += d.near_tie ? 1 : 0;
+    EXPECT_LT(d.relative, 3e-2) << GetParam() << " row " << r;
+    // bf16 against fp32: a different top-1 is allowed only where the fp32 logits nearly tie.
+    EXPECT_TRUE(d.top1_equal || d.near_tie) << GetParam() << " row " << r;
+  }
+  std::printf("[cuda-vs-cpu] %s: %zu rows, top-1 equal %d/%zu (the others near-ties: %d), worst relative error %.3e\n",
+              GetParam().c_str(), want.size(), top1, want.size(), ties, worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, FixtureOnCuda, ::testing::Values("qwen3", "qwen2", "llama", "phi3"));
+
+const engine::ModelBundle& qwen3() {
+  static engine::ModelBundle b = engine::load_model_bundle(fs::path(KVDICE_FIXTURES_DIR) / "qwen3");
+  return b;
+}
+
+engine::EngineConfig budgeted(const std::string& policy) {
+  engine::EngineConfig c;
+  c.policy = policy;
+  c.budget = {32, 8};
+  c.eviction_seed = 11;
+  c.max_batch = 8;
+  c.max_context = 512;
+  return c;
+}
+
+TEST(CudaEngine, TeacherForcedRetentionLogsEqualTheCpu) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (or a build without CUDA)";
+  for (const std::string policy : {"random_pp", "random", "random_shared", "recency_pp", "recency", "streaming"}) {
+    std::vector<std::vector<kv::RoundRecord>> logs;
+    std::vector<std::vector<float>> logprobs;
+    for (const std::string name : {"cpu", "cuda"}) {
+      auto be = backend::make_backend({name, 1});
+      engine::Engine eng(*qwen3().model, *be, budgeted(policy));
+      std::vector<kv::RoundRecord> log;
+      eng.set_round_observer([&](uint64_t, const kv::RoundRecord& r) { log.push_back(r); });
+      engine::GenerationRequest req;
+      req.prompt = engine::encode_raw_prompt(qwen3(), "remember the passcode 4417 please");
+      for (int i = 0; i < 120; ++i) req.forced_tokens.push_back((i * 37 + 5) % 700);
+      req.stream_id = 3;
+      eng.submit(req);
+      eng.run();
+      logprobs.push_back(eng.take_finished().at(0).forced_logprobs);
+      logs.push_back(std::move(log));
+    }
+    ASSERT_GT(logs[0].size(), 5u) << policy;
+    ASSERT_EQ(logs[0].size(), logs[1].size()) << policy;
+    for (size_t i = 0; i < logs[0].size(); ++i) {
+      EXPECT_EQ(logs[0][i].at_token, logs[1][i].at_token) << policy << " round " << i;
+      EXPECT_EQ(logs[0][i].kept_positions, logs[1][i].kept_positions) << policy << " round " << i;
+    }
+    ASSERT_EQ(logprobs[0].size(), logprobs[1].size());
+    // bf16 storage on CUDA: log-probs agree to about 1% of their size.
+    for (size_t i = 0; i < logprobs[0].size(); ++i)
+      EXPECT_NEAR(logprobs[0][i], logprobs[1][i], 0.05 + 0.02 * std::abs(logprobs[0][i])) << policy << " step " << i;
+  }
+}
+
+TEST(CudaEngine, MixedBatchEqualsEachSequenceAlone) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (or a build without CUDA)";
+  auto be = backend::make_backend({"cuda"});
+  const std::vector<std::string> texts = {"a", "The quick brown fox jumps over the lazy dog again and again", "12 + 7"};
+  const engine::SamplingParams sampling{0.8f, 0.95f, 0, 17};
+  auto run = [&](const std::vector<size_t>& which) {
+    engine::Engine eng(*qwen3().model, *be, budgeted("random_pp"));
+    for (size_t i : which) {
+      engine::GenerationRequest r;
+      r.prompt = engine::encode_raw_prompt(qwen3(), texts[i]);
+      r.max_new_tokens = 70;
+      r.sampling = sampling;
+      r.stream_id = i;
+      r.ignore_eos = true;
+      eng.submit(r);
+    }
+    eng.run();
+    auto out = eng.take_finished();
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+    return out;
+  };
+  const auto together = run({0, 1, 2});
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const auto alone = run({i});
+    EXPECT_EQ(alone[0].tokens, together[i].tokens) << "sequence " << i;
+    EXPECT_EQ(alone[0].stats.eviction_rounds, together[i].stats.eviction_rounds);
+  }
+}
+
+// Checkpoints made on the GPU machine under .gpu/<name>/ with golden.json beside them.
+std::vector<std::string> golden_checkpoints() {
+  std::vector<std::string> names;
+  const fs::path root = fs::path(KVDICE_SOURCE_DIR) / ".gpu";
+  if (fs::is_directory(root))
+    for (const auto& entry : fs::directory_iterator(root))
+      if (fs::exists(entry.path() / "golden.json")) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(TransformersParity, RandomWeightCheckpointsAgainstTransformersBf16) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (or a build without CUDA)";
+  const auto names = golden_checkpoints();
+  if (names.empty()) GTEST_SKIP() << "no .gpu/*/golden.json: made on the GPU machine by tools/gpu/run-parity.sh";
+  auto cuda = backend::make_backend({"cuda"});
+  for (const std::string& name : names) {
+    const fs::path dir = fs::path(KVDICE_SOURCE_DIR) / ".gpu" / name;
+    std::ifstream in(dir / "golden.json");
+    const Json golden = Json::parse(in);
+    const std::vector<int> prompt = golden["prompt"].get<std::vector<int>>();
+    std::vector<int> greedy = golden["greedy_tokens"].get<std::vector<int>>();
+    greedy.pop_back();  // the last one is predicted, never fed
+    const int vocab = golden["vocab"].get<int>();
+    const engine::ModelBundle bundle = engine::load_model_bundle(dir);
+    const auto got = run_rows(*bundle.model, *cuda, prompt, greedy);
+    std::ifstream lf(dir / "golden_logits.f32", std::ios::binary);
+    Json report = Json::array();
+    int top1 = 0, ties = 0;
+    double worst = 0, worst_abs = 0;
+    for (size_t r = 0; r < got.size(); ++r) {
+      std::vector<float> want(static_cast<size_t>(vocab));
+      lf.read(reinterpret_cast<char*>(want.data()), static_cast<std::streamsize>(want.size() * sizeof(float)));
+      ASSERT_TRUE(lf) << "golden_logits.f32 too short at row " << r;
+      const RowDiff d = compare(got[r], want);
+      top1 += d.top1_equal ? 1 : 0;
+      ties += d.near_tie ? 1 : 0;
+      worst = std::max(worst, d.relative);
+      worst_abs = std::max(worst_abs, d.max_abs);
+      EXPECT_TRUE(d.top1_equal || d.near_tie) << name << " row " << r;
+      report.push_back({{"row", r},
+                        {"top1_equal", d.top1_equal},
+                        {"near_tie", d.near_tie},
+                        {"relative", d.relative},
+                        {"max_abs", d.max_abs}});
+    }
+    std::ofstream(dir / ("kvdice_parity_" + name + ".json")) << Json{{"checkpoint", name}, {"rows", report}}.dump(1);
+    std::printf("[transformers-parity] %s: %zu rows (prefill + %zu decode), top-1 agreement %d/%zu, worst relative "
+                "error %.3e, worst max-abs %.3e, near-ties %d\n",
+                name.c_str(), got.size(), got.size() - 1, top1, got.size(), worst, worst_abs, ties);
+    EXPECT_LT(worst, 5e-2) << name;
+  }
+}
+
+}  // namespace
+}  // namespace kvdice

@@ -1,0 +1,537 @@
+// Op parity of the CUDA backend against the CPU reference, case tables per op (test-backend-ops
+// style): identical bf16-exact inputs on both backends, float ops by normalised error with the
+// tolerance in the table, integer results bit-exact, and a sentinel after every output checked
+// untouched. Skips (with the reason) without a GPU or in a build without CUDA.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "backend/op_harness.h"
+#include "backend/sampling_rule.h"
+#include "core/error.h"
+#include "policy/cuda_selection.h"
+#include "policy/eviction_policy.h"
+
+namespace kvdice::test {
+namespace {
+
+using backend::Backend;
+
+// Pages for sequences of the given slot capacities, shuffled so that no sequence's pages are contiguous.
+std::vector<int32_t> shuffled_page_table(int n_seqs, int max_pages, uint64_t seed) {
+  std::vector<int32_t> pages(static_cast<size_t>(n_seqs * max_pages));
+  std::iota(pages.begin(), pages.end(), 0);
+  std::shuffle(pages.begin(), pages.end(), std::mt19937_64(seed));
+  return pages;
+}
+
+// ---- embed, rmsnorm, matmul, silu_mul, gather, advance ------------------------------------------
+
+TEST(CudaOps, Embed) {
+  BackendPair pair = make_pair();
+  KVDICE_REQUIRE_GPU(pair);
+  struct Case {
+    int vocab, hidden, rows;
+  };
+  for (const Case c : {Case{1000, 64, 5}, Case{4096, 2560, 9}}) {
+    SCOPED_TRACE(testing::Message() << "vocab " << c.vocab << " hidden " << c.hidden);
+    const auto table = random_values(size_t(c.vocab) * c.hidden, 11);
+    HostBatch h = HostBatch::make(std::vector<int>(c.rows, 1), 1);
+    for (int r = 0; r < c.rows; ++r) h.tokens[r] = (r * 7919 + 3) % c.vocab;
+    std::vector<float> out[2];
+    int i = 0;
+    for (Backend* b : {pair.cpu.get(), pair.gpu.get()}) {
+      Matrix t(*b, b->weight_dtype(), c.vocab, c.hidden, "table");
+      t.upload(table);
+      Matrix x(*b, DType::F32, c.rows, c.hidden, "x");
+      DeviceBatch d(*b, h);
+      b->embed(d.batch, t.view, x.view);
+      out[i++] = x.download();
+      EXPECT_TRUE(x.memory.sentinel_intact());
+    }
+    EXPECT_EQ(out[0], out[1]);  // bf16 table values are exact in fp32
+  }
+}
+
+TEST(CudaOps, RmsNorm) {
+  BackendPair pair = make_pair();
+  KVDICE_REQUIRE_GPU(pair);
+  struct Case {
+    int rows, cols;
+    DType out;
+    double tol;
+  };
+  for (const Case c : {Case{3, 64, DType::F32, 1e-5}, Case{17, 2560, DType::F32, 1e-5},
+                       Case{17, 2560, DType::BF16, 6e-3}, Case{128, 1024, DType::BF16, 6e-3}}) {
+    SCOPED_TRACE(testing::Message() << c.rows << "x" << c.cols << " out " << dtype_name(c.out));
+    const auto x_host = random_values(size_t(c.rows) * c.cols, 21, 3.0f);
+    const auto w_host = random_values(size_t(c.cols), 22, 0.5f, 1.0f);
+    std::vector<float> out[2];
+    int i = 0;
+    for (Backend* b : {pair.cpu.get(), pair.gpu.get()}) {
+      Matrix x(*b, DType::F32, c.rows, c.cols, "x"), w(*b, DType::F32, 1, c.cols, "w");
+      Matrix y(*b, b->is_cpu() ? DType::F32 : c.out, c.rows, c.cols, "y");
+      x.upload(x_host);
+      w.upload(w_host);
+      b->rmsnorm(x.view, w.view, y.view, 1e-6f);
+      out[i++] = y.download();
+      EXPECT_TRUE(y.memory.sentinel_intact());
+    }
+    EXPECT_LE(relative_error(out[1], out[0]), c.tol);
+  }
+}
+
+TEST(CudaOps, Matmul) {
+  BackendPair pair = make_pair();
+  KVDICE_REQUIRE_GPU(pair);
+  struct Case {
+    const char* name;
+    int rows, in, out;
+    bool bias, accumulate;
+    double tol;
+  };
+  const Case cases[] = {
+      {"small+bias", 1, 64, 96, true, false, 1e-5},
+      {"small accumulate+bias", 6, 64, 32, true, true, 1e-5},
+      {"qwen3-4b qkv", 7, 2560, 6144, false, false, 1e-4},
+      {"qwen3-4b gate_up", 5, 2560, 19456, false, false, 1e-4},
+      {"qwen3-4b down (residual)", 5, 9728, 2560, false, true, 1e-4},
+      {"qwen3-4b o_proj batch 128", 128, 4096, 2560, false, true, 1e-4},
+      {"qwen3-4b logits", 3, 2560, 151936, false, false, 1e-4},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const auto x_host = random_values(size_t(c.rows) * c.in, 31);
+    const auto w_host = random_values(size_t(c.out) * c.in, 32, 0.05f);
+    const auto b_host = random_values(size_t(c.out), 33);
+    const auto y0 = random_values(size_t(c.rows) * c.out, 34);
+    std::vector<float> out[2];
+    int i = 0;
+    for (Backend* b : {pair.cpu.get(), pair.gpu.get()}) {
+      Matrix x(*b, b->activation_dtype(), c.rows, c.in, "x"), w(*b, b->weight_dtype(), c.out, c.in, "w");
+      Matrix bias(*b, DType::F32, 1, c.out, "bias"), y(*b, DType::F32, c.rows, c.out, "y");
+      x.upload(x_host);
+      w.upload(w_host);
+      bias.upload(b_host);
+      y.upload(y0);
+      backend::Weight weight{w.view, c.bias ? bias.view : backend::View{}};
+      b->matmul(x.view, weight, y.view, c.accumulate);
+      out[i++] = y.download();
+      EXPECT_TRUE(y.memory.sentinel_intact());
+    }
+    EXPECT_LE(relative_error(out[1], out[0]), c.tol);
+  }
+}
+
+TEST(CudaOps, SiluMulGatherAdvance) {
+  BackendPair pair = make_pair();
+  KVDICE_REQUIRE_GPU(pair);
+  const int rows = 6, n = 9728;
+  const auto gu = random_values(size_t(rows) * 2 * n, 41, 2.0f);
+  HostBatch h = HostBatch::make({2, 1, 3}, 1);
+  h.length = {5, 0, 9};
+  h.appended = {50, 0, 90};
+  std::vector<float> silu[2], gathered[2];
+  std::vector<int32_t> length[2], appended[2];
+  int i = 0;
+  for (Backend* b : {pair.cpu.get(), pair.gpu.get()}) {
+    Matrix g(*b, DType::F32, rows, 2 * n, "gate_up"), o(*b, b->activation_dtype(), rows, n, "out");
+    Matrix last(*b, DType::F32, 3, 2 * n, "last rows");
+    g.upload(gu);
+    DeviceBatch d(*b, h);
+    b->silu_mul(g.view, o.view);
+    b->gather_last_rows(d.batch, g.view, last.view);
+    b->advance(d.batch);
+    silu[i] = o.download();
+    gathered[i] = last.download();
+    length[i] = d.get(d.batch.length, 3);
+    appended[i] = d.get(d.batch.appended, 3);
+    EXPECT_TRUE(o.memory.sentinel_intact() && last.memory.sentinel_intact() && d.sentinels_intact());
+    ++i;
+  }
+  EXPECT_LE(relative_error(silu[1], silu[0]), 5e-3);
+  EXPECT_EQ(gathered[0], gathered[1]);
+  EXPECT_EQ(length[0], length[1]);
+  EXPECT_EQ(appended[0], appended[1]);
+  EXPECT_EQ(length[1], (std::vector<int32_t>{7, 1, 12}));
+}
+
+// ---- qk_norm_rope_append --------------------------------------------------------------------------
+
+struct RopeCase {
+  const char* name;
+  int n_heads, n_kv, head_dim, rotary_dim;
+  bool norms;
+  int base_position;
+};
+
+TEST(CudaOps, QkNormRopeAppend) {
+  BackendPair pair = make_pair();
+  KVDICE_REQUIRE_GPU(pair);
+  const RopeCase cases[] = {
+      {"fixture hd32", 4, 2, 32, 32, false, 0},
+      {"qwen2.5-0.5b", 14, 2, 64, 64, false, 5000},
+      {"qwen3-4b", 32, 8, 128, 128, true, 100000},
+      {"hd16 norms", 2, 1, 16, 16, true, 7},
+      {"hd256 partial rotary", 8, 4, 256, 128, true, 123},
+  };
+  for (const RopeCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int page_slots = 16, max_pages = 4;
+    HostBatch h = HostBatch::make({1, 4, 2}, max_pages);
+    h.length = {5, 0, 30};
+    h.appended = {c.base_position + 5, c.base_position, c.base_position + 900};
+    h.page_table = shuffled_page_table(h.n_seqs, max_pages, 51);
+    const int qkv_cols = (c.n_heads + 2 * c.n_kv) * c.head_dim;
+    const auto qkv_host = random_values(size_t(h.n_rows) * qkv_cols, 52, 2.0f);
+    const auto qn_host = random_values(size_t(c.head_dim), 53, 0.3f, 1.0f);
+    const auto kn_host = random_values(size_t(c.head_dim), 54, 0.3f, 1.0f);
+    std::vector<float> inv_freq(size_t(c.rotary_dim / 2));
+    for (int i = 0; i < c.rotary_dim / 2; ++i)
+      inv_freq[i] = static_cast<float>(1.0 / std::pow(1e6, 2.0 * i / c.rotary_dim));
+    const int n_pages = h.n_seqs * max_pages;
+    std::vector<float> q_out[2], k_out[2], v_out[2];
+    std::vector<int32_t> pos_out[2];
+    int i = 0;
+    for (Backend* b : {pair.cpu.get(), pair.gpu.get()}) {
+      Matrix qkv(*b, DType::F32, h.n_rows, qkv_cols, "qkv"),
+          q(*b, b->activation_dtype(), h.n_rows, int64_t{c.n_heads} * c.head_dim, "q");
+      Matrix qn(*b, DType::F32, 1, c.head_dim, "q_norm"), kn(*b, DType::F32, 1, c.head_dim, "k_norm");
+      Matrix freq(*b, DType::F32, 1, c.rotary_dim / 2, "inv_freq");
+      qkv.upload(qkv_host);
+      qn.upload(qn_host);
+      kn.upload(kn_host);
+      freq.upload(inv_freq);
+      KvLayerMemory kv(*b, n_pages, c.n_kv, page_slots, c.head_dim, 0);
+      DeviceBatch d(*b, h);
+      const backend::Rope rope{freq.view.as<const float>(), c.rotary_dim};
+      b->qk_norm_rope_append(d.batch, qkv.view, c.norms ? qn.view : backend::View{},
+                             c.norms ? kn.view : backend::View{}, 1e-6f, rope, kv.layer, q.view, c.n_heads);
+      q_out[i] = q.download();
+      k_out[i] = kv.keys.download();
+      v_out[i] = kv.values.download();
+      pos_out[i] = kv.download_positions();
+      EXPECT_TRUE(q.memory.sentinel_intact() && kv.sentinels_intact() && d.sentinels_intact());
+      ++i;
+    }
+    EXPECT_LE(relative_error(q_out[1], q_out[0]), 6e-3);
+    EXPECT_LE(relative_error(k_out[1], k_out[0]), 6e-3);
+    EXPECT_EQ(v_out[1], v_out[0]);  // v is copied: bf16-exact inputs stay exact
+    EXPECT_EQ(pos_out[1], pos_out[0]);
+  }
+}
+
+// ---- attention ------------------------------------------------------------------------------------
+
+struct AttentionCase {
+  const char* name;
+  int n_heads, n_kv, head_dim;
+  std::vector<int> rows, lengths;
+};
+
+TEST(CudaOps, Attention) {
+  BackendPair pair = make_pair();
+  KVDICE_REQUIRE_GPU(pair);
+  const AttentionCase cases[] = {
+      {"decode fixture hd32 g2", 4, 2, 32, {1, 1, 1}, {0, 17, 300}},
+      {"decode qwen2.5-0.5b g7 long (split)", 14, 2, 64, {1, 1}, {1000, 5000}},
+      {"decode qwen3-4b", 32, 8, 128, {1, 1, 1, 1}, {10, 2047, 4000, 64}},
+      {"decode hd16 mha", 16, 16, 16, {1, 1}, {33, 5}},
+      {"decode hd256 g4", 8, 2, 256, {1, 1}, {100, 700}},
+      {"prefill qwen3-4b", 32, 8, 128, {37, 5}, {0, 100}},
+      {"prefill qwen2.5-0.5b", 14, 2, 64, {70}, {0}},
+      {"prefill mixed hd16", 4, 4, 16, {20, 1}, {3, 50}},
+  };
+  for (const AttentionCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int page_slots = 16;
+    int max_slots = 0;
+    for (size_t s = 0; s < c.rows.size(); ++s) max_slots = std::max(max_slots, c.lengths[s] + c.rows[s]);
+    const int max_pages = (max_slots + page_slots - 1) / page_slots;
+    HostBatch h = HostBatch::make(c.rows, max_pages);
+    for (size_t s = 0; s < c.rows.size(); ++s) {
+      h.length[s] = c.lengths[s];
+      h.appended[s] = c.lengths[s];
+    }
+    h.page_table = shuffled_page_table(h.n_seqs, max_pages, 61);
+    const int n_pages = h.n_seqs * max_pages;
+    const size_t pool = size_t(n_pages) * c.n_kv * page_slots * c.head_dim;
+    const auto k_host = random_values(pool, 62), v_host = random_values(pool, 63);
+    const std::vector<int32_t> pos_host(pool / c.head_dim, 0);
+    const auto q_host = random_values(size_t(h.n_rows) * c.n_heads * c.head_dim, 64, 2.0f);
+    std::vector<float> out[2];
+    int i = 0;
+    for (Backend* b : {pair.cpu.get(), pair.gpu.get()}) {
+      KvLayerMemory kv(*b, n_pages, c.n_kv, page_slots, c.head_dim, 0);
+      kv.upload(k_host, v_host, pos_host);
+      Matrix q(*b, b->activation_dtype(), h.n_rows, int64_t{c.n_heads} * c.head_dim, "q");
+      Matrix o(*b, b->activation_dtype(), h.n_rows, int64_t{c.n_heads} * c.head_dim, "out");
+      q.upload(q_host);
+      DeviceBatch d(*b, h);
+      b->attention(d.batch, q.view, kv.layer, o.view, c.n_heads, 1.0f / std::sqrt(float(c.head_dim)));
+      out[i++] = o.download();
+      EXPECT_TRUE(o.memory.sentinel_intact() && kv.sentinels_intact());
+    }
+    EXPECT_LE(relative_error(out[1], out[0]), 1e-2);
+  }
+}
+
+// ---- sample ---------------------------------------------------------------------------------------
+
+struct SampleRow {
+  float temperature;
+  int top_k;
+  float top_p;
+  int forced;  // -1 = sample; -2 = force the argmax
+};
+
+TEST(CudaOps, SampleIsBitIdentical) {
+  BackendPair pair = make_pair();
+  KVDICE_REQUIRE_GPU(pair);
+  for (const int vocab : {1000, 151936}) {
+    const std::vector<SampleRow> rows = {
+        {0.0f, 0, 1.0f, -1}, {1.0f, 0, 1.0f, -1},         {0.7f, 50, 1.0f, -1},
+        {1.0f, 1, 1.0f, -1}, {1.0f, vocab - 1, 1.0f, -1}, {1.0f, vocab, 1.0f, -1},
+        {1.0f, 0, 0.9f, -1}, {1.0f, 0, 0.0f, -1},         {0.6f, 20, 0.95f, -1},
+        {1.3f, 0, 0.5f, -1}, {1.0f, 1 << 30, 0.999f, -1}, {2.5f, 7, 0.3f, -1},
+        {1.0f, 0, 1.0f, 3},  {1.0f, 0, 1.0f, -2},
+    };
+    // Two copies of every row: smooth logits and heavily tied logits (few distinct values).
+    const int n = static_cast<int>(rows.size()) * 2;
+    HostBatch h = HostBatch::make(std::vector<int>(n, 1), 1);
+    std::vector<float> logits = random_values(size_t(n) * vocab, 71, 3.0f);
+    for (int s = 0; s < n; ++s) {
+      const SampleRow& r = rows[s % rows.size()];
+      float* l = logits.data() + size_t(s) * vocab;
+      if (s >= static_cast<int>(rows.size()))
+        for (int i = 0; i < vocab; ++i) l[i] = std::floor(l[i] * 0.5f);  // ties
+      h.temperature[s] = r.temperature;
+      h.top_k[s] = r.top_k;
+      h.top_p[s] = r.top_p;
+      h.sample_key[s] = philox_key(1234, uint64_t(s), RngDomain::Sampling);
+      h.gen_step[s] = s * 3;
+      h.forced[s] = r.forced == -2 ? static_cast<int>(std::max_element(l, l + vocab) - l) : r.forced;
+    }
+    std::vector<int32_t> tokens[2], steps[2];
+    std::vector<float> logprob[2];
+    std::vector<uint8_t> argmax[2];
+    int i = 0;
+    for (Backend* b : {pair.cpu.get(), pair.gpu.get()}) {
+      Matrix l(*b, DType::F32, n, vocab, "logits");
+      l.upload(logits);
+      DeviceBatch d(*b, h);
+      for (int draw = 0; draw < 3; ++draw) {  // three steps: gen_step advances the stream
+        b->sample(d.batch, l.view);
+        const auto t = d.get(d.batch.next_token, size_t(n));
+        tokens[i].insert(tokens[i].end(), t.begin(), t.end());
+      }
+      steps[i] = d.get(d.batch.gen_step, size_t(n));
+      logprob[i] = d.get(d.batch.forced_logprob, size_t(n));
+      argmax[i] = d.get(d.batch.forced_is_argmax, size_t(n));
+      EXPECT_TRUE(d.sentinels_intact() && l.memory.sentinel_intact());
+      ++i;
+    }
+    EXPECT_EQ(tokens[1], tokens[0]) << "vocab " << vocab;
+    EXPECT_EQ(steps[1], steps[0]);
+    EXPECT_EQ(argmax[1], argmax[0]);
+    for (int s = 0; s < n; ++s)
+      EXPECT_NEAR(logprob[1][s], logprob[0][s], 1e-5f * (1.0f + std::fabs(logprob[0][s])));
+    // The CPU backend itself must agree with the reference rule (guards the harness).
+    for (int s = 0; s < n; ++s) {
+      if (h.forced[s] >= 0) continue;
+      const float* l = logits.data() + size_t(s) * vocab;
+      EXPECT_EQ(tokens[0][s], backend::sample_reference(l, vocab, h.temperature[s], h.top_k[s], h.top_p[s],
+                                                        h.sample_key[s], uint32_t(h.gen_step[s])));
+    }
+  }
+}
+
+// ---- evict ----------------------------------------------------------------------------------------
+
+struct EvictSeq {
+  int budget, window, length, appended, n_protected, policy_id;
+};
+
+// Fills both pools identically: candidate slots hold unique older positions in random slot order (as
+// after earlier rounds), window slots the newest r positions in order, K/V bf16-exact noise.
+struct EvictWorld {
+  static constexpr int kLayers = 2, kKv = 2, kHeadDim = 32, kPageSlots = 16;
+  HostBatch h;
+  int n_pages = 0;
+  std::vector<std::vector<float>> k, v;
+  std::vector<std::vector<int32_t>> pos;
+
+  EvictWorld(const std::vector<EvictSeq>& seqs, uint64_t seed) {
+    int max_slots = 0;
+    for (const EvictSeq& q : seqs) max_slots = std::max(max_slots, q.length + q.window);
+    const int max_pages = (max_slots + kPageSlots - 1) / kPageSlots;
+    h = HostBatch::make(std::vector<int>(seqs.size(), 1), max_pages);
+    h.page_table = shuffled_page_table(h.n_seqs, max_pages, seed);
+    n_pages = h.n_seqs * max_pages;
+    const size_t slots = size_t(n_pages) * kKv * kPageSlots;
+    std::mt19937_64 rng(seed);
+    for (int l = 0; l < kLayers; ++l) {
+      k.push_back(random_values(slots * kHeadDim, seed + 10 * l + 1));
+      v.push_back(random_values(slots * kHeadDim, seed + 10 * l + 2));
+      pos.emplace_back(slots, -1);
+    }
+    for (int s = 0; s < h.n_seqs; ++s) {
+      const EvictSeq& q = seqs[s];
+      h.budget[s] = q.budget;
+      h.window[s] = q.window;
+      h.length[s] = q.length;
+      h.appended[s] = q.appended;
+      h.n_protected[s] = q.n_protected;
+      h.policy_id[s] = q.policy_id;
+      h.evict_key[s] = philox_key(99, uint64_t(s), RngDomain::Eviction);
+      h.round[s] = s;
+      for (int l = 0; l < kLayers; ++l)
+        for (int g = 0; g < kKv; ++g) {
+          const int n_cand = q.length - q.window;
+          // Protected prompt slots keep positions 0..pl-1; other candidates: a random older subset.
+          std::vector<int32_t> older(size_t(q.appended - q.window - q.n_protected));
+          std::iota(older.begin(), older.end(), q.n_protected);
+          std::shuffle(older.begin(), older.end(), rng);
+          for (int slot = 0; slot < q.length; ++slot) {
+            int32_t p;
+            if (slot < q.n_protected)
+              p = slot;
+            else if (slot < n_cand)
+              p = older[size_t(slot - q.n_protected)];
+            else
+              p = q.appended - (q.length - slot);
+            set_position(l, s, g, slot, p);
+          }
+        }
+    }
+  }
+  size_t index(int s, int g, int slot) const {
+    const int page = h.page_table[size_t(s) * h.max_pages + slot / kPageSlots];
+    return (size_t(page) * kKv + g) * kPageSlots + slot % kPageSlots;
+  }
+  void set_position(int l, int s, int g, int slot, int32_t p) { pos[l][index(s, g, slot)] = p; }
+};
+
+struct PoolState {
+  std::vector<std::vector<float>> k, v;
+  std::vector<std::vector<int32_t>> pos;
+  std::vector<int32_t> length, round;
+  bool operator==(const PoolState&) const = default;
+};
+
+// Runs `rounds` eviction calls on one backend; between calls every due row gets r new window tokens.
+PoolState run_evictions(Backend& b, const EvictWorld& w, const policy::EvictionPolicy& policy, int rounds,
+                        bool* sentinels_ok) {
+  std::vector<std::unique_ptr<KvLayerMemory>> layers;
+  std::vector<backend::KvLayer> views;
+  for (int l = 0; l < EvictWorld::kLayers; ++l) {
+    layers.push_back(std::make_unique<KvLayerMemory>(b, w.n_pages, EvictWorld::kKv, EvictWorld::kPageSlots,
+                                                     EvictWorld::kHeadDim, l));
+    layers.back()->upload(w.k[l], w.v[l], w.pos[l]);
+    views.push_back(layers.back()->layer);
+  }
+  DeviceBatch d(b, w.h);
+  for (int round = 0; round < rounds; ++round) {
+    if (round > 0) {
+      // Append r tokens to rows that evicted (length == T): new window slots with the next positions.
+      auto length = d.get(d.batch.length, size_t(w.h.n_seqs));
+      auto appended = d.get(d.batch.appended, size_t(w.h.n_seqs));
+      for (int l = 0; l < EvictWorld::kLayers; ++l) {
+        auto pos = layers[l]->download_positions();
+        for (int s = 0; s < w.h.n_seqs; ++s) {
+          if (length[s] != w.h.budget[s] || w.h.budget[s] == 0) continue;
+          for (int g = 0; g < EvictWorld::kKv; ++g)
+            for (int i = 0; i < w.h.window[s]; ++i) pos[w.index(s, g, length[s] + i)] = appended[s] + i;
+        }
+        b.upload(layers[l]->positions.data(), pos.data(), pos.size() * sizeof(int32_t));
+      }
+      for (int s = 0; s < w.h.n_seqs; ++s) {
+        if (length[s] != w.h.budget[s] || w.h.budget[s] == 0) continue;
+        length[s] += w.h.window[s];
+        appended[s] += w.h.window[s];
+      }
+      b.upload(d.batch.length, length.data(), length.size() * sizeof(int32_t));
+      b.upload(d.batch.appended, appended.data(), appended.size() * sizeof(int32_t));
+    }
+    b.evict(d.batch, views, policy, 0);
+  }
+  PoolState state;
+  for (const auto& layer : layers) {
+    state.k.push_back(layer->keys.download());
+    state.v.push_back(layer->values.download());
+    state.pos.push_back(layer->download_positions());
+    *sentinels_ok = *sentinels_ok && layer->sentinels_intact();
+  }
+  state.length = d.get(d.batch.length, size_t(w.h.n_seqs));
+  state.round = d.get(d.batch.round, size_t(w.h.n_seqs));
+  *sentinels_ok = *sentinels_ok && d.sentinels_intact();
+  return state;
+}
+
+class CudaEvict : public testing::TestWithParam<std::string> {};
+
+TEST_P(CudaEvict, RoundsMatchTheCpuBitForBit) {
+  BackendPair pair = make_pair();
+  KVDICE_REQUIRE_GPU(pair);
+  const auto policy = policy::make_policy(GetParam());
+  const int pl = policy->protects_prompt() ? 5 : 0;
+  const std::vector<EvictSeq> seqs = {
+      {48, 16, 64, 200, pl, 0},           // due
+      {48, 16, 60, 60, pl, 0},            // not at a round boundary
+      {48, 16, 64, 64, pl, 1},            // another policy
+      {0, 16, 64, 64, 0, 0},              // no budget (full)
+      {32, 8, 40, 40, pl, 0},             // due, positions in slot order
+      {100, 4, 200, 300, pl ? 3 : 0, 0},  // due with 100 victims (a long prompt's first round)
+      {40, 20, 60, 1000, pl, 0},          // due, the window is a third of the budget
+  };
+  const EvictWorld world(seqs, 81);
+  bool cpu_ok = true, gpu_ok = true;
+  const PoolState cpu = run_evictions(*pair.cpu, world, *policy, 3, &cpu_ok);
+  const PoolState gpu = run_evictions(*pair.gpu, world, *policy, 3, &gpu_ok);
+  EXPECT_TRUE(cpu_ok);
+  EXPECT_TRUE(gpu_ok) << "a sentinel after a GPU buffer was overwritten";
+  EXPECT_EQ(gpu.length, cpu.length);
+  EXPECT_EQ(gpu.round, cpu.round);
+  for (int l = 0; l < EvictWorld::kLayers; ++l) {
+    EXPECT_EQ(gpu.pos[l], cpu.pos[l]) << "positions of layer " << l;
+    EXPECT_EQ(gpu.k[l], cpu.k[l]) << "keys of layer " << l;
+    EXPECT_EQ(gpu.v[l], cpu.v[l]) << "values of layer " << l;
+  }
+  // The rounds did something: the due rows are back at their budget, the others untouched.
+  EXPECT_EQ(cpu.length, (std::vector<int32_t>{48, 60, 64, 64, 32, 100, 40}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, CudaEvict,
+                         testing::Values("random_pp", "random", "random_shared", "recency_pp", "recency",
+                                         "streaming"));
+
+TEST(CudaEvictPolicies, EveryEvictingPolicyHasACudaSelection) {
+#ifndef KVDICE_WITH_CUDA
+  GTEST_SKIP() << "this build has no CUDA backend (configure with -DKVDICE_CUDA=ON)";
+#else
+  for (const std::string& name : policy::policy_names()) {
+    EXPECT_NO_THROW(policy::require_cuda_selection(name)) << name;
+    EXPECT_EQ(policy::cuda_selection(name) != nullptr, policy::make_policy(name)->evicts()) << name;
+  }
+  EXPECT_THROW(policy::require_cuda_selection("no_such_policy"), Error);
+#endif
+}
+
+TEST(CudaEvictPolicies, FullNeverEvicts) {
+  BackendPair pair = make_pair();
+  KVDICE_REQUIRE_GPU(pair);
+  const auto full = policy::make_policy("full");
+  const EvictWorld world({{0, 16, 64, 200, 0, 0}}, 91);  // the engine gives full rows no budget
+  bool ok = true;
+  const PoolState cpu = run_evictions(*pair.cpu, world, *full, 1, &ok);
+  const PoolState gpu = run_evictions(*pair.gpu, world, *full, 1, &ok);
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(gpu, cpu);
+  EXPECT_EQ(gpu.length, std::vector<int32_t>{64});
+}
+
+}  // namespace
+}  // namespace kvdice::test

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The CUDA backend's proof, in one call of the GPU machine (see docs/benchmarks.md for results):
+# op parity, fixture families CUDA vs CPU, engine parity, random-weight checkpoints of real shapes
+# against transformers bf16, `kvdice generate --backend cuda` under every policy, and first speeds.
+# Binaries come prebuilt in .gpu-bin/ (tools/gpu/pack.sh); results go to $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/kvdice-out}
+mkdir -p "$OUT" .gpu
+CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH="$PWD/.gpu-bin/lib:$CUBLAS_DIR:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+BIN=.gpu-bin
+log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+ldd $BIN/kvdice | grep -i "not found" && { echo "missing libraries"; exit 1; }
+[ "${SANITIZE:-0}" = 1 ] && { log "compute-sanitizer memcheck (fixture ops)"; timeout 300 compute-sanitizer --tool memcheck \
+  $BIN/test_backend --gtest_filter='CudaOps.*:*CudaEvict*:*FixtureOnCuda*0:CudaEngine.Mixed*:-CudaOps.Matmul' 2>&1 | tail -15 | tee -a "$OUT/summary.txt"; }
+
+STAGES=${STAGES:-tests parity generate speed}
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+if has tests; then
+  log "op parity, fixture families, engine parity"
+  timeout 400 $BIN/test_backend --gtest_filter=-'TransformersParity*' 2>&1 | tee "$OUT/test_backend.txt" \
+    | grep -E "^\[  (PASSED|FAILED|SKIPPED) |cuda-vs-cpu|Failure|rror" | head -60
+fi
+has parity || SHAPES=${SHAPES:-}
+
+SHAPES=${SHAPES:-qwen3-4b qwen2.5-0.5b}
+for s in $SHAPES; do
+  if [ ! -f .gpu/$s/golden.json ]; then
+    log "checkpoint $s"
+    python3 tools/gpu/make_checkpoint.py --shape configs/shapes/$s.json --out .gpu/$s 2>&1 | tail -2
+    python3 tools/gpu/golden_logits.py --model .gpu/$s --prompt-len 100 --steps 64 2>&1 | tail -2
+  fi
+done
+has parity && log "transformers parity" && timeout 600 $BIN/test_backend --gtest_filter='TransformersParity*' 2>&1 | tee "$OUT/parity.txt" | grep -E "transformers-parity|OK|FAILED|Failure" -A2 | head -40
+cp .gpu/*/kvdice_parity_*.json "$OUT/" 2>/dev/null || true
+
+# kvdice generate --backend cuda under every policy with a CUDA file (default-model shape, fast to load),
+# then first speeds on the Qwen3-4B shape at batch 1 and 128.
+Q05=.gpu/qwen2.5-0.5b
+has generate && for p in full random_pp random random_shared recency_pp recency streaming; do
+  log "generate $p (qwen2.5-0.5b shape)"
+  timeout 120 $BIN/kvdice generate --backend cuda -m $Q05 --chat -p "Tell me a long story about dice." \
+    --policy $p --budget 128 --window 32 -n 300 --temperature 0.6 --top-p 0.95 --seed 1 --ignore-eos 2>&1 \
+    | tail -6 | tee -a "$OUT/summary.txt"
+done
+Q4=.gpu/qwen3-4b
+PROMPT=$(python3 -c "print(' '.join(['dice']*1000))")
+has speed && for p in "full 0" "random_pp 2048"; do
+  set -- $p
+  for batch in 1 128; do
+    log "speed $1 T=$2 batch $batch (qwen3-4b shape, ~1k prompt, 1024 new)"
+    budget=""; [ "$2" != 0 ] && budget="--budget $2 --window 64"
+    timeout 300 $BIN/kvdice generate --backend cuda -m $Q4 -p "$PROMPT" --policy $1 $budget --samples $batch \
+      -n 1024 --temperature 0.6 --seed 1 --ignore-eos --json > "$OUT/speed_$1_b$batch.json" 2> "$OUT/speed_$1_b$batch.err"
+    tail -2 "$OUT/speed_$1_b$batch.err" | tee -a "$OUT/summary.txt"
+    python3 -c "
+import json,sys; r=json.load(open('$OUT/speed_$1_b$batch.json')); r=r if isinstance(r,list) else [r]
+s=[x['stats'] for x in r]; print('decode tok/s per sequence: %.1f, aggregate %.1f, rounds %d' % (s[0]['decode_tokens_per_second'], sum(x['decode_tokens_per_second'] for x in s), s[0]['eviction_rounds']))" | tee -a "$OUT/summary.txt"
+  done
+done
