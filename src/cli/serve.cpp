@@ -49,8 +49,8 @@ void run_serve(ServeOptions& o) {
   const int port = srv.bind();
   // One line on stdout, flushed, so scripts and tests can wait for it.
   fmt::print("kvdice serve: listening on http://{}:{} model '{}' ({}), backend {}, default kv {} T={} r={}\n",
-             s.host, port, s.model_name, bundle.source, backend->name(), s.limits.kv.policy, s.limits.kv.budget,
-             s.limits.kv.window);
+             s.host, port, s.model_name, bundle.source, backend->name(), s.limits.kv.policy,
+             s.limits.kv.budget, s.limits.kv.window);
   std::fflush(stdout);
   const int code = srv.serve_until_signal();
   if (code != 0) fail("server stopped with code {}", code);
@@ -62,13 +62,17 @@ void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   server::ServerOptions& s = o->server;
   CLI::App* cmd = app.add_subcommand(
-      "serve", "OpenAI-compatible HTTP server (chat/completions, completions, SSE) with per-request kv settings");
-  cmd->add_option("--model,-m", o->model, "HF checkpoint directory, .gguf file, or a known model name")->required();
-  cmd->add_option("--served-model-name", o->model_name, "Model id clients send as \"model\" (default: --model)");
+      "serve",
+      "OpenAI-compatible HTTP server (chat/completions, completions, SSE) with per-request kv settings");
+  cmd->add_option("--model,-m", o->model, "HF checkpoint directory, .gguf file, or a known model name")
+      ->required();
+  cmd->add_option("--served-model-name", o->model_name,
+                  "Model id clients send as \"model\" (default: --model)");
   cmd->add_option("--host", s.host, "Address to bind (default 127.0.0.1: this machine only)");
   cmd->add_option("--port", s.port, "Port (0 = any free port; the chosen one is printed)");
   cmd->add_option("--api-key", s.api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
-  cmd->add_option("--policy", s.limits.kv.policy, "Default eviction policy (a request's kv.policy overrides)");
+  cmd->add_option("--policy", s.limits.kv.policy,
+                  "Default eviction policy (a request's kv.policy overrides)");
   cmd->add_option("--budget,-T", s.limits.kv.budget, "Default KV budget T (kv.budget overrides)");
   cmd->add_option("--window,-r", s.limits.kv.window, "Default recency window r (kv.window overrides)");
   cmd->add_option("--long-prompt", o->long_prompt, "Default for a prompt longer than T - r: warn or error");
@@ -76,7 +80,8 @@ void add_serve_command(CLI::App& app) {
                   "max_tokens when a request gives none (capped by the context length)");
   cmd->add_option("--max-n", s.limits.max_n, "Largest n a request may ask for");
   cmd->add_option("--max-batch", s.engine.max_batch, "Sequences decoded together at most");
-  cmd->add_option("--max-queue", s.engine.max_queue, "Requests that may wait for KV memory; beyond: HTTP 429");
+  cmd->add_option("--max-queue", s.engine.max_queue,
+                  "Requests that may wait for KV memory; beyond: HTTP 429");
   cmd->add_option("--kv-slots", s.engine.kv_slots,
                   "KV pool: slots (per layer and KV head) reserved across running sequences; a request that "
                   "can never fit gets HTTP 400");
@@ -87,7 +92,8 @@ void add_serve_command(CLI::App& app) {
                   "Seconds SIGINT/SIGTERM waits for running requests before cutting them");
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all)");
   cmd->footer(
-      "Raw prompts (/v1/completions): special-token text such as <|im_end|> is parsed as special tokens by default, "
+      "Raw prompts (/v1/completions): special-token text such as <|im_end|> is parsed as special tokens by "
+      "default, "
       "as transformers does; send \"special_tokens\": \"text\" to encode it as plain text.");
   cmd->callback([o] { run_serve(*o); });
 }

@@ -134,7 +134,8 @@ Json delta_choice(const ResponseContext& ctx, size_t index, const SplitText& del
 }  // namespace
 
 bool pump_completion(EngineHost& host, Job& job, const ResponseContext& ctx,
-                     const std::function<bool(const std::string&)>& write, const std::function<bool()>& alive) {
+                     const std::function<bool(const std::string&)>& write,
+                     const std::function<bool()>& alive) {
   const size_t n = job.requests.size();
   std::vector<ChoiceText> texts;
   texts.reserve(n);
@@ -186,7 +187,8 @@ bool pump_completion(EngineHost& host, Job& job, const ResponseContext& ctx,
         t.done = true;
         t.finish_reason = *finish;
       }
-      if (ctx.stream && error.empty() && (!delta.content.empty() || !delta.reasoning.empty() || finish || !started[i])) {
+      if (ctx.stream && error.empty() &&
+          (!delta.content.empty() || !delta.reasoning.empty() || finish || !started[i])) {
         Json chunk = chunk_base(ctx);
         chunk["choices"].push_back(delta_choice(ctx, i, delta, !started[i], finish));
         if (ctx.include_usage) chunk["usage"] = nullptr;
@@ -225,7 +227,8 @@ bool pump_completion(EngineHost& host, Job& job, const ResponseContext& ctx,
               {"choices", Json::array()},
               {"usage", usage}};
     for (size_t i = 0; i < n; ++i) {
-      Json choice{{"index", i}, {"finish_reason", public_finish(texts[i].finish_reason)}, {"logprobs", nullptr}};
+      Json choice{
+          {"index", i}, {"finish_reason", public_finish(texts[i].finish_reason)}, {"logprobs", nullptr}};
       if (ctx.endpoint == Endpoint::Chat) {
         Json message{{"role", "assistant"}, {"content", texts[i].total.content}};
         if (ctx.reasoning) message["reasoning_content"] = texts[i].total.reasoning;

@@ -36,6 +36,7 @@ struct ResponseContext {
 // polls `alive` between tokens. Cancels the job's sequences when the client leaves or a stop
 // string ends a choice. Returns false when the client left.
 bool pump_completion(EngineHost& host, Job& job, const ResponseContext& ctx,
-                     const std::function<bool(const std::string&)>& write, const std::function<bool()>& alive);
+                     const std::function<bool(const std::string&)>& write,
+                     const std::function<bool()>& alive);
 
 }  // namespace kvdice::server

@@ -108,8 +108,7 @@ bool EngineHost::drain(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
   draining_ = true;
   cv_.notify_all();
-  const bool finished =
-      cv_.wait_for(lock, timeout, [&] { return queue_.empty() && running_ == 0; });
+  const bool finished = cv_.wait_for(lock, timeout, [&] { return queue_.empty() && running_ == 0; });
   if (finished) return true;
   abort_all_ = true;
   cv_.notify_all();
@@ -326,8 +325,8 @@ void EngineHost::apply_cancels(Group& g) {
     s.dropped = true;
     ++it;
   }
-  const bool all_dropped =
-      !g.live.empty() && std::all_of(g.live.begin(), g.live.end(), [](const auto& e) { return e.second.dropped; });
+  const bool all_dropped = !g.live.empty() && std::all_of(g.live.begin(), g.live.end(),
+                                                          [](const auto& e) { return e.second.dropped; });
   if (all_dropped) throw Abort{};  // nothing of value runs in this engine: free it all now
 }
 

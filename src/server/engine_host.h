@@ -37,8 +37,8 @@ using Clock = std::chrono::steady_clock;
 
 // One generated sequence of a job, as the engine thread reports it.
 struct ChoiceProgress {
-  std::vector<int> tokens;     // sampled so far (the final stop id included)
-  bool finished = false;       // the engine finished it (result set) or it was dropped
+  std::vector<int> tokens;  // sampled so far (the final stop id included)
+  bool finished = false;    // the engine finished it (result set) or it was dropped
   bool cancel_requested = false;
   std::optional<engine::GenerationResult> result;  // absent when the sequence was dropped
 };
@@ -47,7 +47,7 @@ struct ChoiceProgress {
 struct Job {
   KvSettings kv;
   std::vector<engine::GenerationRequest> requests;  // one per choice
-  int64_t reserved_slots = 0;                        // all choices together
+  int64_t reserved_slots = 0;                       // all choices together
   Clock::time_point enqueued = Clock::now();
 
   // Written by the engine thread, read by the handler; guarded by `mutex`, signalled on `cv`.
@@ -58,9 +58,9 @@ struct Job {
 };
 
 struct HostOptions {
-  int max_batch = 64;           // running sequences at once
-  int max_queue = 64;           // waiting jobs beyond which a request gets 429
-  int64_t kv_slots = 1 << 16;   // pool: reserved slots (per layer and KV head) across running sequences
+  int max_batch = 64;          // running sequences at once
+  int max_queue = 64;          // waiting jobs beyond which a request gets 429
+  int64_t kv_slots = 1 << 16;  // pool: reserved slots (per layer and KV head) across running sequences
   uint64_t eviction_seed = 0;
 };
 

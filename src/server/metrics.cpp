@@ -30,7 +30,8 @@ struct Metrics::Handles {
 Metrics::Metrics(int64_t kv_slot_capacity)
     : registry_(std::make_shared<Registry>()), h_(std::make_unique<Handles>()) {
   Registry& r = *registry_;
-  h_->requests = &BuildCounter().Name("kvdice_requests_total").Help("HTTP requests by route and status").Register(r);
+  h_->requests =
+      &BuildCounter().Name("kvdice_requests_total").Help("HTTP requests by route and status").Register(r);
   h_->prompt_tokens =
       &BuildCounter().Name("kvdice_prompt_tokens_total").Help("Prompt tokens prefilled").Register(r).Add({});
   h_->generated_tokens =
@@ -45,10 +46,15 @@ Metrics::Metrics(int64_t kv_slot_capacity)
                        .Help("Sequences stopped early: client gone, stop string, drain timeout")
                        .Register(r)
                        .Add({});
-  h_->queue =
-      &BuildGauge().Name("kvdice_queue_depth").Help("Requests waiting for KV reservation").Register(r).Add({});
-  h_->running = &BuildGauge().Name("kvdice_running_sequences").Help("Sequences in the engine").Register(r).Add({});
-  auto& kv = BuildGauge().Name("kvdice_kv_slots").Help("KV slots (per layer and KV head) in the pool").Register(r);
+  h_->queue = &BuildGauge()
+                   .Name("kvdice_queue_depth")
+                   .Help("Requests waiting for KV reservation")
+                   .Register(r)
+                   .Add({});
+  h_->running =
+      &BuildGauge().Name("kvdice_running_sequences").Help("Sequences in the engine").Register(r).Add({});
+  auto& kv =
+      BuildGauge().Name("kvdice_kv_slots").Help("KV slots (per layer and KV head) in the pool").Register(r);
   h_->kv_reserved = &kv.Add({{"state", "reserved"}});
   h_->kv_resident = &kv.Add({{"state", "resident"}});
   h_->kv_capacity = &kv.Add({{"state", "capacity"}});

@@ -14,8 +14,8 @@ namespace {
 
 // Fields OpenAI defines that kvdice accepts only with their neutral value (anything else is a 400
 // rather than silently ignored), and fields it accepts and ignores (metadata for the caller).
-const std::set<std::string> kIgnored = {"user", "metadata", "store", "service_tier", "stream_options",
-                                        "parallel_tool_calls"};
+const std::set<std::string> kIgnored = {"user",         "metadata",       "store",
+                                        "service_tier", "stream_options", "parallel_tool_calls"};
 
 std::string type_name(const Json& v) { return v.type_name(); }
 
@@ -31,7 +31,8 @@ bool get_bool(const Json& v, const std::string& field) {
 double get_number(const Json& v, const std::string& field, double lo, double hi) {
   if (!v.is_number()) wrong_type(field, "a number", v);
   const double x = v.get<double>();
-  if (!(x >= lo && x <= hi)) bad_request(field, fmt::format("'{}' must be in [{}, {}] (got {})", field, lo, hi, x));
+  if (!(x >= lo && x <= hi))
+    bad_request(field, fmt::format("'{}' must be in [{}, {}] (got {})", field, lo, hi, x));
   return x;
 }
 
@@ -41,7 +42,8 @@ int64_t get_integer(const Json& v, const std::string& field, int64_t lo, int64_t
   if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
     bad_request(field, fmt::format("'{}' must be in [{}, {}]", field, lo, hi));
   const int64_t x = v.get<int64_t>();
-  if (x < lo || x > hi) bad_request(field, fmt::format("'{}' must be in [{}, {}] (got {})", field, lo, hi, x));
+  if (x < lo || x > hi)
+    bad_request(field, fmt::format("'{}' must be in [{}, {}] (got {})", field, lo, hi, x));
   return x;
 }
 
@@ -112,7 +114,8 @@ KvSettings parse_kv(const Json& v, KvSettings kv) {
       if (rule != "warn" && rule != "error") bad_request(field, "'kv.long_prompt' must be 'warn' or 'error'");
       kv.long_prompt = rule == "error" ? kv::LongPromptRule::Error : kv::LongPromptRule::Warn;
     } else {
-      bad_request(field, fmt::format("unknown field '{}' in 'kv' (policy, budget, window, long_prompt)", key));
+      bad_request(field,
+                  fmt::format("unknown field '{}' in 'kv' (policy, budget, window, long_prompt)", key));
     }
   }
   std::unique_ptr<policy::EvictionPolicy> policy;
@@ -158,9 +161,8 @@ CompletionRequest parse_completion_request(const Json& body, Endpoint endpoint, 
         r.prompt = v.get<std::string>();
       } else if (v.is_array() && v.size() == 1 && v[0].is_string()) {
         r.prompt = v[0].get<std::string>();
-      } else if (v.is_array() && !v.empty() && std::all_of(v.begin(), v.end(), [](const Json& x) {
-                   return x.is_number_integer();
-                 })) {
+      } else if (v.is_array() && !v.empty() &&
+                 std::all_of(v.begin(), v.end(), [](const Json& x) { return x.is_number_integer(); })) {
         std::vector<int> ids;
         for (const Json& x : v) ids.push_back(static_cast<int>(get_integer(x, "prompt", 0, INT32_MAX)));
         r.prompt_ids = std::move(ids);
@@ -218,7 +220,8 @@ CompletionRequest parse_completion_request(const Json& body, Endpoint endpoint, 
       bad_request(key, fmt::format("'{}' is not supported by this server yet", key));
     } else if (key == "frequency_penalty" || key == "presence_penalty") {
       if (v.is_null()) continue;
-      if (get_number(v, key, -2.0, 2.0) != 0.0) bad_request(key, fmt::format("'{}' is not supported (only 0)", key));
+      if (get_number(v, key, -2.0, 2.0) != 0.0)
+        bad_request(key, fmt::format("'{}' is not supported (only 0)", key));
     } else if (key == "logit_bias") {
       if (v.is_null()) continue;
       if (!v.is_object()) wrong_type(key, "an object", v);
@@ -255,7 +258,8 @@ CompletionRequest parse_completion_request(const Json& body, Endpoint endpoint, 
     }
   }
   if (!body.contains("model")) bad_request("model", "you must provide a model parameter");
-  if (!have_input) bad_request(chat ? "messages" : "prompt", chat ? "'messages' is required" : "'prompt' is required");
+  if (!have_input)
+    bad_request(chat ? "messages" : "prompt", chat ? "'messages' is required" : "'prompt' is required");
   return r;
 }
 

@@ -9,18 +9,20 @@ Json error_responses() {
   const Json error_ref = {{"$ref", "#/components/schemas/Error"}};
   Json out = Json::object();
   for (const char* code : {"400", "401", "404", "413", "429", "503"}) {
-    out[code] = {{"description", "OpenAI-style error"}, {"content", {{"application/json", {{"schema", error_ref}}}}}};
+    out[code] = {{"description", "OpenAI-style error"},
+                 {"content", {{"application/json", {{"schema", error_ref}}}}}};
   }
   return out;
 }
 
-Json common_properties() {
+Json common_properties(const std::string& model_name) {
   return Json{
-      {"model", {{"type", "string"}}},
+      {"model", {{"type", "string"}, {"enum", {model_name}}}},
       {"max_tokens", {{"type", "integer"}, {"minimum", 1}, {"nullable", true}}},
       {"max_completion_tokens", {{"type", "integer"}, {"minimum", 1}, {"nullable", true}}},
       {"temperature", {{"type", "number"}, {"minimum", 0}, {"maximum", 2}, {"nullable", true}}},
-      {"top_p", {{"type", "number"}, {"exclusiveMinimum", true}, {"minimum", 0}, {"maximum", 1}, {"nullable", true}}},
+      {"top_p",
+       {{"type", "number"}, {"exclusiveMinimum", true}, {"minimum", 0}, {"maximum", 1}, {"nullable", true}}},
       {"top_k", {{"type", "integer"}, {"minimum", -1}}},
       {"n", {{"type", "integer"}, {"minimum", 1}, {"nullable", true}}},
       {"seed", {{"type", "integer"}, {"nullable", true}}},
@@ -36,7 +38,8 @@ Json common_properties() {
         {"additionalProperties", false},
         {"properties", {{"include_usage", {{"type", "boolean"}}}}}}},
       {"ignore_eos", {{"type", "boolean"}}},
-      {"logprobs", {{"nullable", true}, {"description", "only false/null: log-probabilities are not served yet"}}},
+      {"logprobs",
+       {{"nullable", true}, {"description", "only false/null: log-probabilities are not served yet"}}},
       {"frequency_penalty", {{"type", "number"}, {"minimum", -2}, {"maximum", 2}, {"nullable", true}}},
       {"presence_penalty", {{"type", "number"}, {"minimum", -2}, {"maximum", 2}, {"nullable", true}}},
       {"logit_bias", {{"type", "object"}, {"nullable", true}}},
@@ -45,14 +48,15 @@ Json common_properties() {
   };
 }
 
-Json build() {
-  Json chat_props = common_properties();
-  chat_props["messages"] = {{"type", "array"}, {"minItems", 1}, {"items", {{"$ref", "#/components/schemas/Message"}}}};
+Json build(const std::string& model_name) {
+  Json chat_props = common_properties(model_name);
+  chat_props["messages"] = {
+      {"type", "array"}, {"minItems", 1}, {"items", {{"$ref", "#/components/schemas/Message"}}}};
   chat_props["top_logprobs"] = {{"type", "integer"}, {"minimum", 0}, {"maximum", 20}, {"nullable", true}};
   chat_props["chat_template_kwargs"] = {{"type", "object"},
                                         {"additionalProperties", false},
                                         {"properties", {{"enable_thinking", {{"type", "boolean"}}}}}};
-  Json completion_props = common_properties();
+  Json completion_props = common_properties(model_name);
   completion_props["prompt"] = {
       {"oneOf",
        {{{"type", "string"}},
@@ -61,30 +65,33 @@ Json build() {
   completion_props["special_tokens"] = {
       {"type", "string"},
       {"enum", {"parse", "text"}},
-      {"description", "parse (default, as transformers): special-token text in the prompt becomes special tokens; "
-                      "text: it is encoded as plain text"}};
+      {"description",
+       "parse (default, as transformers): special-token text in the prompt becomes special tokens; "
+       "text: it is encoded as plain text"}};
   completion_props["echo"] = {{"type", "boolean"}, {"nullable", true}};
   completion_props["best_of"] = {{"type", "integer"}, {"minimum", 1}, {"nullable", true}};
 
   auto operation = [](const std::string& summary, const std::string& schema) {
-    return Json{{"summary", summary},
-                {"requestBody",
-                 {{"required", true},
-                  {"content", {{"application/json", {{"schema", {{"$ref", "#/components/schemas/" + schema}}}}}}}}},
-                {"responses",
-                 [&] {
-                   Json r = error_responses();
-                   r["200"] = {{"description", "a completion (JSON), or server-sent events when stream is true"},
-                               {"content",
-                                {{"application/json", {{"schema", {{"type", "object"}}}}},
-                                 {"text/event-stream", {{"schema", {{"type", "string"}}}}}}}};
-                   return r;
-                 }()}};
+    return Json{
+        {"summary", summary},
+        {"requestBody",
+         {{"required", true},
+          {"content", {{"application/json", {{"schema", {{"$ref", "#/components/schemas/" + schema}}}}}}}}},
+        {"responses", [&] {
+           Json r = error_responses();
+           r["200"] = {{"description", "a completion (JSON), or server-sent events when stream is true"},
+                       {"content",
+                        {{"application/json", {{"schema", {{"type", "object"}}}}},
+                         {"text/event-stream", {{"schema", {{"type", "string"}}}}}}}};
+           return r;
+         }()}};
   };
   auto get_operation = [](const std::string& summary, const std::string& type) {
-    return Json{{"get",
-                 {{"summary", summary},
-                  {"responses", {{"200", {{"description", "ok"}, {"content", {{type, {{"schema", Json::object()}}}}}}}}}}}};
+    return Json{
+        {"get",
+         {{"summary", summary},
+          {"responses",
+           {{"200", {{"description", "ok"}, {"content", {{type, {{"schema", Json::object()}}}}}}}}}}}};
   };
 
   Json doc = {
@@ -92,7 +99,8 @@ Json build() {
       {"info",
        {{"title", "kvdice serve"},
         {"version", "1"},
-        {"description", "OpenAI-compatible completions with a per-request KV-cache policy and budget (kv)."}}},
+        {"description",
+         "OpenAI-compatible completions with a per-request KV-cache policy and budget (kv)."}}},
       {"paths",
        {{"/v1/chat/completions", {{"post", operation("Chat completion", "ChatCompletionRequest")}}},
         {"/v1/completions", {{"post", operation("Text completion", "CompletionRequest")}}},
@@ -121,9 +129,16 @@ Json build() {
             {"properties",
              {{"policy",
                {{"type", "string"},
-                {"enum", {"full", "random_pp", "random", "random_shared", "recency_pp", "recency", "streaming"}}}},
-              {"budget", {{"type", "integer"}, {"minimum", 0}, {"description", "T: slots per layer and KV head after a round"}}},
-              {"window", {{"type", "integer"}, {"minimum", 1}, {"description", "r: recency window; T must be a multiple"}}},
+                {"enum",
+                 {"full", "random_pp", "random", "random_shared", "recency_pp", "recency", "streaming"}}}},
+              {"budget",
+               {{"type", "integer"},
+                {"minimum", 0},
+                {"description", "T: slots per layer and KV head after a round"}}},
+              {"window",
+               {{"type", "integer"},
+                {"minimum", 1},
+                {"description", "r: recency window; T must be a multiple"}}},
               {"long_prompt", {{"type", "string"}, {"enum", {"warn", "error"}}}}}}}},
           {"Message",
            {{"type", "object"},
@@ -141,7 +156,8 @@ Json build() {
                      {"required", {"type", "text"}},
                      {"additionalProperties", false},
                      {"properties",
-                      {{"type", {{"type", "string"}, {"enum", {"text"}}}}, {"text", {{"type", "string"}}}}}}}}}}}}}}}},
+                      {{"type", {{"type", "string"}, {"enum", {"text"}}}},
+                       {"text", {{"type", "string"}}}}}}}}}}}}}}}},
           {"ChatCompletionRequest",
            {{"type", "object"},
             {"required", {"model", "messages"}},
@@ -157,9 +173,6 @@ Json build() {
 
 }  // namespace
 
-const std::string& openapi_document() {
-  static const std::string doc = build().dump(2);
-  return doc;
-}
+std::string openapi_document(const std::string& model_name) { return build(model_name).dump(2); }
 
 }  // namespace kvdice::server

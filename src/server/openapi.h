@@ -6,6 +6,7 @@
 
 namespace kvdice::server {
 
-const std::string& openapi_document();
+// `model_name` is the one model id the server accepts (an enum, so generated requests reach the engine).
+std::string openapi_document(const std::string& model_name);
 
 }  // namespace kvdice::server

@@ -114,15 +114,16 @@ void Server::Impl::install_routes() {
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
-  http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req,
-                                                                 httplib::Response& res) {
-    if (!res.body.empty() || res.is_chunked_content_provider_) return httplib::Server::HandlerResponse::Unhandled;
-    std::string message = fmt::format("{} {} failed with HTTP {}", req.method, req.path, res.status);
-    if (res.status == 413) message = "request body too large";
-    if (res.status == 404) message = fmt::format("no route {} {}", req.method, req.path);
-    send_json(res, res.status, error_json(res.status, message));
-    return httplib::Server::HandlerResponse::Handled;
-  }));
+  http.set_error_handler(
+      httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty() || res.is_chunked_content_provider_)
+          return httplib::Server::HandlerResponse::Unhandled;
+        std::string message = fmt::format("{} {} failed with HTTP {}", req.method, req.path, res.status);
+        if (res.status == 413) message = "request body too large";
+        if (res.status == 404) message = fmt::format("no route {} {}", req.method, req.path);
+        send_json(res, res.status, error_json(res.status, message));
+        return httplib::Server::HandlerResponse::Handled;
+      }));
   http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string message = "internal error";
     try {
@@ -134,8 +135,8 @@ void Server::Impl::install_routes() {
     send_json(res, 500, error_json(500, message));
   });
   http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    static const std::set<std::string> known = {"/v1/chat/completions", "/v1/completions", "/v1/models",
-                                                "/health", "/metrics", "/openapi.json"};
+    static const std::set<std::string> known = {
+        "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/openapi.json"};
     metrics.request_finished(known.count(req.path) ? req.path : "other", res.status);
   });
 
@@ -149,8 +150,8 @@ void Server::Impl::install_routes() {
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics.render(), "text/plain; version=0.0.4");
   });
-  http.Get("/openapi.json", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(openapi_document(), "application/json");
+  http.Get("/openapi.json", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(openapi_document(options.model_name), "application/json");
   });
   auto model_card = [this] {
     return Json{{"id", options.model_name},
@@ -170,8 +171,9 @@ void Server::Impl::install_routes() {
     }
     send_json(res, 200, model_card());
   });
-  http.Post("/v1/chat/completions",
-            [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, Endpoint::Chat); });
+  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    completion(req, res, Endpoint::Chat);
+  });
   http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     completion(req, res, Endpoint::Completion);
   });
@@ -183,13 +185,15 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
     try {
       body = Json::parse(req.body);
     } catch (const Json::exception& e) {
-      throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()), "", "invalid_json");
+      throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()), "",
+                     "invalid_json");
     }
     const CompletionRequest r = parse_completion_request(body, endpoint, options.limits);
     if (r.model != options.model_name)
-      throw ApiError(404, fmt::format("The model '{}' does not exist; this server serves '{}'", r.model,
-                                      options.model_name),
-                     "model", "model_not_found");
+      throw ApiError(
+          404,
+          fmt::format("The model '{}' does not exist; this server serves '{}'", r.model, options.model_name),
+          "model", "model_not_found");
     const model::ModelConfig& config = bundle.model->config();
     const tokenizer::Tokenizer& tok = *bundle.tokenizer;
 
@@ -198,7 +202,8 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
     const char* input_field = endpoint == Endpoint::Chat ? "messages" : "prompt";
     try {
       if (endpoint == Endpoint::Chat) {
-        if (!has_chat_template) bad_request("messages", "this model has no usable chat template: " + chat_template_error);
+        if (!has_chat_template)
+          bad_request("messages", "this model has no usable chat template: " + chat_template_error);
         const std::string rendered =
             tokenizer::render_chat(chat_template, r.messages, {true, r.enable_thinking});
         prompt = tok.encode_prompt(rendered, /*parse_special=*/true);
@@ -207,7 +212,9 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
       } else if (r.prompt_ids) {
         prompt = *r.prompt_ids;
         for (int t : prompt)
-          if (t >= config.vocab) bad_request("prompt", fmt::format("token id {} is outside the vocabulary (size {})", t, config.vocab));
+          if (t >= config.vocab)
+            bad_request("prompt",
+                        fmt::format("token id {} is outside the vocabulary (size {})", t, config.vocab));
       } else {
         prompt = tok.encode_prompt(r.prompt, r.parse_special);
       }
@@ -219,18 +226,18 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
     const int context = config.max_position;
     if (prompt_len >= context)
       throw ApiError(400,
-                     fmt::format("This model's maximum context length is {} tokens; the prompt has {}", context,
-                                 prompt_len),
+                     fmt::format("This model's maximum context length is {} tokens; the prompt has {}",
+                                 context, prompt_len),
                      input_field, "context_length_exceeded");
     int max_tokens = std::min(options.limits.default_max_tokens, context - prompt_len);
     if (r.max_tokens) {
       if (static_cast<int64_t>(prompt_len) + *r.max_tokens > context)
-        throw ApiError(400,
-                       fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
-                                   "tokens ({} in the prompt, {} in the completion)",
-                                   context, static_cast<int64_t>(prompt_len) + *r.max_tokens, prompt_len,
-                                   *r.max_tokens),
-                       "max_tokens", "context_length_exceeded");
+        throw ApiError(
+            400,
+            fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
+                        "tokens ({} in the prompt, {} in the completion)",
+                        context, static_cast<int64_t>(prompt_len) + *r.max_tokens, prompt_len, *r.max_tokens),
+            "max_tokens", "context_length_exceeded");
       max_tokens = *r.max_tokens;
     }
     const kv::BudgetSpec spec = r.kv.spec();
@@ -240,24 +247,27 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
       bad_request("kv.long_prompt", e.what());
     }
     if (r.n > options.engine.max_batch)
-      bad_request("n", fmt::format("n = {} exceeds the server's batch of {} sequences", r.n, options.engine.max_batch));
+      bad_request("n", fmt::format("n = {} exceeds the server's batch of {} sequences", r.n,
+                                   options.engine.max_batch));
     const int64_t per_choice = spec.reservation(prompt_len, max_tokens);
     const int64_t total = per_choice * r.n;
     if (total > options.engine.kv_slots)
-      throw ApiError(400,
-                     fmt::format("this request can never fit: it reserves {} KV slots ({} choice(s) x {} = {}) "
-                                 "but the pool holds {}; lower max_tokens or n, or set kv.budget",
-                                 total, r.n, per_choice,
-                                 spec.bounded() ? fmt::format("max(prompt {}, T {}) + r {}", prompt_len,
-                                                              spec.budget, spec.window)
-                                                : fmt::format("prompt {} + max_tokens {}", prompt_len, max_tokens),
-                                 options.engine.kv_slots),
-                     "max_tokens", "kv_reservation_too_large");
+      throw ApiError(
+          400,
+          fmt::format("this request can never fit: it reserves {} KV slots ({} choice(s) x {} = {}) "
+                      "but the pool holds {}; lower max_tokens or n, or set kv.budget",
+                      total, r.n, per_choice,
+                      spec.bounded()
+                          ? fmt::format("max(prompt {}, T {}) + r {}", prompt_len, spec.budget, spec.window)
+                          : fmt::format("prompt {} + max_tokens {}", prompt_len, max_tokens),
+                      options.engine.kv_slots),
+          "max_tokens", "kv_reservation_too_large");
 
     auto job = std::make_shared<Job>();
     job->kv = r.kv;
     job->reserved_slots = total;
-    const uint64_t base_seed = r.seed ? static_cast<uint64_t>(*r.seed) : std::random_device{}() * 0x100000001ull;
+    const uint64_t base_seed =
+        r.seed ? static_cast<uint64_t>(*r.seed) : std::random_device{}() * 0x100000001ull;
     for (int i = 0; i < r.n; ++i) {
       engine::GenerationRequest g;
       g.prompt = prompt;
@@ -342,14 +352,15 @@ int Server::serve_until_signal() {
   int sig = 0;
   sigwait(&set, &sig);
   const auto timeout = std::chrono::seconds(impl_->options.drain_timeout_s);
-  fmt::print(stderr, "kvdice serve: {} received, draining (up to {} s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
-             impl_->options.drain_timeout_s);
+  fmt::print(stderr, "kvdice serve: {} received, draining (up to {} s)\n",
+             sig == SIGINT ? "SIGINT" : "SIGTERM", impl_->options.drain_timeout_s);
   const bool clean = impl_->host.drain(std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
   // Let handler threads finish writing what the engine produced before the sockets close.
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   impl_->http.stop();
   listener.join();
-  fmt::print(stderr, "kvdice serve: {}\n", clean ? "drained, exiting" : "drain timeout: running requests were cut");
+  fmt::print(stderr, "kvdice serve: {}\n",
+             clean ? "drained, exiting" : "drain timeout: running requests were cut");
   return 0;
 }
 

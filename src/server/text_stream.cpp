@@ -56,8 +56,10 @@ SplitText ThinkSplitter::drain(bool final) {
       // Leading whitespace before <think> is allowed; anything else means there is no section.
       const size_t lead = held_.find_first_not_of(" \n");
       if (lead == std::string::npos) {
-        if (final) state_ = State::Content;
-        else return out;
+        if (final)
+          state_ = State::Content;
+        else
+          return out;
         continue;
       }
       std::string_view rest = std::string_view(held_).substr(lead);
