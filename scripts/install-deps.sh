@@ -3,7 +3,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config python3 python3-pip
       libopenblas-dev libpcre2-dev nlohmann-json3-dev libcli11-dev libutf8proc-dev libfmt-dev
-      libgtest-dev libcpp-httplib-dev libssl-dev clang libclang-rt-14-dev)
+      libgtest-dev libcpp-httplib-dev libssl-dev clang libclang-rt-14-dev prometheus-cpp-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -13,4 +13,12 @@ if ((${#missing[@]})); then
   sudo_cmd=""; [[ $(id -u) -ne 0 ]] && sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+# Python packages the server tests drive kvdice serve with (pinned): the openai client, schemathesis.
+req="$(dirname "$0")/../tests/server/requirements.txt"
+wanted=$(grep -v '^#' "$req" | tr 'A-Z' 'a-z' | sort)
+have=$(python3 -m pip freeze 2>/dev/null | tr 'A-Z' 'a-z' | sort)
+if [[ -n $(comm -23 <(echo "$wanted") <(echo "$have")) ]]; then
+  echo "install-deps: installing $req"
+  python3 -m pip install -q --root-user-action=ignore -r "$req"
 fi

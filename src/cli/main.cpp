@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   kvdice::cli::add_inspect_command(app);
   kvdice::cli::add_pull_command(app);
   kvdice::cli::add_probe_command(app);
+  kvdice::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,100 @@
+// `kvdice serve`: the OpenAI-compatible HTTP server (src/server) over one model.
+#include <fmt/core.h>
+
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "core/error.h"
+#include "engine/model_bundle.h"
+#include "policy/eviction_policy.h"
+#include "server/server.h"
+
+namespace kvdice::cli {
+namespace {
+
+struct ServeOptions {
+  std::string model;
+  std::string model_name;
+  server::ServerOptions server;
+  std::string long_prompt = "warn";
+  backend::BackendOptions backend;
+};
+
+std::unique_ptr<backend::Backend> make_server_backend(const ServeOptions& o) {
+  return backend::make_backend(o.backend);
+}
+
+void run_serve(ServeOptions& o) {
+  server::ServerOptions& s = o.server;
+  if (o.long_prompt != "warn" && o.long_prompt != "error")
+    fail("--long-prompt must be warn or error (got '{}')", o.long_prompt);
+  s.limits.kv.long_prompt = o.long_prompt == "error" ? kv::LongPromptRule::Error : kv::LongPromptRule::Warn;
+  if (policy::make_policy(s.limits.kv.policy)->evicts()) {
+    if (s.limits.kv.budget <= 0)
+      fail("default policy '{}' needs --budget T (or pass --policy full)", s.limits.kv.policy);
+    s.limits.kv.spec().validate();
+  } else {
+    s.limits.kv.budget = 0;
+  }
+  if (s.port < 0 || s.port > 65535) fail("--port must be in [0, 65535] (got {})", s.port);
+  if (s.limits.default_max_tokens < 1) fail("--max-tokens must be >= 1");
+  if (s.drain_timeout_s < 0) fail("--drain-timeout must be >= 0");
+  s.model_name = o.model_name.empty() ? o.model : o.model_name;
+
+  server::block_server_signals();  // before any thread starts, so only sigwait sees SIGINT/SIGTERM
+  const auto path = resolve_model_argument(o.model);
+  engine::ModelBundle bundle = engine::load_model_bundle(path);
+  auto backend = make_server_backend(o);
+  server::Server srv(bundle, *backend, s);
+  const int port = srv.bind();
+  // One line on stdout, flushed, so scripts and tests can wait for it.
+  fmt::print("kvdice serve: listening on http://{}:{} model '{}' ({}), backend {}, default kv {} T={} r={}\n",
+             s.host, port, s.model_name, bundle.source, backend->name(), s.limits.kv.policy,
+             s.limits.kv.budget, s.limits.kv.window);
+  std::fflush(stdout);
+  const int code = srv.serve_until_signal();
+  if (code != 0) fail("server stopped with code {}", code);
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  server::ServerOptions& s = o->server;
+  CLI::App* cmd = app.add_subcommand(
+      "serve",
+      "OpenAI-compatible HTTP server (chat/completions, completions, SSE) with per-request kv settings");
+  cmd->add_option("--model,-m", o->model, "HF checkpoint directory, .gguf file, or a known model name")
+      ->required();
+  cmd->add_option("--served-model-name", o->model_name,
+                  "Model id clients send as \"model\" (default: --model)");
+  cmd->add_option("--host", s.host, "Address to bind (default 127.0.0.1: this machine only)");
+  cmd->add_option("--port", s.port, "Port (0 = any free port; the chosen one is printed)");
+  cmd->add_option("--api-key", s.api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
+  cmd->add_option("--policy", s.limits.kv.policy,
+                  "Default eviction policy (a request's kv.policy overrides)");
+  cmd->add_option("--budget,-T", s.limits.kv.budget, "Default KV budget T (kv.budget overrides)");
+  cmd->add_option("--window,-r", s.limits.kv.window, "Default recency window r (kv.window overrides)");
+  cmd->add_option("--long-prompt", o->long_prompt, "Default for a prompt longer than T - r: warn or error");
+  cmd->add_option("--max-tokens", s.limits.default_max_tokens,
+                  "max_tokens when a request gives none (capped by the context length)");
+  cmd->add_option("--max-n", s.limits.max_n, "Largest n a request may ask for");
+  cmd->add_option("--max-batch", s.engine.max_batch, "Sequences decoded together at most");
+  cmd->add_option("--max-queue", s.engine.max_queue,
+                  "Requests that may wait for KV memory; beyond: HTTP 429");
+  cmd->add_option("--kv-slots", s.engine.kv_slots,
+                  "KV pool: slots (per layer and KV head) reserved across running sequences; a request that "
+                  "can never fit gets HTTP 400");
+  cmd->add_option("--seed", s.engine.eviction_seed, "Seed of the eviction streams");
+  cmd->add_option("--chat-template", s.chat_template, "Override the detected chat template");
+  cmd->add_option("--max-body-bytes", s.max_body_bytes, "Largest request body (HTTP 413 beyond)");
+  cmd->add_option("--drain-timeout", s.drain_timeout_s,
+                  "Seconds SIGINT/SIGTERM waits for running requests before cutting them");
+  add_backend_flags(cmd, o->backend);
+  cmd->footer(
+      "Raw prompts (/v1/completions): special-token text such as <|im_end|> is parsed as special tokens by "
+      "default, "
+      "as transformers does; send \"special_tokens\": \"text\" to encode it as plain text.");
+  cmd->callback([o] { run_serve(*o); });
+}
+
+}  // namespace kvdice::cli

@@ -1,0 +1,124 @@
+// EngineHost: the one thread that owns the engine. HTTP handler threads hand it Jobs through a
+// bounded, thread-safe queue; it submits a job's choices only when their whole KV reservation fits
+// in the pool (so an admitted request is never preempted), each with the request's own policy and
+// budget, so requests with different KV settings share one continuous batch. It streams each
+// sampled token back to its job, frees the sequences of jobs whose client left at the next step
+// (Engine::cancel), and drains on shutdown.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "server/metrics.h"
+#include "server/openai_request.h"
+
+namespace kvdice::server {
+
+using Clock = std::chrono::steady_clock;
+
+// One generated sequence of a job, as the engine thread reports it.
+struct ChoiceProgress {
+  std::vector<int> tokens;  // sampled so far (the final stop id included)
+  bool finished = false;    // the engine finished it (result set) or it was dropped
+  bool cancel_requested = false;
+  std::optional<engine::GenerationResult> result;  // absent when the sequence was dropped
+};
+
+// A request with n choices: n sequences admitted together, with one KV setting.
+struct Job {
+  KvSettings kv;
+  std::vector<engine::GenerationRequest> requests;  // one per choice
+  int64_t reserved_slots = 0;                       // all choices together
+  Clock::time_point enqueued = Clock::now();
+
+  // Written by the engine thread, read by the handler; guarded by `mutex`, signalled on `cv`.
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<ChoiceProgress> choices;
+  std::string error;  // set when the engine failed or a drain ran out of time
+};
+
+struct HostOptions {
+  int max_batch = 64;          // running sequences at once
+  int max_queue = 64;          // waiting jobs beyond which a request gets 429
+  int64_t kv_slots = 1 << 16;  // pool: reserved slots (per layer and KV head) across running sequences
+  uint64_t eviction_seed = 0;
+};
+
+class EngineHost {
+ public:
+  EngineHost(const model::Model& model, backend::Backend& backend, HostOptions options, Metrics& metrics);
+  ~EngineHost();  // stops the thread; jobs still running get an error
+
+  enum class Admission { Queued, QueueFull, Draining };
+  Admission enqueue(const std::shared_ptr<Job>& job);
+  // Marks one choice cancelled (client gone, stop string); its sequence is freed as soon as the
+  // engine allows. Safe from any thread.
+  void cancel(Job& job, int choice);
+  void cancel_all(Job& job);
+
+  // Refuses new jobs from now on; returns when every accepted job has finished, or after
+  // `timeout` (then the remaining ones are dropped with an error). True when all finished.
+  bool drain(std::chrono::milliseconds timeout);
+  bool draining() const;
+
+  const HostOptions& options() const { return options_; }
+  int64_t queue_depth() const;
+
+ private:
+  struct Seq {
+    std::shared_ptr<Job> job;
+    int choice = 0;
+    int64_t reserved = 0;
+    kv::BudgetSpec spec;  // effective: unbounded for policies that keep everything
+    int resident = 0;     // slots per (layer, head), following BudgetSpec's trigger rule
+    int tokens = 0;
+    Clock::time_point last_token;
+  };
+
+  void thread_main();
+  void admit_locked();
+  void on_token(const engine::TokenEvent& ev);
+  void collect();
+  void apply_cancels();
+  void fail_all(const std::string& error);
+  void release_locked(const Seq& s);
+  void publish_gauges_locked();
+
+  const model::Model& model_;
+  backend::Backend& backend_;
+  HostOptions options_;
+  Metrics& metrics_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  std::unique_ptr<engine::Engine> engine_;  // used by the host thread only
+  std::map<uint64_t, Seq> live_;            // engine id -> sequence; host thread only
+  uint64_t seen_cancel_epoch_ = 0;
+  std::set<uint64_t> step_ids_;  // sequences that got a token in the current step
+  Clock::time_point step_start_ = Clock::now();
+  int64_t reserved_slots_ = 0;  // admitted, not yet freed
+  int64_t running_ = 0;
+  int64_t resident_slots_ = 0;
+  bool draining_ = false;
+  bool stop_ = false;
+  bool abort_all_ = false;  // drain timed out: drop what runs
+  std::atomic<uint64_t> cancel_epoch_{0};
+  std::thread thread_;
+};
+
+}  // namespace kvdice::server

@@ -1,0 +1,48 @@
+// The OpenAI-compatible HTTP server (cpp-httplib): routes, authentication, request parsing,
+// streaming as server-sent events, and the drain on SIGINT/SIGTERM. Generation itself runs on the
+// EngineHost thread; handler threads only turn tokens into text and JSON.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "engine/model_bundle.h"
+#include "server/engine_host.h"
+#include "server/openai_request.h"
+
+namespace kvdice::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;  // 0 = any free port (printed at startup)
+  std::string api_key;
+  std::string model_name = "default";  // the id clients send as "model"
+  std::string chat_template;           // override; empty = detected
+  RequestLimits limits;
+  HostOptions engine;
+  size_t max_body_bytes = 8 << 20;
+  int drain_timeout_s = 30;
+  int kv_bytes_per_element = 4;  // K/V storage precision of the backend (fp32 on the CPU)
+};
+
+class Server {
+ public:
+  Server(const engine::ModelBundle& bundle, backend::Backend& backend, ServerOptions options);
+  ~Server();
+  // Binds (port 0 picks one) and returns the port; throws Error when the address is taken.
+  int bind();
+  // Serves until SIGINT or SIGTERM (which the caller must have blocked in every thread), then
+  // drains: no new requests, running ones finish within the drain timeout. Returns the exit code.
+  int serve_until_signal();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Blocks SIGINT/SIGTERM in the calling thread (and the threads it starts later) so that
+// serve_until_signal() receives them with sigwait; ignores SIGPIPE (a client gone mid-write).
+void block_server_signals();
+
+}  // namespace kvdice::server
