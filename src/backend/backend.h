@@ -175,6 +175,14 @@ class Backend {
   virtual void check_policy(const policy::EvictionPolicy& policy) const {}
   virtual void evict(const StepBatch& batch, const std::vector<KvLayer>& layers,
                      const policy::EvictionPolicy& policy, int policy_id) = 0;
+
+  // ---- graphs: a recorded sequence of ops replayed with one launch (CUDA graphs) ------------------
+  // Backends without graphs return false and the caller runs the ops eagerly. Between begin_capture
+  // and end_capture the ops are recorded, not run; replay(key) runs a recorded sequence. The ops
+  // must not read host data or allocate while recording (run the same sequence eagerly once first).
+  virtual bool begin_capture() { return false; }
+  virtual void end_capture(uint64_t key) {}
+  virtual bool replay(uint64_t key) { return false; }
 };
 
 // Which backend to run on: "cpu", "cuda", or "auto" (CUDA when a GPU is visible, else CPU).

@@ -331,13 +331,25 @@ void Engine::decode() {
   if (any_forced) storage.upload_forced();  // teacher forcing (probes) only; sampling needs no host data
 
   const backend::StepBatch view = storage.device(/*self_feeding=*/true);
-  const backend::View logits = forward_->run(view, *pool_, false);
-  backend_.sample(view, logits);
-  backend_.advance(view);
   std::vector<uint8_t> policy_used(policies_.size(), 0);
   for (const auto& seq : running_) policy_used[static_cast<size_t>(seq->policy)] |= seq->budget.bounded() ? 1 : 0;
-  for (size_t p = 0; p < policies_.size(); ++p)
-    if (policy_used[p]) backend_.evict(view, pool_->layers(), *policies_[p], static_cast<int>(p));
+  // The step's launches depend only on the batch size and the policies in use: that is the graph's
+  // key. A shape runs eagerly once (scratch buffers grow then), is recorded the second time, and
+  // replays from then on.
+  uint64_t key = static_cast<uint64_t>(n);
+  for (size_t p = 0; p < policies_.size() && p < 40; ++p) key |= static_cast<uint64_t>(policy_used[p]) << (16 + p);
+  const bool replayed = config_.graphs && backend_.replay(key);
+  if (!replayed) {
+    int& seen = step_shapes_seen_[key];
+    if (config_.graphs && seen >= 1 && backend_.begin_capture()) {
+      decode_ops(view, policy_used);
+      backend_.end_capture(key);
+      KVDICE_CHECK(backend_.replay(key), "decode graph {} was recorded but does not replay", key);
+    } else {
+      decode_ops(view, policy_used);
+    }
+    ++seen;
+  }
   storage.download_outputs(any_forced, /*self_feeding=*/true);
 
   const double elapsed = seconds_since(start);
@@ -351,6 +363,14 @@ void Engine::decode() {
     b.tokens[row] = b.next_token[row];
     accept_token(seq, b.next_token[row], b.forced_logprob[row], b.forced_is_argmax[row] != 0);
   }
+}
+
+void Engine::decode_ops(const backend::StepBatch& view, const std::vector<uint8_t>& policy_used) {
+  const backend::View logits = forward_->run(view, *pool_, false);
+  backend_.sample(view, logits);
+  backend_.advance(view);
+  for (size_t p = 0; p < policies_.size(); ++p)
+    if (policy_used[p]) backend_.evict(view, pool_->layers(), *policies_[p], static_cast<int>(p));
 }
 
 void Engine::finish_round(Sequence& seq) {

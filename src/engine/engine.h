@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@ struct EngineConfig {
   int64_t kv_slot_limit = 0;   // total reserved slots across running sequences; 0 = as the pool allows
   int64_t kv_pool_bytes = 0;   // KV pool size; 0 = sized from free memory (CUDA) or the limits (CPU)
   int max_context = 0;         // longest reservation of one sequence in slots; 0 = the model's max position
+  bool graphs = true;          // replay each decode-step shape as one graph where the backend can
 };
 
 struct TokenEvent {
@@ -92,6 +94,7 @@ class Engine {
   void admit();
   void prefill(const std::vector<Sequence*>& batch);
   void decode();
+  void decode_ops(const backend::StepBatch& view, const std::vector<uint8_t>& policy_used);
   void write_decode_row(int row);
   void accept_token(Sequence& seq, int token, float forced_logprob, bool forced_is_argmax);
   void finish_round(Sequence& seq);
@@ -108,6 +111,7 @@ class Engine {
   std::unique_ptr<backend::StepStorage> prefill_batch_;
   MemoryPlan plan_;
   int max_pages_ = 0;
+  std::map<uint64_t, int> step_shapes_seen_;  // decode-step shape -> eager runs so far (graph capture)
   uint64_t next_id_ = 0;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // running_[i] is row i of the decode batch

@@ -201,6 +201,31 @@ TEST(CudaEngine, MixedBatchEqualsEachSequenceAlone) {
   }
 }
 
+TEST(CudaEngine, GraphReplayEqualsEagerSteps) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (or a build without CUDA)";
+  auto be = backend::make_backend({"cuda"});
+  std::vector<std::vector<int>> tokens;
+  for (const bool graphs : {false, true}) {
+    engine::EngineConfig config = budgeted("random_pp");
+    config.graphs = graphs;
+    engine::Engine eng(*qwen3().model, *be, config);
+    for (int i = 0; i < 3; ++i) {
+      engine::GenerationRequest r;
+      r.prompt = engine::encode_raw_prompt(qwen3(), "graph " + std::to_string(i));
+      r.max_new_tokens = 90;
+      r.sampling = {0.9f, 0.9f, 0, 5};
+      r.ignore_eos = true;
+      eng.submit(r);
+    }
+    eng.run();
+    auto out = eng.take_finished();
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+    for (const auto& r : out) tokens.push_back(r.tokens);
+  }
+  ASSERT_EQ(tokens.size(), 6u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(tokens[static_cast<size_t>(i)], tokens[static_cast<size_t>(i + 3)]) << i;
+}
+
 // Checkpoints made on the GPU machine under .gpu/<name>/ with golden.json beside them.
 std::vector<std::string> golden_checkpoints() {
   std::vector<std::string> names;

@@ -64,8 +64,13 @@ TEST(CudaOps, RmsNorm) {
     DType out;
     double tol;
   };
-  for (const Case c : {Case{3, 64, DType::F32, 1e-5}, Case{17, 2560, DType::F32, 1e-5},
-                       Case{17, 2560, DType::BF16, 6e-3}, Case{128, 1024, DType::BF16, 6e-3}}) {
+  // Row-in-registers fast path (cols % 4 == 0, up to 8192) at 1..256 rows, and the generic fallback
+  // (odd or very wide rows).
+  for (const Case c :
+       {Case{3, 64, DType::F32, 1e-5}, Case{17, 2560, DType::F32, 1e-5}, Case{17, 2560, DType::BF16, 6e-3},
+        Case{128, 1024, DType::BF16, 6e-3}, Case{1, 2560, DType::BF16, 6e-3}, Case{1, 5120, DType::F32, 1e-5},
+        Case{256, 2560, DType::BF16, 6e-3}, Case{4, 100, DType::F32, 1e-5}, Case{3, 1001, DType::F32, 1e-5},
+        Case{2, 10240, DType::BF16, 6e-3}}) {
     SCOPED_TRACE(testing::Message() << c.rows << "x" << c.cols << " out " << dtype_name(c.out));
     const auto x_host = random_values(size_t(c.rows) * c.cols, 21, 3.0f);
     const auto w_host = random_values(size_t(c.cols), 22, 0.5f, 1.0f);
@@ -159,6 +164,34 @@ TEST(CudaOps, SiluMulGatherAdvance) {
   EXPECT_EQ(length[1], (std::vector<int32_t>{7, 1, 12}));
 }
 
+TEST(CudaOps, SiluMulShapes) {
+  BackendPair pair = make_pair();
+  KVDICE_REQUIRE_GPU(pair);
+  struct Case {
+    int rows, n;
+    DType out;
+    double tol;
+  };
+  // The grid-stride vector path (bf16 and f32 outputs, 1 and 128 rows) and the per-row fallback (odd n).
+  for (const Case c :
+       {Case{1, 9728, DType::BF16, 5e-3}, Case{128, 9728, DType::BF16, 5e-3}, Case{5, 36, DType::F32, 1e-6},
+        Case{3, 1001, DType::BF16, 5e-3}, Case{2, 7, DType::F32, 1e-6}}) {
+    SCOPED_TRACE(testing::Message() << c.rows << "x" << c.n << " out " << dtype_name(c.out));
+    const auto gu = random_values(size_t(c.rows) * 2 * c.n, 42, 2.0f);
+    std::vector<float> out[2];
+    int i = 0;
+    for (Backend* b : {pair.cpu.get(), pair.gpu.get()}) {
+      Matrix g(*b, DType::F32, c.rows, 2 * c.n, "gate_up");
+      Matrix o(*b, b->is_cpu() ? DType::F32 : c.out, c.rows, c.n, "out");
+      g.upload(gu);
+      b->silu_mul(g.view, o.view);
+      out[i++] = o.download();
+      EXPECT_TRUE(o.memory.sentinel_intact());
+    }
+    EXPECT_LE(relative_error(out[1], out[0]), c.tol);
+  }
+}
+
 // ---- qk_norm_rope_append --------------------------------------------------------------------------
 
 struct RopeCase {
@@ -230,6 +263,7 @@ struct AttentionCase {
   const char* name;
   int n_heads, n_kv, head_dim;
   std::vector<int> rows, lengths;
+  int extra_pages = 0;  // page-table columns beyond the longest sequence (capacity >> resident length)
 };
 
 TEST(CudaOps, Attention) {
@@ -244,13 +278,26 @@ TEST(CudaOps, Attention) {
       {"prefill qwen3-4b", 32, 8, 128, {37, 5}, {0, 100}},
       {"prefill qwen2.5-0.5b", 14, 2, 64, {70}, {0}},
       {"prefill mixed hd16", 4, 4, 16, {20, 1}, {3, 50}},
+      // Split-KV: the split count follows the capacity, the split ranges each sequence's actual length.
+      {"decode qwen3-4b batch 1 long (split)", 32, 8, 128, {1}, {2111}},
+      {"decode qwen3-4b batch 1 big capacity", 32, 8, 128, {1}, {2111}, 600},
+      {"decode qwen3-4b batch 1 short, big capacity", 32, 8, 128, {1}, {20}, 600},
+      {"decode qwen3-4b batch 1 odd length", 32, 8, 128, {1}, {9001}},
+      {"decode hd64 g7 batch 3 mixed, big capacity", 14, 2, 64, {1, 1, 1}, {0, 777, 3000}, 300},
+      {"decode qwen3-4b batch 128 short", 32, 8, 128, std::vector<int>(128, 1), {}},
+      {"decode qwen3-4b batch 16 varied", 32, 8, 128, std::vector<int>(16, 1), {}, 16},
   };
-  for (const AttentionCase& c : cases) {
+  for (AttentionCase c : cases) {
     SCOPED_TRACE(c.name);
+    if (c.lengths.empty()) {  // seeded lengths: 0..40 slots (batch 128) or up to 1500
+      std::mt19937_64 rng(c.rows.size());
+      const int most = c.rows.size() >= 128 ? 40 : 1500;
+      for (size_t s = 0; s < c.rows.size(); ++s) c.lengths.push_back(static_cast<int>(rng() % (most + 1)));
+    }
     const int page_slots = 16;
     int max_slots = 0;
     for (size_t s = 0; s < c.rows.size(); ++s) max_slots = std::max(max_slots, c.lengths[s] + c.rows[s]);
-    const int max_pages = (max_slots + page_slots - 1) / page_slots;
+    const int max_pages = (max_slots + page_slots - 1) / page_slots + c.extra_pages;
     HostBatch h = HostBatch::make(c.rows, max_pages);
     for (size_t s = 0; s < c.rows.size(); ++s) {
       h.length[s] = c.lengths[s];

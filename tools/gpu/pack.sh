@@ -6,7 +6,11 @@ cd "$(dirname "$0")/../.."
 BUILD=${1:-build-cuda}
 rm -rf .gpu-bin && mkdir -p .gpu-bin/lib
 cp "$BUILD/kvdice" "$BUILD/test_backend" .gpu-bin/
-for lib in libutf8proc.so.2 libfmt.so.9 libpcre2-8.so.0 libcrypto.so.3; do
-  cp -L "/lib/x86_64-linux-gnu/$lib" .gpu-bin/lib/
-done
+# Every Debian library the binaries link, except the C/C++ runtime and what the GPU machine's image
+# has (OpenBLAS with its Fortran runtime, libgomp; CUDA's own libraries).
+for bin in .gpu-bin/kvdice .gpu-bin/test_backend; do
+  ldd "$bin" | awk '$3 ~ /^\// {print $3}'
+done | sort -u | grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*|libopenblas|libgfortran|libquadmath|libgomp|libcublas[^/]*|libcudart[^/]*)\.so' \
+  | while read -r lib; do cp -L "$lib" .gpu-bin/lib/; done
+ls .gpu-bin/lib
 du -sh .gpu-bin

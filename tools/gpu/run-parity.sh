@@ -46,17 +46,18 @@ has generate && for p in full random_pp random random_shared recency_pp recency 
     | tail -6 | tee -a "$OUT/summary.txt"
 done
 Q4=.gpu/qwen3-4b
-PROMPT=$(python3 -c "print(' '.join(['dice']*1000))")
-has speed && for p in "full 0" "random_pp 2048"; do
+# ~1k prompt tokens under the synthetic tokenizer (341 words of 3 tokens).
+PROMPT=$(python3 -c "print(' '.join(['dice']*341))")
+has speed && for p in "full 0 1024" "random_pp 2048 2048"; do
   set -- $p
   for batch in 1 128; do
-    log "speed $1 T=$2 batch $batch (qwen3-4b shape, ~1k prompt, 1024 new)"
+    log "speed $1 T=$2 batch $batch (qwen3-4b shape, 1k prompt, $3 new)"
     budget=""; [ "$2" != 0 ] && budget="--budget $2 --window 64"
     timeout 300 $BIN/kvdice generate --backend cuda -m $Q4 -p "$PROMPT" --policy $1 $budget --samples $batch \
-      -n 1024 --temperature 0.6 --seed 1 --ignore-eos --json > "$OUT/speed_$1_b$batch.json" 2> "$OUT/speed_$1_b$batch.err"
-    tail -2 "$OUT/speed_$1_b$batch.err" | tee -a "$OUT/summary.txt"
+      -n $3 --temperature 0.6 --seed 1 --ignore-eos --json > "$OUT/speed_$1_b$batch.json" 2> "$OUT/speed_$1_b$batch.err"
+    tail -1 "$OUT/speed_$1_b$batch.err" | tee -a "$OUT/summary.txt"
     python3 -c "
 import json,sys; r=json.load(open('$OUT/speed_$1_b$batch.json')); r=r if isinstance(r,list) else [r]
-s=[x['stats'] for x in r]; print('decode tok/s per sequence: %.1f, aggregate %.1f, rounds %d' % (s[0]['decode_tokens_per_second'], sum(x['decode_tokens_per_second'] for x in s), s[0]['eviction_rounds']))" | tee -a "$OUT/summary.txt"
+s=[x['stats'] for x in r]; print('prompt %d, generated %d each, decode tok/s per sequence: %.1f, aggregate %.1f, rounds %d, prefill %.2f s' % (s[0]['prompt_tokens'], s[0]['generated_tokens'], s[0]['decode_tokens_per_second'], sum(x['decode_tokens_per_second'] for x in s), s[0]['eviction_rounds'], s[0]['prefill_seconds']))" | tee -a "$OUT/summary.txt"
   done
 done

@@ -1,14 +1,18 @@
 // Attention over the paged KV pool, decode and prefill in one tiled kernel (flash-style, SIMT fp32):
 // a CTA takes one (sequence, tile of query rows, KV head, KV split) and holds every query of the tile
 // for all the KV head's query heads (the GQA group), so each K/V byte it loads serves the whole group.
-// K/V tiles of 32 slots are read with 16-byte loads through the page table into shared memory (bf16),
-// scores and the online softmax are fp32 per warp (lanes over keys for QK, lanes over channels for
-// PV). Decode steps (one row per sequence) split long contexts over several CTAs whose partial
-// (max, sum, unnormalised output) are merged by a log-sum-exp kernel. Causal: query row i of a
-// sequence with L resident slots before the step sees slots [0, L + i].
+// K/V tiles of 32 slots are read with 16-byte loads through the page table into registers one tile
+// ahead (so the next tile's DRAM latency overlaps this tile's math) and then into shared memory
+// (bf16); scores and the online softmax are fp32 per warp (lanes over keys for QK, lanes over channels
+// for PV). Decode steps (one row per sequence) split each sequence over a fixed number of CTAs (a
+// function of the launch shape only, so the launch can be captured in a CUDA graph) whose ranges
+// partition the sequence's actual visible length, read on the device; their partial (max, sum,
+// unnormalised output) are merged by a log-sum-exp kernel. Causal: query row i of a sequence with L
+// resident slots before the step sees slots [0, L + i].
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
@@ -42,7 +46,8 @@ struct AttentionArgs {
   int n_kv_heads, page_slots;
   __nv_bfloat16* out;
   int64_t out_ld;
-  int n_heads, group, rows_per_tile, n_row_tiles, n_splits, split_slots;
+  int n_heads, group, rows_per_tile, n_row_tiles, n_splits;
+  bool q_vec16;  // q rows and head offsets are 16-byte aligned: load q 8 values at a time
   float scale;
   float* partial_acc;  // [n_rows][n_heads][n_splits][HD] when n_splits > 1
   float* partial_ml;   // [n_rows][n_heads][n_splits][2]
@@ -58,7 +63,7 @@ __device__ inline float warp_sum(float v) {
 }
 
 template <int HD>
-__global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
+__global__ void __launch_bounds__(kThreads, 4) attention_kernel(AttentionArgs a) {
   using Shape = AttentionShape<HD>;
   constexpr int QPW = Shape::kQueriesPerWarp;
   extern __shared__ __align__(16) unsigned char shared_raw[];
@@ -79,19 +84,17 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   const int n_queries = n_tile_rows * a.group;
   const int length = batch.length[s];
   const int max_visible = length + first_local + n_tile_rows;  // the tile's last row sees this many slots
-  const int range_begin = split * a.split_slots;
-  const int range_end = min(range_begin + a.split_slots, max_visible);
+  // This split's share of the visible slots, in whole tiles: split boundaries follow the actual length
+  // (splits past the end get an empty range and only report l = 0 to the merge).
+  int range_begin = 0, range_end = max_visible;
+  if (a.n_splits > 1) {
+    const int per_split =
+        ((max_visible + a.n_splits - 1) / a.n_splits + kTileKeys - 1) / kTileKeys * kTileKeys;
+    range_begin = min(split * per_split, max_visible);
+    range_end = min(range_begin + per_split, max_visible);
+  }
   const int32_t* pages = batch.page_table + static_cast<int64_t>(s) * batch.max_pages;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-
-  // Queries of the tile: query index qi = row_in_tile * group + head_in_group.
-  for (int idx = threadIdx.x; idx < n_queries * HD; idx += kThreads) {
-    const int qi = idx / HD, c = idx % HD;
-    const int row = seq_begin + first_local + qi / a.group;
-    const int head = g * a.group + qi % a.group;
-    q_shared[qi * HD + c] =
-        __bfloat162float(a.q[static_cast<int64_t>(row) * a.q_ld + static_cast<int64_t>(head) * HD + c]);
-  }
 
   float m[QPW], l[QPW], acc[QPW][Shape::kPairsPerLane][2];
 #pragma unroll
@@ -103,46 +106,103 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   }
 
   constexpr int kChunksPerKey = HD * 2 / 16;  // 16-byte chunks per K or V row
-  for (int tile_begin = range_begin; tile_begin < range_end; tile_begin += kTileKeys) {
-    __syncthreads();  // the previous tile is consumed (and q_shared written on the first pass)
-    for (int idx = threadIdx.x; idx < kTileKeys * kChunksPerKey; idx += kThreads) {
+  constexpr int kTileChunks = kTileKeys * kChunksPerKey;
+  constexpr int kLoadsPerThread = (kTileChunks + kThreads - 1) / kThreads;
+  // The next tile's K/V chunks, loaded into registers while the current tile is computed.
+  uint4 k_next[kLoadsPerThread], v_next[kLoadsPerThread];
+  auto load_tile = [&](int tile_begin) {
+#pragma unroll
+    for (int i = 0; i < kLoadsPerThread; ++i) {
+      const int idx = static_cast<int>(threadIdx.x) + i * kThreads;
       const int key = idx / kChunksPerKey, chunk = idx % kChunksPerKey;
       const int slot = tile_begin + key;
-      uint4 kv4 = make_uint4(0, 0, 0, 0), vv4 = make_uint4(0, 0, 0, 0);
-      if (slot < range_end) {
+      k_next[i] = v_next[i] = make_uint4(0, 0, 0, 0);
+      if (idx < kTileChunks && slot < range_end) {
         const int64_t index =
             (static_cast<int64_t>(pages[slot / a.page_slots]) * a.n_kv_heads + g) * a.page_slots +
             slot % a.page_slots;
-        kv4 = reinterpret_cast<const uint4*>(a.keys + index * HD)[chunk];
-        vv4 = reinterpret_cast<const uint4*>(a.values + index * HD)[chunk];
+        k_next[i] = reinterpret_cast<const uint4*>(a.keys + index * HD)[chunk];
+        v_next[i] = reinterpret_cast<const uint4*>(a.values + index * HD)[chunk];
       }
+    }
+  };
+  // The first tile is requested before the queries so both loads are in flight together.
+  if (range_begin < range_end) load_tile(range_begin);
+  // Queries of the tile: query index qi = row_in_tile * group + head_in_group.
+  if (a.q_vec16) {
+    constexpr int kQChunks = HD / 8;  // 8 bf16 per 16-byte load
+    for (int idx = threadIdx.x; idx < n_queries * kQChunks; idx += kThreads) {
+      const int qi = idx / kQChunks, chunk = idx % kQChunks;
+      const int row = seq_begin + first_local + qi / a.group;
+      const int head = g * a.group + qi % a.group;
+      const uint4 raw = reinterpret_cast<const uint4*>(a.q + static_cast<int64_t>(row) * a.q_ld +
+                                                       static_cast<int64_t>(head) * HD)[chunk];
+      const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+      float* dst = q_shared + qi * HD + chunk * 8;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[w]));
+        dst[2 * w] = f.x;
+        dst[2 * w + 1] = f.y;
+      }
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < n_queries * HD; idx += kThreads) {
+      const int qi = idx / HD, c = idx % HD;
+      const int row = seq_begin + first_local + qi / a.group;
+      const int head = g * a.group + qi % a.group;
+      q_shared[qi * HD + c] =
+          __bfloat162float(a.q[static_cast<int64_t>(row) * a.q_ld + static_cast<int64_t>(head) * HD + c]);
+    }
+  }
+
+  for (int tile_begin = range_begin; tile_begin < range_end; tile_begin += kTileKeys) {
+    __syncthreads();  // the previous tile is consumed (and q_shared written on the first pass)
+#pragma unroll
+    for (int i = 0; i < kLoadsPerThread; ++i) {
+      const int idx = static_cast<int>(threadIdx.x) + i * kThreads;
+      if (idx >= kTileChunks) continue;
+      const int key = idx / kChunksPerKey, chunk = idx % kChunksPerKey;
       uint32_t* kd = k_shared + key * Shape::kKeyStrideWords + chunk * 4;
-      kd[0] = kv4.x;
-      kd[1] = kv4.y;
-      kd[2] = kv4.z;
-      kd[3] = kv4.w;
-      reinterpret_cast<uint4*>(v_shared + key * Shape::kPairs)[chunk] = vv4;
+      kd[0] = k_next[i].x;
+      kd[1] = k_next[i].y;
+      kd[2] = k_next[i].z;
+      kd[3] = k_next[i].w;
+      reinterpret_cast<uint4*>(v_shared + key * Shape::kPairs)[chunk] = v_next[i];
     }
     __syncthreads();
+    if (tile_begin + kTileKeys < range_end) load_tile(tile_begin + kTileKeys);
 
     // Scores: lane = key of the tile, all of this warp's queries at once.
     float score[QPW];
 #pragma unroll
     for (int k = 0; k < QPW; ++k) score[k] = 0.0f;
     const uint32_t* k_row = k_shared + lane * Shape::kKeyStrideWords;
+    // kActive of this warp's query slots, `checked`: test each against n_queries. A decode row whose
+    // group fits in one slot per warp takes the unchecked single-query loop, keeping the per-pair
+    // compare-and-branch of the 7 idle slots out of the innermost loop. Same FMA order in both paths.
+    auto scores = [&](auto active, auto checked) {
+      constexpr int kActive = decltype(active)::value;
+      constexpr bool kChecked = decltype(checked)::value;
 #pragma unroll 4
-    for (int p = 0; p < Shape::kPairs; ++p) {
-      const uint32_t word = k_row[p];
-      const float2 kf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&word));
+      for (int p = 0; p < Shape::kPairs; ++p) {
+        const uint32_t word = k_row[p];
+        const float2 kf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&word));
 #pragma unroll
-      for (int k = 0; k < QPW; ++k) {
-        const int qi = warp + k * kWarps;
-        if (qi < n_queries) {
-          const float2 qf = reinterpret_cast<const float2*>(q_shared + qi * HD)[p];
-          score[k] = fmaf(qf.x, kf.x, score[k]);
-          score[k] = fmaf(qf.y, kf.y, score[k]);
+        for (int k = 0; k < kActive; ++k) {
+          const int qi = warp + k * kWarps;
+          if (!kChecked || qi < n_queries) {
+            const float2 qf = reinterpret_cast<const float2*>(q_shared + qi * HD)[p];
+            score[k] = fmaf(qf.x, kf.x, score[k]);
+            score[k] = fmaf(qf.y, kf.y, score[k]);
+          }
         }
       }
+    };
+    if (n_queries <= kWarps) {
+      if (warp < n_queries) scores(std::integral_constant<int, 1>{}, std::false_type{});
+    } else {
+      scores(std::integral_constant<int, QPW>{}, std::true_type{});
     }
     const int slot = tile_begin + lane;
 #pragma unroll
@@ -217,33 +277,61 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   }
 }
 
-// out = sum_s acc_s e^{m_s - M} / sum_s l_s e^{m_s - M} per (row, head); empty splits have l = 0.
+// out = sum_s acc_s e^{m_s - M} / sum_s l_s e^{m_s - M} per (row, head); empty splits have l = 0 (their
+// acc was never written). A CTA per (row, head): the split weights are computed once into shared
+// memory (all splits' (m, l) loaded in parallel), then each thread sums its channels over the splits.
+constexpr int kMergeThreads = 128;
+// The unrolled channel loop may load weights a few splits past the end (seen by compute-sanitizer as an
+// out-of-bounds shared read): the weights array is padded with zeros so such loads stay in bounds.
+constexpr int kMergeWeightPad = 8;
+
+__device__ inline float block_reduce(float v, bool is_max, float* shared4) {
+  v = is_max ? warp_max(v) : warp_sum(v);
+  const int warp = threadIdx.x / 32, n_warps = (blockDim.x + 31) / 32;
+  __syncthreads();  // shared4 may still be read by a previous reduction
+  if (threadIdx.x % 32 == 0) shared4[warp] = v;
+  __syncthreads();
+  float r = shared4[0];
+  for (int w = 1; w < n_warps; ++w) r = is_max ? fmaxf(r, shared4[w]) : r + shared4[w];
+  return r;
+}
+
 template <int HD>
-__global__ void merge_kernel(const float* partial_acc, const float* partial_ml, int n_heads, int n_splits,
-                             __nv_bfloat16* out, int64_t out_ld) {
+__global__ void __launch_bounds__(kMergeThreads)
+    merge_kernel(const float* partial_acc, const float* partial_ml, int n_heads, int n_splits,
+                 __nv_bfloat16* out, int64_t out_ld) {
+  extern __shared__ float weights[];  // [n_splits + kMergeWeightPad], the pad zero
+  __shared__ float reduce_shared[kMergeThreads / 32];
   const int row = blockIdx.x, head = blockIdx.y;
   const int64_t first = (static_cast<int64_t>(row) * n_heads + head) * n_splits;
   float max_m = -INFINITY;
-  for (int sp = 0; sp < n_splits; ++sp)
-    if (partial_ml[(first + sp) * 2 + 1] > 0.0f) max_m = fmaxf(max_m, partial_ml[(first + sp) * 2]);
+  for (int sp = threadIdx.x; sp < n_splits; sp += blockDim.x) {
+    const float2 ml = reinterpret_cast<const float2*>(partial_ml)[first + sp];
+    if (ml.y > 0.0f) max_m = fmaxf(max_m, ml.x);
+  }
+  max_m = block_reduce(max_m, true, reduce_shared);
+  float denominator = 0.0f;
+  for (int sp = threadIdx.x; sp < n_splits; sp += blockDim.x) {
+    const float2 ml = reinterpret_cast<const float2*>(partial_ml)[first + sp];
+    const float w = ml.y > 0.0f ? expf(ml.x - max_m) : 0.0f;
+    weights[sp] = w;
+    denominator += ml.y * w;
+  }
+  if (threadIdx.x < kMergeWeightPad) weights[n_splits + threadIdx.x] = 0.0f;
+  denominator = block_reduce(denominator, false, reduce_shared);  // its barriers publish `weights`
   for (int c = threadIdx.x; c < HD; c += blockDim.x) {
-    float numerator = 0.0f, denominator = 0.0f;
+    float numerator = 0.0f;
+    // Unconditional loads (the scratch spans every split) so the unrolled loads batch; an empty
+    // split's unwritten acc is masked by the select, never multiplied.
+#pragma unroll 8
     for (int sp = 0; sp < n_splits; ++sp) {
-      const float l = partial_ml[(first + sp) * 2 + 1];
-      if (!(l > 0.0f)) continue;
-      const float w = expf(partial_ml[(first + sp) * 2] - max_m);
-      numerator += partial_acc[(first + sp) * HD + c] * w;
-      denominator += l * w;
+      const float w = weights[sp];
+      const float value = partial_acc[(first + sp) * HD + c];
+      numerator += w != 0.0f ? value * w : 0.0f;
     }
     out[static_cast<int64_t>(row) * out_ld + static_cast<int64_t>(head) * HD + c] =
         __float2bfloat16_rn(numerator / denominator);
   }
-}
-
-int split_slots_for(const StepBatch& batch, const KvLayer& kv, int n_splits) {
-  const int capacity = batch.max_pages * kv.page_slots;
-  const int per_split = (capacity + n_splits - 1) / n_splits;
-  return (per_split + kTileKeys - 1) / kTileKeys * kTileKeys;
 }
 
 int rows_per_tile_for(int head_dim, int group) {
@@ -258,6 +346,9 @@ void launch_for_head_dim(const AttentionArgs& args, cudaStream_t stream) {
   static const bool configured = [] {
     CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(shared)));
+    // Most of the unified L1/shared memory as shared: more resident CTAs per SM to hide latency.
+    CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<HD>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    static_cast<int>(cudaSharedmemCarveoutMaxShared)));
     return true;
   }();
   (void)configured;
@@ -266,9 +357,10 @@ void launch_for_head_dim(const AttentionArgs& args, cudaStream_t stream) {
   attention_kernel<HD><<<grid, kThreads, shared, stream>>>(args);
   CUDA_CHECK_LAUNCH("attention_kernel");
   if (args.n_splits > 1) {
+    const int threads = std::clamp(HD, 32, kMergeThreads);
     merge_kernel<HD><<<dim3(static_cast<unsigned>(args.batch.n_rows), static_cast<unsigned>(args.n_heads)),
-                       std::min(HD, 128), 0, stream>>>(args.partial_acc, args.partial_ml, args.n_heads,
-                                                       args.n_splits, args.out, args.out_ld);
+                       threads, sizeof(float) * static_cast<size_t>(args.n_splits + kMergeWeightPad), stream>>>(
+        args.partial_acc, args.partial_ml, args.n_heads, args.n_splits, args.out, args.out_ld);
     CUDA_CHECK_LAUNCH("attention merge_kernel");
   }
 }
@@ -289,10 +381,9 @@ int attention_splits(const StepBatch& batch, const KvLayer& kv, int sm_count) {
   const int ctas = batch.n_seqs * kv.n_kv_heads;
   const int wanted = (2 * sm_count + ctas - 1) / ctas;
   const int most = std::max(1, (capacity + kMinSplitSlots - 1) / kMinSplitSlots);
-  int n_splits = std::clamp(wanted, 1, most);
-  // Rounding each split up to whole tiles may leave the last ones empty; drop those.
-  const int per_split = split_slots_for(batch, kv, n_splits);
-  return std::max(1, (capacity + per_split - 1) / per_split);
+  // A function of the launch shape only (n_seqs, KV heads, max_pages), never of the lengths: the kernel
+  // partitions each sequence's actual length over these splits on the device.
+  return std::clamp(wanted, 1, most);
 }
 
 size_t attention_scratch_bytes(const StepBatch& batch, const KvLayer& kv, int n_heads, int n_splits) {
@@ -319,7 +410,7 @@ void launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, 
   a.rows_per_tile = rows_per_tile_for(kv.head_dim, a.group);
   a.n_row_tiles = (std::max(1, batch.max_rows_per_seq) + a.rows_per_tile - 1) / a.rows_per_tile;
   a.n_splits = n_splits;
-  a.split_slots = split_slots_for(batch, kv, n_splits);
+  a.q_vec16 = q.ld % 8 == 0 && reinterpret_cast<uintptr_t>(q.data) % 16 == 0;
   a.scale = scale;
   if (n_splits > 1) {
     const size_t parts = static_cast<size_t>(batch.n_rows) * n_heads * n_splits;

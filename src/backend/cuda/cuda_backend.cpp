@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <map>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -60,6 +61,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     cudaSetDevice(device_);
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
     gemm_.reset();
     for (Scratch* s : {&attention_scratch_, &sample_scratch_, &keep_scratch_, &layer_table_})
       if (s->data != nullptr) cudaFree(s->data);
@@ -329,7 +331,31 @@ class CudaBackend final : public Backend {
     cuda::launch_finish_eviction(batch, policy_id, stream_);
   }
 
+  bool begin_capture() override {
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    return true;
+  }
+
+  void end_capture(uint64_t key) override {
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_CHECK(status);
+    if (auto it = graphs_.find(key); it != graphs_.end()) cudaGraphExecDestroy(it->second);
+    graphs_[key] = exec;
+  }
+
+  bool replay(uint64_t key) override {
+    const auto it = graphs_.find(key);
+    if (it == graphs_.end()) return false;
+    CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+    return true;
+  }
+
  private:
+  std::map<uint64_t, cudaGraphExec_t> graphs_;  // recorded op sequences (decode steps), by caller key
   // The device copy of the layers' pointers the eviction kernels index by layer.
   struct LayerTable {
     DeviceKvLayer* layers;

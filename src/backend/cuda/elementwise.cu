@@ -1,8 +1,12 @@
 // Small per-row kernels of the CUDA backend: embedding, RMSNorm, bias, silu-mul, last-row gather and
-// the length/position advance. Memory-bound, one CTA per row, fp32 accumulation.
+// the length/position advance. Memory-bound, fp32 accumulation. RMSNorm and silu-mul have 16-byte
+// vectorised fast paths (a row held in registers; a grid over all elements) with the generic
+// one-CTA-per-row kernels as the fallback for odd shapes or alignments.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cub/block/block_reduce.cuh>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
@@ -37,6 +41,56 @@ __global__ void rmsnorm_kernel(const float* x, int64_t x_ld, const float* w, voi
     store_float(y, y_dtype, blockIdx.x * y_ld + c, xr[c] * inv * w[c]);
 }
 
+// The fast path for rows of up to kNormThreads * 4 * V columns (16-byte aligned): one CTA per row holds
+// its row in registers (V float4 per thread), so the row is read once with all loads in flight, then
+// a warp-shuffle block sum. Same arithmetic as rmsnorm_kernel: fp32 sum of squares, y = x * inv * w.
+constexpr int kNormThreads = 128;
+
+template <int V>
+__global__ void __launch_bounds__(kNormThreads)
+    rmsnorm_vec4_kernel(const float* x, int64_t x_ld, const float* w, void* y, DType y_dtype, int64_t y_ld,
+                        int cols, float eps) {
+  __shared__ float warp_sums[kNormThreads / 32];
+  const float4* xr = reinterpret_cast<const float4*>(x + blockIdx.x * x_ld);
+  const int groups = cols / 4;
+  float4 v[V];
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const int gi = threadIdx.x + i * kNormThreads;
+    v[i] = gi < groups ? xr[gi] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+#pragma unroll
+  for (int i = 0; i < V; ++i) sum += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kNormThreads / 32; ++k) total += warp_sums[k];
+  const float inv = 1.0f / sqrtf(total / static_cast<float>(cols) + eps);
+  const float4* w4 = reinterpret_cast<const float4*>(w);
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const int gi = threadIdx.x + i * kNormThreads;
+    if (gi >= groups) continue;
+    const float4 wv = w4[gi];
+    const float r0 = v[i].x * inv * wv.x, r1 = v[i].y * inv * wv.y, r2 = v[i].z * inv * wv.z,
+                r3 = v[i].w * inv * wv.w;
+    if (y_dtype == DType::BF16) {
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(r0, r1), hi = __floats2bfloat162_rn(r2, r3);
+      uint2 packed;
+      packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+      packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+      reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(y) + blockIdx.x * y_ld)[gi] = packed;
+    } else {
+      reinterpret_cast<float4*>(static_cast<float*>(y) + blockIdx.x * y_ld)[gi] = make_float4(r0, r1, r2, r3);
+    }
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 __global__ void add_bias_kernel(const float* bias, float* y, int64_t y_ld, int64_t cols) {
   float* yr = y + blockIdx.x * y_ld;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) yr[c] += bias[c];
@@ -49,6 +103,34 @@ __global__ void silu_mul_kernel(const float* gate_up, int64_t gu_ld, void* out, 
   for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
     const float g = gate[c];
     store_float(out, out_dtype, blockIdx.x * out_ld + c, g / (1.0f + expf(-g)) * up[c]);
+  }
+}
+
+__device__ inline float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+// The fast path: a grid-stride loop over every 4-element group of the [rows, n] output (16-byte loads
+// of gate and up, 16- or 8-byte stores), so even one row spreads over many SMs.
+template <typename Out>
+__global__ void silu_mul_vec4_kernel(const float* gate_up, int64_t gu_ld, Out* out, int64_t out_ld, int64_t n,
+                                     int64_t total_groups) {
+  const int64_t groups_per_row = n / 4;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total_groups;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = e / groups_per_row, c = (e % groups_per_row) * 4;
+    const float* gate = gate_up + row * gu_ld + c;
+    const float4 g = *reinterpret_cast<const float4*>(gate);
+    const float4 u = *reinterpret_cast<const float4*>(gate + n);
+    const float r0 = silu_times(g.x, u.x), r1 = silu_times(g.y, u.y), r2 = silu_times(g.z, u.z),
+                r3 = silu_times(g.w, u.w);
+    if constexpr (std::is_same_v<Out, float>) {
+      *reinterpret_cast<float4*>(out + row * out_ld + c) = make_float4(r0, r1, r2, r3);
+    } else {
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(r0, r1), hi = __floats2bfloat162_rn(r2, r3);
+      uint2 packed;
+      packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+      packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+      *reinterpret_cast<uint2*>(out + row * out_ld + c) = packed;
+    }
   }
 }
 
@@ -79,6 +161,30 @@ void launch_embed(const StepBatch& batch, const View& table, const View& x, cuda
 
 void launch_rmsnorm(const View& x, const View& w, const View& y, float eps, cudaStream_t stream) {
   if (x.rows == 0) return;
+  const int64_t groups = x.cols / 4;
+  const int64_t per_thread = (groups + kNormThreads - 1) / kNormThreads;
+  const bool vec =
+      x.cols % 4 == 0 && x.ld % 4 == 0 && y.ld % 4 == 0 && aligned16(x.data) && aligned16(w.data) &&
+      (y.dtype == DType::BF16 ? reinterpret_cast<uintptr_t>(y.data) % 8 == 0 : aligned16(y.data)) &&
+      per_thread <= 16;
+  if (vec) {
+    const unsigned grid = static_cast<unsigned>(x.rows);
+    const int cols = static_cast<int>(x.cols);
+#define KVDICE_RMSNORM_VEC(V)                                                                           \
+  rmsnorm_vec4_kernel<V><<<grid, kNormThreads, 0, stream>>>(x.as<float>(), x.ld, w.as<float>(), y.data, \
+                                                            y.dtype, y.ld, cols, eps)
+    if (per_thread <= 2)
+      KVDICE_RMSNORM_VEC(2);
+    else if (per_thread <= 4)
+      KVDICE_RMSNORM_VEC(4);
+    else if (per_thread <= 8)
+      KVDICE_RMSNORM_VEC(8);
+    else
+      KVDICE_RMSNORM_VEC(16);
+#undef KVDICE_RMSNORM_VEC
+    CUDA_CHECK_LAUNCH("rmsnorm_vec4_kernel");
+    return;
+  }
   rmsnorm_kernel<<<static_cast<unsigned>(x.rows), kRowThreads, 0, stream>>>(
       x.as<float>(), x.ld, w.as<float>(), y.data, y.dtype, y.ld, x.cols, eps);
   CUDA_CHECK_LAUNCH("rmsnorm_kernel");
@@ -93,6 +199,24 @@ void launch_add_bias(const View& bias, const View& y, cudaStream_t stream) {
 
 void launch_silu_mul(const View& gate_up, const View& out, cudaStream_t stream) {
   if (out.rows == 0) return;
+  const bool out_bf16 = out.dtype == DType::BF16;
+  const bool vec = out.cols % 4 == 0 && gate_up.ld % 4 == 0 && out.ld % 4 == 0 && aligned16(gate_up.data) &&
+                   reinterpret_cast<uintptr_t>(out.data) % (out_bf16 ? 8 : 16) == 0;
+  if (vec) {
+    constexpr int kThreads = 128;
+    const int64_t total = out.rows * (out.cols / 4);
+    // At most ~16 CTAs per SM of a 132-SM part; the grid-stride loop covers the rest.
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>((total + kThreads - 1) / kThreads, 2048));
+    if (out_bf16) {
+      silu_mul_vec4_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(
+          gate_up.as<float>(), gate_up.ld, out.as<__nv_bfloat16>(), out.ld, out.cols, total);
+    } else {
+      silu_mul_vec4_kernel<float><<<grid, kThreads, 0, stream>>>(gate_up.as<float>(), gate_up.ld,
+                                                                 out.as<float>(), out.ld, out.cols, total);
+    }
+    CUDA_CHECK_LAUNCH("silu_mul_vec4_kernel");
+    return;
+  }
   silu_mul_kernel<<<static_cast<unsigned>(out.rows), kRowThreads, 0, stream>>>(
       gate_up.as<float>(), gate_up.ld, out.data, out.dtype, out.ld, out.cols);
   CUDA_CHECK_LAUNCH("silu_mul_kernel");

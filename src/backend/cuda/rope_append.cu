@@ -1,7 +1,9 @@
-// qk_norm_rope_append: one CTA per token row; each warp takes one head vector (a q head, a k head or a
-// v head) through a per-warp shared buffer: per-head RMSNorm (Qwen3), rotate-half RoPE at the row's
-// absolute position, then q to `q` and k, v and the position into the row's KV slot via the page
-// table. Angles are computed in double like the CPU twin, so large positions keep fp32 accuracy.
+// qk_norm_rope_append: a CTA per (token row, group of kWarps head vectors); each warp takes one head
+// vector (a q head, a k head or a v head) through a per-warp shared buffer: per-head RMSNorm (Qwen3),
+// rotate-half RoPE at the row's absolute position, then q to `q` and k, v and the position into the
+// row's KV slot via the page table. The row's cos/sin table is computed once per CTA (in double like
+// the CPU twin, so large positions keep fp32 accuracy) and shared by its heads. The grid is
+// rows x head groups so a single decode row still spreads over several SMs.
 #include <cuda_bf16.h>
 
 #include "backend/cuda/cuda_check.h"
@@ -11,7 +13,7 @@
 namespace kvdice::backend::cuda {
 namespace {
 
-constexpr int kWarps = 8;
+constexpr int kWarps = 4;
 constexpr int kMaxHeadDim = 256;
 
 struct RopeArgs {
@@ -32,6 +34,7 @@ struct RopeArgs {
 
 __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_append_kernel(RopeArgs a) {
   __shared__ float buffer[kWarps][kMaxHeadDim];
+  __shared__ float cos_table[kMaxHeadDim / 2], sin_table[kMaxHeadDim / 2];
   const int row = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const StepBatch& batch = a.batch;
@@ -44,7 +47,21 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_append_kernel(RopeAr
   const float* src_row = a.qkv + static_cast<int64_t>(row) * a.qkv_ld;
   float* v = buffer[warp];
   const int n_items = a.n_heads + 2 * n_kv;
-  for (int item = warp; item < n_items; item += kWarps) {
+  const int first_item = static_cast<int>(blockIdx.y) * kWarps;
+  const int half = a.rotary_dim / 2;
+  if (first_item < a.n_heads + n_kv) {  // uniform: this CTA rotates a q or k head
+    for (int c = threadIdx.x; c < half; c += blockDim.x) {
+      const double angle = static_cast<double>(position) * static_cast<double>(a.inv_freq[c]);
+      double sin_d, cos_d;
+      sincos(angle, &sin_d, &cos_d);
+      cos_table[c] = static_cast<float>(cos_d);
+      sin_table[c] = static_cast<float>(sin_d);
+    }
+  }
+  __syncthreads();
+  {
+    const int item = first_item + warp;
+    if (item >= n_items) return;                                   // after the CTA's only barrier
     const float* src = src_row + static_cast<int64_t>(item) * hd;  // q heads, then k heads, then v heads
     const bool is_q = item < a.n_heads;
     const bool is_v = item >= a.n_heads + n_kv;
@@ -54,7 +71,7 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_append_kernel(RopeAr
     if (is_v) {
       for (int c = lane; c < hd; c += 32) store_float(a.kv.values, a.kv.dtype, kv_index * hd + c, src[c]);
       if (lane == 0) a.kv.positions[kv_index] = position;
-      continue;
+      return;
     }
     const float* norm = is_q ? a.q_norm : a.k_norm;
     if (norm != nullptr) {
@@ -79,18 +96,13 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_append_kernel(RopeAr
       dst_dtype = a.kv.dtype;
       base = kv_index * hd;
     }
-    const int half = a.rotary_dim / 2;
     for (int c = lane; c < half; c += 32) {
-      const double angle = static_cast<double>(position) * static_cast<double>(a.inv_freq[c]);
-      double sin_d, cos_d;
-      sincos(angle, &sin_d, &cos_d);
-      const float cs = static_cast<float>(cos_d), sn = static_cast<float>(sin_d);
+      const float cs = cos_table[c], sn = sin_table[c];
       const float x0 = v[c], x1 = v[c + half];
       store_float(dst, dst_dtype, base + c, __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn)));
       store_float(dst, dst_dtype, base + c + half, __fadd_rn(__fmul_rn(x1, cs), __fmul_rn(x0, sn)));
     }
     for (int c = a.rotary_dim + lane; c < hd; c += 32) store_float(dst, dst_dtype, base + c, v[c]);
-    __syncwarp();
   }
 }
 
@@ -113,7 +125,10 @@ void launch_qk_norm_rope_append(const StepBatch& batch, const View& qkv, const V
              q.dtype,
              q.ld,
              n_heads};
-  qk_norm_rope_append_kernel<<<batch.n_rows, kWarps * 32, 0, stream>>>(a);
+  const int n_items = n_heads + 2 * kv.n_kv_heads;
+  const dim3 grid(static_cast<unsigned>(batch.n_rows),
+                  static_cast<unsigned>((n_items + kWarps - 1) / kWarps));
+  qk_norm_rope_append_kernel<<<grid, kWarps * 32, 0, stream>>>(a);
   CUDA_CHECK_LAUNCH("qk_norm_rope_append_kernel");
 }
 
