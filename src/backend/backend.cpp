@@ -60,6 +60,9 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
   if (options.name == "cpu") return make_cpu_backend(options.threads);
   if (options.name == "cuda" || (options.name == "auto" && cuda_available())) {
 #ifdef KVDICE_WITH_CUDA
+    if (!cuda_available())
+      fail("--backend cuda: no usable CUDA GPU is visible to this process (no device, or no driver); use --backend cpu "
+           "or auto");
     return make_cuda_backend(options.device);
 #else
     fail("--backend cuda: this kvdice was built without CUDA (configure with -DKVDICE_CUDA=ON)");

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "backend/backend.h"
+
 #include <filesystem>
 #include <fstream>
 
@@ -159,6 +161,23 @@ TEST(Cli, UnsupportedArchitectureFails) {
 TEST(Cli, UnknownChatTemplateFails) {
   expect_failure({"generate", "--model", kModel, "--chat", "--chat-template", "vicuna", "-p", "hi", "--policy", "full"},
                  "vicuna");
+}
+
+TEST(Cli, CudaBackendWithoutAGpuIsAClearError) {
+  if (backend::cuda_available()) GTEST_SKIP() << "a GPU is visible: --backend cuda is valid here";
+  expect_failure({"generate", "--model", kModel, "-p", "hi", "--policy", "full", "--backend", "cuda"}, "--backend cuda");
+  expect_failure({"generate", "--model", kModel, "-p", "hi", "--policy", "full", "--backend", "tpu"}, "--backend");
+}
+
+TEST(Cli, InspectMemoryPlanOnTheCpuBackend) {
+  const CommandResult r = run_kvdice({"inspect", "--model", kModel, "--json", "--backend", "cpu", "--budget", "32",
+                                      "--window", "8", "--prompt-len", "20", "--max-batch", "4"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json plan = Json::parse(r.out).at("memory_plan");
+  EXPECT_GT(plan["weights_gib"].get<double>(), 0.0);
+  EXPECT_EQ(plan["budget_reservation_slots"].get<int64_t>(), 40);
+  // 40 slots take 3 pages of 16: the pool holds pool_slots / 48 such sequences.
+  EXPECT_EQ(plan["sequences_at_budget"].get<int64_t>(), plan["kv_pool_slots_per_head"].get<int64_t>() / 48);
 }
 
 TEST(Cli, InspectPrintsConfigAndKvBytes) {
