@@ -24,6 +24,9 @@
 namespace kvdice::backend {
 
 inline constexpr double kWeightScale = 2147483648.0;  // 2^31: the weight of the most likely token
+// The token a sample op writes for a row whose logits are broken (a non-finite maximum; the CPU also
+// flags any NaN): the engine stops with an error instead of sampling garbage.
+inline constexpr int kNonFiniteLogits = -1;
 
 // Rounded double multiply and add that the compiler may not fuse (nvcc contracts a * b + c into an
 // fma by default; x86-64 without -mfma never does), so host and device round identically.

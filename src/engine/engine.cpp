@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "backend/sampling_rule.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -384,6 +385,11 @@ void Engine::finish_round(Sequence& seq) {
 }
 
 void Engine::accept_token(Sequence& seq, int token, float forced_logprob, bool forced_is_argmax) {
+  if (token == backend::kNonFiniteLogits) {
+    fail("the model produced non-finite logits (NaN or Inf) for request {} after {} prompt and {} generated tokens: "
+         "its weights or activations overflowed (check the checkpoint for NaN/Inf values)",
+         seq.id, seq.stats.prompt_tokens, seq.generated.size());
+  }
   if (!seq.request.forced_tokens.empty()) {
     seq.forced_logprobs.push_back(forced_logprob);
     seq.forced_is_argmax.push_back(forced_is_argmax ? 1 : 0);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 #include "engine/engine.h"
@@ -194,6 +195,27 @@ TEST(Engine, SlotPoolAdmitsOnlyWhatFits) {
   auto backend = backend::make_cpu_backend(1);
   Engine e(*bundle().model, *backend, c);
   EXPECT_THROW(e.submit(request("too big", 5)), Error);
+}
+
+}  // namespace
+}  // namespace kvdice::engine
+
+namespace kvdice::engine {
+namespace {
+
+TEST(Engine, NonFiniteLogitsStopTheRunWithAClearError) {
+  model::ModelWeights weights = bundle().model->weights();
+  weights.layers[1].w_down.data[7] = std::numeric_limits<float>::quiet_NaN();  // one broken weight
+  const model::Model broken(bundle().model->config(), std::move(weights));
+  auto backend = backend::make_cpu_backend(1);
+  Engine e(broken, *backend, budgeted("random_pp", 32, 8));
+  e.submit(request("nan", 5));
+  try {
+    e.run();
+    FAIL() << "a NaN weight ran to the end";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("non-finite logits"), std::string::npos) << error.what();
+  }
 }
 
 }  // namespace

@@ -201,7 +201,9 @@ class CpuBackend final : public Backend {
 #pragma omp parallel for num_threads(threads_) if (batch.n_seqs > 1)
     for (int s = 0; s < batch.n_seqs; ++s) {
       const float* l = row(logits, s);
-      if (batch.forced[s] >= 0) {
+      if (!std::all_of(l, l + vocab, [](float v) { return std::isfinite(v); })) {
+        batch.next_token[s] = kNonFiniteLogits;
+      } else if (batch.forced[s] >= 0) {
         const ForcedScore score = score_forced_reference(l, vocab, batch.forced[s]);
         batch.forced_logprob[s] = score.logprob;
         batch.forced_is_argmax[s] = score.is_argmax ? 1 : 0;

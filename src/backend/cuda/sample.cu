@@ -173,6 +173,13 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(StepBatch batch, const
   __syncthreads();
   const ArgMax top = sh.best;
   const int forced = batch.forced[s];
+  if (!isfinite(top.value)) {  // NaN everywhere or an infinite maximum: report, never sample garbage
+    if (threadIdx.x == 0) {
+      batch.next_token[s] = kNonFiniteLogits;
+      batch.gen_step[s] += 1;
+    }
+    return;
+  }
 
   if (forced >= 0) {
     double partial = 0.0;
