@@ -148,12 +148,5 @@ void StepStorage::download_outputs(bool forced_scores, bool self_feeding) {
   }
 }
 
-void StepStorage::download_state() {
-  const size_t n = static_cast<size_t>(host_.n_seqs);
-  backend_.download(host_.length, device_.length, sizeof(int32_t) * n);
-  backend_.download(host_.appended, device_.appended, sizeof(int32_t) * n);
-  backend_.download(host_.round, device_.round, sizeof(int32_t) * n);
-  backend_.download(host_.gen_step, device_.gen_step, sizeof(int32_t) * n);
-}
-
 }  // namespace kvdice::backend
+

@@ -15,10 +15,6 @@ class StepStorage {
  public:
   StepStorage(Backend& backend, int max_seqs, int max_rows, int max_pages);
 
-  int max_seqs() const { return max_seqs_; }
-  int max_rows() const { return max_rows_; }
-  int max_pages() const { return max_pages_; }
-
   // The host mirror; its pointers refer to host vectors. Set n_seqs / n_rows / max_rows_per_seq here.
   StepBatch& host() { return host_; }
   // The same batch in backend memory (counts copied from the host mirror). A self-feeding batch (the
@@ -36,8 +32,6 @@ class StepStorage {
   // Reads next_token (and the forced-token scores) of the first n_seqs sequences into the mirror;
   // a self-feeding batch's sampled tokens are in its token rows.
   void download_outputs(bool forced_scores, bool self_feeding = false);
-  // Reads the device's length, appended, round and gen_step back into the mirror (tests).
-  void download_state();
 
  private:
   template <class F>

@@ -35,7 +35,6 @@ class KvPool {
   int64_t free_pages() const { return static_cast<int64_t>(free_.size()); }
   int64_t pages_for(int64_t slots) const { return (slots + page_slots_ - 1) / page_slots_; }
   int64_t total_bytes() const { return n_pages_ * bytes_per_page(shape_, dtype_, page_slots_); }
-  int64_t bytes_in_use() const { return (n_pages_ - free_pages()) * bytes_per_page(shape_, dtype_, page_slots_); }
   DType dtype() const { return dtype_; }
   const backend::KvLayer& layer(int l) const { return layers_[l]; }
   const std::vector<backend::KvLayer>& layers() const { return layers_; }

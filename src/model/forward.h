@@ -45,8 +45,6 @@ class ForwardPass {
   backend::View run(const backend::StepBatch& batch, const kv::KvPool& pool, bool all_positions);
 
   const UploadedWeights& weights() const { return weights_; }
-  int max_rows() const { return max_rows_; }
-  int max_seqs() const { return max_seqs_; }
   int64_t activation_bytes() const { return static_cast<int64_t>(arena_.bytes()); }
   // Bytes the activation arena takes for these sizes (the memory plan).
   static int64_t activation_bytes_for(const ModelConfig& config, const backend::Backend& backend, int max_rows,
