@@ -162,9 +162,10 @@ uint64_t Engine::submit(GenerationRequest request) {
                                                : prompt_len + request.max_new_tokens;
   const int64_t max_slots = int64_t{max_pages_} * pool_->page_slots();
   if (reservation > max_slots) {
-    fail("request needs {} KV slots (prompt {} + {}), more than the longest context of {} slots: lower "
-         "--max-new-tokens or set a budget",
-         reservation, prompt_len, budget.bounded() ? "window" : "max new tokens", max_slots);
+    fail("request needs {} KV slots ({}), more than the longest context of {} slots: {}", reservation,
+         budget.bounded() ? fmt::format("max(prompt {}, T {}) + r {}", prompt_len, budget.budget, budget.window)
+                          : fmt::format("prompt {} + max new tokens {}", prompt_len, request.max_new_tokens),
+         max_slots, budget.bounded() ? "lower --budget" : "lower --max-new-tokens or set a budget");
   }
   const int64_t pool_slots = pool_->n_pages() * pool_->page_slots();
   if (reservation > pool_slots || (config_.kv_slot_limit > 0 && reservation > config_.kv_slot_limit)) {
