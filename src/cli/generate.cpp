@@ -35,6 +35,7 @@ struct GenerateOptions {
   int max_new_tokens = 256;
   int samples = 1;
   int max_batch = 0;
+  int max_context = 0;
   bool ignore_eos = false;
   backend::BackendOptions backend;
   bool json = false;
@@ -66,6 +67,8 @@ void run_generate(const GenerateOptions& o) {
   const int64_t n_sequences_wanted = static_cast<int64_t>(texts.size()) * o.samples;
   if (o.max_batch < 0) fail("--max-batch must be >= 0 (0 = all sequences at once), got {}", o.max_batch);
   config.max_batch = static_cast<int>(std::min<int64_t>(o.max_batch > 0 ? o.max_batch : n_sequences_wanted, 4096));
+  if (o.max_context < 0) fail("--max-context must be >= 0 (0 = the model's maximum position), got {}", o.max_context);
+  config.max_context = o.max_context;
   // Validate the cheap things before loading weights.
   auto policy = policy::make_policy(o.policy);
   if (policy->evicts()) {
@@ -191,6 +194,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--max-new-tokens,-n", o->max_new_tokens, "Tokens to generate per sequence");
   cmd->add_option("--samples", o->samples, "Sequences per prompt (independent streams)");
   cmd->add_option("--max-batch", o->max_batch, "Most sequences decoding at once (0 = all of them)");
+  cmd->add_option("--max-context", o->max_context,
+                  "Longest KV reservation of one sequence in slots (0 = the model's maximum position, at least 4096)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at end-of-sequence tokens");
   add_backend_flags(cmd, o->backend);
   cmd->add_flag("--json", o->json, "Print one JSON record (or an array) instead of text");
