@@ -94,6 +94,16 @@ struct KvLayer {
   DType dtype = DType::F32;
   int n_kv_heads = 0, head_dim = 0, page_slots = 0;
   int layer = 0;
+  // Signals for scoring policies (docs/policies.md), fp32, recorded only when a policy of the engine
+  // needs them (nullptr otherwise; CPU backend only: no CUDA selection needs them yet).
+  // Per slot, indexed like positions, moved with K/V by compaction:
+  float* value_range = nullptr;     // max - min over the slot's value channels, written at append
+  float* attention_mass = nullptr;  // attention the slot received from every query since its append
+  // Per sequence: the post-RoPE query of absolute position p, query head h, sits in ring slot
+  // j = p % r at [page_table[j / page_slots]][h][j % page_slots][head_dim] (the sequence's own pages,
+  // so a ring of r queries needs r <= reserved slots); n_heads query heads per page.
+  float* query_ring = nullptr;
+  int n_heads = 0;
   // Element offset of (page, head, offset-in-page) for keys/values; positions use it / head_dim.
   int64_t slot_index(int32_t page, int head, int offset) const {
     return (static_cast<int64_t>(page) * n_kv_heads + head) * page_slots + offset;

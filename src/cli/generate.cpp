@@ -1,5 +1,6 @@
 // `kvdice generate`: chat-templated or raw generation for one or more prompts under a KV budget.
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -106,7 +107,7 @@ void run_generate(const GenerateOptions& o) {
   const bool stream = !o.json && n_sequences == 1;
   if (!o.json && !o.quiet) {
     fmt::print(stderr, "kvdice: model {} ({}), backend {}, policy {}, budget {}\n", bundle.source,
-               bundle.format, backend->name(), eng.policy().name(), eng.budget().describe());
+               bundle.format, backend->name(), policy::describe(eng.policy()), eng.budget().describe());
   }
   std::ofstream retention;
   if (!o.retention_log.empty()) {
@@ -145,6 +146,7 @@ void run_generate(const GenerateOptions& o) {
       Json rec = engine::result_json(r, text, bundle.model->config(), bytes_per_element);
       rec["model"] = bundle.source;
       rec["policy"] = std::string(eng.policy().name());
+      rec["policy_options"] = eng.policy().options();
       rec["budget"] = eng.budget().budget;
       rec["window"] = eng.budget().window;
       rec["seed"] = o.seed;
@@ -182,7 +184,9 @@ void add_generate_command(CLI::App& app) {
                   "Override the chat template (qwen3, chatml, llama3, phi4, deepseek_r1, llama31, "
                   "phi4_reasoning, qwen3_thinking)");
   cmd->add_option("--policy", o->policy,
-                  "Eviction policy (full, random_pp, random, random_shared, recency_pp, recency, streaming)");
+                  fmt::format("Eviction policy, optionally with options: name[:key=value,...] "
+                              "(docs/policies.md). Known: {}",
+                              fmt::join(policy::policy_names(), ", ")));
   cmd->add_option("--budget,-T", o->budget, "KV budget T per layer and KV head (includes prompt and window)");
   cmd->add_option("--window,-r", o->window, "Recency window r; rounds fire every r decode tokens");
   cmd->add_option("--long-prompt", o->long_prompt,

@@ -49,7 +49,9 @@ struct Engine::Sequence {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
 // The effective budget of a policy: unbounded when it keeps everything; validated otherwise.
 kv::BudgetSpec effective_budget(const policy::EvictionPolicy& policy, kv::BudgetSpec budget) {
@@ -78,16 +80,23 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
   const int max_context = config_.max_context > 0 ? config_.max_context : std::max(mc.max_position, 4096);
 
   const int prefill_rows = std::max(config_.prefill_chunk, config_.max_batch);
-  forward_ = std::make_unique<model::ForwardPass>(model_, backend_, prefill_rows, config_.max_batch, config_.max_batch);
+  forward_ = std::make_unique<model::ForwardPass>(model_, backend_, prefill_rows, config_.max_batch,
+                                                  config_.max_batch);
   const kv::KvShape shape = model_.kv_shape();
   const int page_slots = kv::KvPool::kDefaultPageSlots;
   max_pages_ = static_cast<int>((int64_t{max_context} + page_slots - 1) / page_slots);
-  decode_batch_ = std::make_unique<backend::StepStorage>(backend_, config_.max_batch, config_.max_batch, max_pages_);
-  prefill_batch_ = std::make_unique<backend::StepStorage>(backend_, config_.max_batch, prefill_rows, max_pages_);
+  decode_batch_ =
+      std::make_unique<backend::StepStorage>(backend_, config_.max_batch, config_.max_batch, max_pages_);
+  prefill_batch_ =
+      std::make_unique<backend::StepStorage>(backend_, config_.max_batch, prefill_rows, max_pages_);
 
   // The pool takes what is left: free device memory less a margin for library workspaces (CUDA), or
   // what the limits need in lazily-touched host memory (CPU).
-  const int64_t page_bytes = kv::KvPool::bytes_per_page(shape, backend_.kv_dtype(), page_slots);
+  // Signals are recorded only when the engine's policy needs them (issue 7; CPU selections only).
+  const policy::SignalNeeds signals = policies_.front()->needs();
+  const int n_query_heads = model_.config().n_heads;
+  const int64_t page_bytes =
+      kv::KvPool::bytes_per_page(shape, backend_.kv_dtype(), page_slots, signals, n_query_heads);
   int64_t pages = 0;
   const backend::MemoryInfo memory = backend_.memory();
   if (config_.kv_pool_bytes > 0) {
@@ -97,16 +106,20 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
     pages = (memory.free_bytes - margin) / page_bytes;
   } else {
     pages = int64_t{config_.max_batch} * max_pages_;
-    if (config_.kv_slot_limit > 0) pages = std::min(pages, config_.kv_slot_limit / page_slots + config_.max_batch);
+    if (config_.kv_slot_limit > 0)
+      pages = std::min(pages, config_.kv_slot_limit / page_slots + config_.max_batch);
     pages = std::min(pages, memory.total_bytes / 2 / page_bytes);
   }
   if (pages < 1) {
-    fail("no memory left for the KV pool: {:.2f} GiB free after weights ({:.2f} GiB) and activations ({:.2f} GiB), "
-         "one page of {} slots needs {} bytes",
-         memory.free_bytes / kGiB, forward_->weights().bytes / kGiB, forward_->activation_bytes() / kGiB, page_slots,
-         page_bytes);
+    fail(
+        "no memory left for the KV pool: {:.2f} GiB free after weights ({:.2f} GiB) and activations ({:.2f} "
+        "GiB), "
+        "one page of {} slots needs {} bytes",
+        memory.free_bytes / kGiB, forward_->weights().bytes / kGiB, forward_->activation_bytes() / kGiB,
+        page_slots, page_bytes);
   }
-  pool_ = std::make_unique<kv::KvPool>(backend_, shape, std::min<int64_t>(pages, INT32_MAX), page_slots);
+  pool_ = std::make_unique<kv::KvPool>(backend_, shape, std::min<int64_t>(pages, INT32_MAX), page_slots,
+                                       signals, n_query_heads);
   plan_.weight_bytes = forward_->weights().bytes;
   plan_.activation_bytes = forward_->activation_bytes();
   plan_.kv_pool_bytes = pool_->total_bytes();
@@ -118,10 +131,16 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
 Engine::~Engine() = default;
 
 int Engine::policy_index(const std::string& name) {
-  for (size_t i = 0; i < policies_.size(); ++i)
-    if (policies_[i]->name() == name) return static_cast<int>(i);
+  // A spec may carry options ("random_block_pp:block=8"): equal specs share one policy instance.
   auto policy = policy::make_policy(name);
+  for (size_t i = 0; i < policies_.size(); ++i)
+    if (policy::describe(*policies_[i]) == policy::describe(*policy)) return static_cast<int>(i);
   backend_.check_policy(*policy);
+  const policy::SignalNeeds needs = policy->needs(), recorded = pool_->signals();
+  if ((needs.window_queries && !recorded.window_queries) || (needs.value_ranges && !recorded.value_ranges) ||
+      (needs.accumulated_attention && !recorded.accumulated_attention))
+    fail("policy '{}' needs signals this engine does not record; start the engine with it as its policy",
+         policy->name());
   policies_.push_back(std::move(policy));
   return static_cast<int>(policies_.size() - 1);
 }
@@ -169,14 +188,19 @@ uint64_t Engine::submit(GenerationRequest request) {
   }
   const int64_t pool_slots = pool_->n_pages() * pool_->page_slots();
   if (reservation > pool_slots || (config_.kv_slot_limit > 0 && reservation > config_.kv_slot_limit)) {
-    const int64_t limit = config_.kv_slot_limit > 0 ? std::min(pool_slots, config_.kv_slot_limit) : pool_slots;
-    fail("request needs {} KV slots ({:.3f} GiB) but the pool holds {} ({:.3f} GiB): lower --max-new-tokens or set "
-         "a budget",
-         reservation, reservation * plan_.kv_bytes_per_slot / kGiB, limit, limit * plan_.kv_bytes_per_slot / kGiB);
+    const int64_t limit =
+        config_.kv_slot_limit > 0 ? std::min(pool_slots, config_.kv_slot_limit) : pool_slots;
+    fail(
+        "request needs {} KV slots ({:.3f} GiB) but the pool holds {} ({:.3f} GiB): lower --max-new-tokens "
+        "or set "
+        "a budget",
+        reservation, reservation * plan_.kv_bytes_per_slot / kGiB, limit,
+        limit * plan_.kv_bytes_per_slot / kGiB);
   }
   seq->id = next_id_++;
   seq->stream_id = request.stream_id.value_or(seq->id);
-  seq->n_protected = budget.bounded() && policy.protects_prompt() ? budget.protected_slots(static_cast<int>(prompt_len)) : 0;
+  seq->n_protected =
+      budget.bounded() && policy.protects_prompt() ? budget.protected_slots(static_cast<int>(prompt_len)) : 0;
   seq->stats.prompt_tokens = static_cast<int>(prompt_len);
   seq->stats.reserved_slots = reservation;
   seq->stats.protected_prompt_slots = seq->n_protected;
@@ -190,7 +214,8 @@ bool Engine::cancel(uint64_t id) {
   for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
     if ((*it)->id != id) continue;
     Sequence& seq = **it;
-    finished_.push_back({seq.id, std::move(seq.request.prompt), {}, {}, {}, FinishReason::Cancelled, seq.stats});
+    finished_.push_back(
+        {seq.id, std::move(seq.request.prompt), {}, {}, {}, FinishReason::Cancelled, seq.stats});
     waiting_.erase(it);
     return true;
   }
@@ -216,7 +241,8 @@ void Engine::admit() {
     const int64_t prompt = next.stats.prompt_tokens;
     // One prefill step takes whole prompts up to the chunk size; a longer prompt goes alone, in chunks.
     if (!admitted.empty() && rows + prompt > config_.prefill_chunk) break;
-    if (config_.kv_slot_limit > 0 && reserved_slots_ + next.stats.reserved_slots > config_.kv_slot_limit) break;
+    if (config_.kv_slot_limit > 0 && reserved_slots_ + next.stats.reserved_slots > config_.kv_slot_limit)
+      break;
     std::vector<int32_t> pages = pool_->allocate(next.stats.reserved_slots);
     if (pages.empty()) break;  // waits for running sequences to retire; never preempts them
     next.pages = std::move(pages);
@@ -249,6 +275,8 @@ void Engine::prefill(const std::vector<Sequence*>& batch) {
       b.seq_row_begin[s] = row;
       b.length[s] = seq.length;
       b.appended[s] = static_cast<int32_t>(seq.appended);
+      b.budget[s] = seq.budget.budget;  // the query ring (signals) fills only under a budget,
+      b.window[s] = seq.budget.window;  // with r as its modulus
       std::fill_n(b.page_table + int64_t{s} * max_pages_, max_pages_, 0);
       std::copy(seq.pages.begin(), seq.pages.end(), b.page_table + int64_t{s} * max_pages_);
       b.sample_key[s] = philox_key(seq.request.sampling.seed, seq.stream_id, RngDomain::Sampling);
@@ -269,7 +297,8 @@ void Engine::prefill(const std::vector<Sequence*>& batch) {
     b.seq_row_begin[n] = row;
     b.n_rows = row;
     b.max_rows_per_seq = 0;
-    for (int s = 0; s < n; ++s) b.max_rows_per_seq = std::max(b.max_rows_per_seq, b.seq_row_begin[s + 1] - b.seq_row_begin[s]);
+    for (int s = 0; s < n; ++s)
+      b.max_rows_per_seq = std::max(b.max_rows_per_seq, b.seq_row_begin[s + 1] - b.seq_row_begin[s]);
     storage.upload_all();
     const backend::StepBatch view = storage.device();
     const backend::View logits = forward_->run(view, *pool_, false);
@@ -285,7 +314,8 @@ void Engine::prefill(const std::vector<Sequence*>& batch) {
     accept_token(seq, b.next_token[s], b.forced_logprob[s], b.forced_is_argmax[s] != 0);
   }
   // The admitted sequences take the last rows of the decode batch.
-  for (size_t row = running_.size() - batch.size(); row < running_.size(); ++row) write_decode_row(static_cast<int>(row));
+  for (size_t row = running_.size() - batch.size(); row < running_.size(); ++row)
+    write_decode_row(static_cast<int>(row));
 }
 
 void Engine::write_decode_row(int row) {
@@ -334,12 +364,14 @@ void Engine::decode() {
 
   const backend::StepBatch view = storage.device(/*self_feeding=*/true);
   std::vector<uint8_t> policy_used(policies_.size(), 0);
-  for (const auto& seq : running_) policy_used[static_cast<size_t>(seq->policy)] |= seq->budget.bounded() ? 1 : 0;
+  for (const auto& seq : running_)
+    policy_used[static_cast<size_t>(seq->policy)] |= seq->budget.bounded() ? 1 : 0;
   // The step's launches depend only on the batch size and the policies in use: that is the graph's
   // key. A shape runs eagerly once (scratch buffers grow then), is recorded the second time, and
   // replays from then on.
   uint64_t key = static_cast<uint64_t>(n);
-  for (size_t p = 0; p < policies_.size() && p < 40; ++p) key |= static_cast<uint64_t>(policy_used[p]) << (16 + p);
+  for (size_t p = 0; p < policies_.size() && p < 40; ++p)
+    key |= static_cast<uint64_t>(policy_used[p]) << (16 + p);
   const bool replayed = config_.graphs && backend_.replay(key);
   if (!replayed) {
     int& seen = step_shapes_seen_[key];
@@ -380,7 +412,8 @@ void Engine::finish_round(Sequence& seq) {
   seq.length = seq.budget.budget;
   const uint32_t round = static_cast<uint32_t>(seq.stats.eviction_rounds++);
   if (round_observer_) {
-    const kv::SequenceKv view(*pool_, seq.pages, static_cast<int>(seq.stats.reserved_slots), seq.length, seq.appended);
+    const kv::SequenceKv view(*pool_, seq.pages, static_cast<int>(seq.stats.reserved_slots), seq.length,
+                              seq.appended);
     round_observer_(seq.id, kv::read_round_record(view, round));
   }
 }
@@ -419,7 +452,8 @@ void Engine::retire_finished() {
     reserved_slots_ -= seq.stats.reserved_slots;
     pool_->release(seq.pages);
     finished_.push_back({seq.id, std::move(seq.request.prompt), std::move(seq.generated),
-                         std::move(seq.forced_logprobs), std::move(seq.forced_is_argmax), seq.finish, seq.stats});
+                         std::move(seq.forced_logprobs), std::move(seq.forced_is_argmax), seq.finish,
+                         seq.stats});
     // The last row moves into the hole so the decode batch stays dense; only that row is rewritten.
     running_[row] = std::move(running_.back());
     running_.pop_back();
@@ -443,8 +477,9 @@ void Engine::run(const std::function<void(const TokenEvent&)>& on_token) {
     const bool was_empty = running_.empty();
     step();
     if (was_empty && running_.empty() && !waiting_.empty() && waiting_.size() == waiting_before) {
-      fail("request {} can never be admitted: it needs {} KV slots and the pool has {} free", waiting_.front()->id,
-           waiting_.front()->stats.reserved_slots, pool_->free_pages() * pool_->page_slots());
+      fail("request {} can never be admitted: it needs {} KV slots and the pool has {} free",
+           waiting_.front()->id, waiting_.front()->stats.reserved_slots,
+           pool_->free_pages() * pool_->page_slots());
     }
   }
   on_token_ = std::move(previous);

@@ -6,24 +6,48 @@
 
 namespace kvdice::kv {
 
-int64_t KvPool::bytes_per_page(KvShape shape, DType dtype, int page_slots) {
+int64_t KvPool::bytes_per_page(KvShape shape, DType dtype, int page_slots, policy::SignalNeeds signals,
+                               int n_query_heads) {
   const int64_t slots = int64_t{shape.n_layers} * shape.n_kv_heads * page_slots;
-  return slots * (2 * int64_t{shape.head_dim} * static_cast<int64_t>(dtype_size(dtype)) + 4);
+  int64_t bytes = slots * (2 * int64_t{shape.head_dim} * static_cast<int64_t>(dtype_size(dtype)) + 4);
+  if (signals.value_ranges) bytes += slots * 4;
+  if (signals.accumulated_attention) bytes += slots * 4;
+  if (signals.window_queries)
+    bytes += int64_t{shape.n_layers} * n_query_heads * page_slots * shape.head_dim * 4;
+  return bytes;
 }
 
-KvPool::KvPool(backend::Backend& backend, KvShape shape, int64_t n_pages, int page_slots)
-    : backend_(&backend), shape_(shape), dtype_(backend.kv_dtype()), page_slots_(page_slots), n_pages_(n_pages) {
+KvPool::KvPool(backend::Backend& backend, KvShape shape, int64_t n_pages, int page_slots,
+               policy::SignalNeeds signals, int n_query_heads)
+    : backend_(&backend),
+      shape_(shape),
+      dtype_(backend.kv_dtype()),
+      page_slots_(page_slots),
+      n_pages_(n_pages),
+      signals_(signals),
+      n_query_heads_(n_query_heads) {
   if (shape.n_layers <= 0 || shape.n_kv_heads <= 0 || shape.head_dim <= 0)
     fail("KV shape must be positive, got n_layers={} n_kv_heads={} head_dim={}", shape.n_layers,
          shape.n_kv_heads, shape.head_dim);
   if (page_slots <= 0) fail("KV page size must be > 0 slots, got {}", page_slots);
   if (n_pages <= 0 || n_pages > INT32_MAX) fail("KV pool must hold 1 .. 2^31-1 pages, got {}", n_pages);
   const int64_t slots_per_layer = n_pages * shape.n_kv_heads * page_slots;
-  const size_t kv_bytes = static_cast<size_t>(slots_per_layer * shape.n_layers * shape.head_dim) * dtype_size(dtype_);
+  const size_t kv_bytes =
+      static_cast<size_t>(slots_per_layer * shape.n_layers * shape.head_dim) * dtype_size(dtype_);
   keys_ = backend.alloc(kv_bytes, "KV pool keys");
   values_ = backend.alloc(kv_bytes, "KV pool values");
   positions_ = backend.alloc(static_cast<size_t>(slots_per_layer * shape.n_layers) * 4, "KV pool positions");
   const size_t layer_kv_bytes = kv_bytes / shape.n_layers;
+  if (signals.window_queries && n_query_heads <= 0) fail("the query ring needs the number of query heads");
+  // Signals are fp32 host-side arrays read by CPU selections (backend.h KvLayer).
+  const size_t slot_signal_bytes = static_cast<size_t>(slots_per_layer * shape.n_layers) * 4;
+  const int64_t ring_per_layer = n_pages * n_query_heads * page_slots * shape.head_dim;
+  if (signals.value_ranges) value_range_ = backend.alloc(slot_signal_bytes, "KV pool value ranges");
+  if (signals.accumulated_attention)
+    attention_mass_ = backend.alloc(slot_signal_bytes, "KV pool attention mass");
+  if (signals.window_queries)
+    query_ring_ =
+        backend.alloc(static_cast<size_t>(ring_per_layer * shape.n_layers) * 4, "KV pool query rings");
   for (int l = 0; l < shape.n_layers; ++l) {
     backend::KvLayer view;
     view.keys = static_cast<char*>(keys_.data()) + l * layer_kv_bytes;
@@ -34,6 +58,14 @@ KvPool::KvPool(backend::Backend& backend, KvShape shape, int64_t n_pages, int pa
     view.head_dim = shape.head_dim;
     view.page_slots = page_slots;
     view.layer = l;
+    if (signals.value_ranges)
+      view.value_range = static_cast<float*>(value_range_.data()) + l * slots_per_layer;
+    if (signals.accumulated_attention)
+      view.attention_mass = static_cast<float*>(attention_mass_.data()) + l * slots_per_layer;
+    if (signals.window_queries) {
+      view.query_ring = static_cast<float*>(query_ring_.data()) + l * ring_per_layer;
+      view.n_heads = n_query_heads;
+    }
     layers_.push_back(view);
   }
   free_.resize(static_cast<size_t>(n_pages));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "policy/eviction_policy.h"
 
 namespace kvdice::kv {
 
@@ -23,10 +24,14 @@ class KvPool {
  public:
   static constexpr int kDefaultPageSlots = 16;
 
-  KvPool(backend::Backend& backend, KvShape shape, int64_t n_pages, int page_slots = kDefaultPageSlots);
+  // `signals`: the side arrays to record (backend.h KvLayer); the query ring needs n_query_heads.
+  KvPool(backend::Backend& backend, KvShape shape, int64_t n_pages, int page_slots = kDefaultPageSlots,
+         policy::SignalNeeds signals = {}, int n_query_heads = 0);
 
-  // Bytes one page takes across all layers (K, V and positions).
-  static int64_t bytes_per_page(KvShape shape, DType dtype, int page_slots);
+  // Bytes one page takes across all layers (K, V, positions and the recorded signals).
+  static int64_t bytes_per_page(KvShape shape, DType dtype, int page_slots, policy::SignalNeeds signals = {},
+                                int n_query_heads = 0);
+  const policy::SignalNeeds& signals() const { return signals_; }
 
   const KvShape& shape() const { return shape_; }
   backend::Backend& backend() const { return *backend_; }
@@ -34,7 +39,9 @@ class KvPool {
   int64_t n_pages() const { return n_pages_; }
   int64_t free_pages() const { return static_cast<int64_t>(free_.size()); }
   int64_t pages_for(int64_t slots) const { return (slots + page_slots_ - 1) / page_slots_; }
-  int64_t total_bytes() const { return n_pages_ * bytes_per_page(shape_, dtype_, page_slots_); }
+  int64_t total_bytes() const {
+    return n_pages_ * bytes_per_page(shape_, dtype_, page_slots_, signals_, n_query_heads_);
+  }
   DType dtype() const { return dtype_; }
   const backend::KvLayer& layer(int l) const { return layers_[l]; }
   const std::vector<backend::KvLayer>& layers() const { return layers_; }
@@ -49,7 +56,9 @@ class KvPool {
   DType dtype_;
   int page_slots_;
   int64_t n_pages_;
-  backend::Buffer keys_, values_, positions_;
+  policy::SignalNeeds signals_;
+  int n_query_heads_;
+  backend::Buffer keys_, values_, positions_, value_range_, attention_mass_, query_ring_;
   std::vector<backend::KvLayer> layers_;
   std::vector<int32_t> free_;  // a stack: the lowest page ids are handed out first
 };

@@ -14,7 +14,8 @@
 
 namespace kvdice::policy {
 
-// Signals a scoring policy may ask the engine to record (the baselines of a later issue).
+// Signals a scoring policy asks the engine to record (only then are they recorded; see
+// docs/policies.md). window_queries also makes the round hand the candidates' keys to select().
 struct SignalNeeds {
   bool window_queries = false;         // ring buffer of the last r post-RoPE queries per query head
   bool accumulated_attention = false;  // H2O: attention mass each slot has received
@@ -31,6 +32,17 @@ struct SelectionInput {
   std::span<const int32_t> positions;  // absolute position of each candidate slot
   PhiloxKey key{};                     // keyed by (seed, sequence id) in the eviction domain
   uint32_t round = 0;
+  int budget = 0;        // T (the round leaves T slots: keep + the window)
+  int64_t appended = 0;  // tokens ever appended = the position of the next token
+
+  // Signals, read-only, filled only when the policy's needs() asks for them (empty spans otherwise).
+  int head_dim = 0;
+  int group = 0;                          // query heads per KV head (GQA group size)
+  int n_queries = 0;                      // window queries per query head (min(r, tokens appended))
+  std::span<const float> keys;            // [n_candidates][head_dim] post-RoPE candidate keys
+  std::span<const float> window_queries;  // [group][n_queries][head_dim] post-RoPE, any order
+  std::span<const float> value_range;     // [n_candidates] max - min over the value channels
+  std::span<const float> attention_mass;  // [n_candidates] attention received since append (H2O)
 };
 
 class EvictionPolicy {
@@ -41,12 +53,17 @@ class EvictionPolicy {
   virtual bool evicts() const { return true; }   // false for "full"
   virtual bool protects_prompt() const = 0;
   virtual SignalNeeds needs() const { return {}; }
+  // The options in effect, "key=value,..." with defaults filled in (empty for a policy without any).
+  virtual std::string options() const { return {}; }
   // Sets exactly `input.keep` flags in `keep` (size n_candidates), including every protected slot.
   virtual void select(const SelectionInput& input, std::span<uint8_t> keep) const = 0;
 };
 
-// Registry: one line per policy in registry.cpp.
-std::unique_ptr<EvictionPolicy> make_policy(std::string_view name);  // Error listing known names
+// Registry: one line per policy in registry.cpp. `spec` is a name with optional options,
+// "name:key=value,..." (policy_options.h); Error listing known names or naming a bad option.
+std::unique_ptr<EvictionPolicy> make_policy(std::string_view spec);
+// "name" or "name:options" with every option in effect: the spec to paste back for the same run.
+std::string describe(const EvictionPolicy& policy);
 std::vector<std::string> policy_names();
 
 }  // namespace kvdice::policy

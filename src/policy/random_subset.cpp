@@ -9,6 +9,16 @@
 
 namespace kvdice::policy {
 
+void draw_victims(const PhiloxStream& stream, std::span<int32_t> pool, int victims) {
+  const int m = static_cast<int>(pool.size());
+  KVDICE_CHECK(0 <= victims && victims <= m, "cannot draw {} victims from {} candidates", victims, m);
+  for (int i = 0; i < victims; ++i) {
+    int j =
+        i + static_cast<int>(stream.uniform_below(static_cast<uint32_t>(i), static_cast<uint32_t>(m - i)));
+    std::swap(pool[i], pool[j]);
+  }
+}
+
 void keep_random_subset(const SelectionInput& input, uint32_t stream_c, std::span<uint8_t> keep) {
   const int n = input.n_candidates;
   KVDICE_CHECK(static_cast<int>(keep.size()) == n, "keep has {} flags for {} candidates", keep.size(), n);
@@ -21,11 +31,7 @@ void keep_random_subset(const SelectionInput& input, uint32_t stream_c, std::spa
 
   std::vector<int32_t> index(m);
   std::iota(index.begin(), index.end(), input.n_protected);
-  for (int i = 0; i < victims; ++i) {
-    int j =
-        i + static_cast<int>(stream.uniform_below(static_cast<uint32_t>(i), static_cast<uint32_t>(m - i)));
-    std::swap(index[i], index[j]);
-  }
+  draw_victims(stream, index, victims);
   std::fill(keep.begin(), keep.end(), uint8_t{1});
   for (int i = 0; i < victims; ++i) keep[index[i]] = 0;
 }

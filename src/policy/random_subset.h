@@ -23,6 +23,10 @@ namespace kvdice::policy {
 // `c` of the shared draw: no KV head index reaches it, so shared draws never alias a head's draw.
 inline constexpr uint32_t kSharedHeadStream = 0xFFFFFFFFu;
 
+// The draw above over an arbitrary pool: permutes `pool` so that its first `victims` entries are the
+// victims (partial Fisher-Yates, draw i uses counter index i of `stream`).
+void draw_victims(const PhiloxStream& stream, std::span<int32_t> pool, int victims);
+
 // Sets exactly input.keep flags: all protected slots plus a uniform subset of the others.
 void keep_random_subset(const SelectionInput& input, uint32_t stream_c, std::span<uint8_t> keep);
 

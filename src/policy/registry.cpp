@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "policy/cuda_selection.h"
 #include "policy/eviction_policy.h"
+#include "policy/policy_options.h"
 
 namespace kvdice::policy {
 
@@ -17,35 +18,68 @@ std::unique_ptr<EvictionPolicy> make_random_shared_policy();
 std::unique_ptr<EvictionPolicy> make_recency_pp_policy();
 std::unique_ptr<EvictionPolicy> make_recency_policy();
 std::unique_ptr<EvictionPolicy> make_streaming_policy();
+std::unique_ptr<EvictionPolicy> make_random_block_pp_policy(PolicyOptions& options);
+std::unique_ptr<EvictionPolicy> make_random_pp_rec_policy(PolicyOptions& options);
+std::unique_ptr<EvictionPolicy> make_snapkv_policy(PolicyOptions& options);
+std::unique_ptr<EvictionPolicy> make_snapkv_pp_policy(PolicyOptions& options);
+std::unique_ptr<EvictionPolicy> make_h2o_policy(PolicyOptions& options);
+std::unique_ptr<EvictionPolicy> make_h2o_pp_policy(PolicyOptions& options);
+std::unique_ptr<EvictionPolicy> make_vase_policy(PolicyOptions& options);
+std::unique_ptr<EvictionPolicy> make_vase_pp_policy(PolicyOptions& options);
 
 namespace {
 
+// Factories of policies without options.
+template <std::unique_ptr<EvictionPolicy> (*Make)()>
+std::unique_ptr<EvictionPolicy> no_options(PolicyOptions&) {
+  return Make();
+}
+
 struct Entry {
   std::string_view name;
-  std::unique_ptr<EvictionPolicy> (*make)();
+  std::unique_ptr<EvictionPolicy> (*make)(PolicyOptions& options);
   CudaSelectionLauncher cuda;  // src/policy/cuda/<name>.cu; nullptr without CUDA or for "full"
 };
 
 constexpr std::array kPolicies{
-    Entry{"full", make_full_policy, nullptr},
-    Entry{"random_pp", make_random_pp_policy, KVDICE_CUDA_SELECTION(random_pp)},
-    Entry{"random", make_random_policy, KVDICE_CUDA_SELECTION(random)},
-    Entry{"random_shared", make_random_shared_policy, KVDICE_CUDA_SELECTION(random_shared)},
-    Entry{"recency_pp", make_recency_pp_policy, KVDICE_CUDA_SELECTION(recency_pp)},
-    Entry{"recency", make_recency_policy, KVDICE_CUDA_SELECTION(recency)},
-    Entry{"streaming", make_streaming_policy, KVDICE_CUDA_SELECTION(streaming)},
+    Entry{"full", no_options<make_full_policy>, nullptr},
+    Entry{"random_pp", no_options<make_random_pp_policy>, KVDICE_CUDA_SELECTION(random_pp)},
+    Entry{"random", no_options<make_random_policy>, KVDICE_CUDA_SELECTION(random)},
+    Entry{"random_shared", no_options<make_random_shared_policy>, KVDICE_CUDA_SELECTION(random_shared)},
+    Entry{"recency_pp", no_options<make_recency_pp_policy>, KVDICE_CUDA_SELECTION(recency_pp)},
+    Entry{"recency", no_options<make_recency_policy>, KVDICE_CUDA_SELECTION(recency)},
+    Entry{"streaming", no_options<make_streaming_policy>, KVDICE_CUDA_SELECTION(streaming)},
+    // Ablations and baselines with CPU selections only (REFERENCE.md §1-2): refused on --backend cuda.
+    Entry{"random_block_pp", make_random_block_pp_policy, nullptr},
+    Entry{"random_pp_rec", make_random_pp_rec_policy, nullptr},
+    Entry{"snapkv", make_snapkv_policy, nullptr},
+    Entry{"snapkv_pp", make_snapkv_pp_policy, nullptr},
+    Entry{"h2o", make_h2o_policy, nullptr},
+    Entry{"h2o_pp", make_h2o_pp_policy, nullptr},
+    Entry{"vase", make_vase_policy, nullptr},
+    Entry{"vase_pp", make_vase_pp_policy, nullptr},
 };
 
 }  // namespace
 
-std::unique_ptr<EvictionPolicy> make_policy(std::string_view name) {
+std::unique_ptr<EvictionPolicy> make_policy(std::string_view spec) {
+  PolicyOptions options(spec);
   for (const Entry& entry : kPolicies) {
-    if (entry.name == name) return entry.make();
+    if (entry.name != options.name()) continue;
+    std::unique_ptr<EvictionPolicy> policy = entry.make(options);
+    options.finish();
+    return policy;
   }
-  fail("--policy: unknown eviction policy '{}'; known: {}", name, fmt::join(policy_names(), ", "));
+  fail("--policy: unknown eviction policy '{}'; known: {}", options.name(), fmt::join(policy_names(), ", "));
 }
 
-CudaSelectionLauncher cuda_selection(std::string_view name) {
+std::string describe(const EvictionPolicy& policy) {
+  const std::string options = policy.options();
+  return options.empty() ? std::string(policy.name()) : fmt::format("{}:{}", policy.name(), options);
+}
+
+CudaSelectionLauncher cuda_selection(std::string_view spec) {
+  const std::string_view name = spec.substr(0, spec.find(':'));
   for (const Entry& entry : kPolicies) {
     if (entry.name == name) return entry.cuda;
   }
@@ -61,7 +95,7 @@ void require_cuda_selection(std::string_view name) {
   const std::unique_ptr<EvictionPolicy> policy = make_policy(name);  // unknown names fail here
   if (policy->evicts() && cuda_selection(name) == nullptr) {
     fail("policy '{}' has no CUDA selection kernel (src/policy/cuda/{}.cu){}; run it with --backend cpu",
-         name, name, kBuild);
+         policy->name(), policy->name(), kBuild);
   }
 }
 

@@ -83,6 +83,30 @@ TEST(Cli, GenerateJsonReportsEvictionAndBudget) {
   EXPECT_EQ(j["prompt_ids"].size(), s["prompt_tokens"].get<size_t>());
 }
 
+// Issue 7's CPU policies end to end: rounds fire, the budget holds, the options are reported.
+TEST(Cli, EveryBaselinePolicyGeneratesUnderTheBudget) {
+  for (const std::string policy : {"random_block_pp:block=4", "random_pp_rec", "snapkv", "snapkv_pp", "h2o",
+                                   "h2o_pp", "vase", "vase_pp"}) {
+    const CommandResult r = run_kvdice({"generate",      "--model",  kModel, "--chat",    "-p",
+                                        "Count to ten.", "--policy", policy, "--budget",  "32",
+                                        "--window",      "8",        "-n",   "40",        "--ignore-eos",
+                                        "--json",        "--seed",   "3",    "--backend", "cpu"});
+    ASSERT_EQ(r.exit_code, 0) << policy << ": " << r.err;
+    const Json j = Json::parse(r.out);
+    EXPECT_EQ(policy.substr(0, policy.find(':')), j["policy"].get<std::string>());
+    if (policy.starts_with("random_block_pp")) EXPECT_EQ(j["policy_options"], "block=4");
+    if (policy == "vase") EXPECT_EQ(j["policy_options"], "large=0.25,sinks=4,pool=5,temperature=1");
+    const Json& s = j["stats"];
+    EXPECT_GT(s["eviction_rounds"].get<int>(), 1) << policy;
+    EXPECT_EQ(s["peak_resident_slots"].get<int>(), 32 + 8) << policy;
+    EXPECT_GT(s["resident_slots"].get<int>(), 32) << policy;
+    EXPECT_LE(s["resident_slots"].get<int>(), 32 + 8) << policy;
+  }
+  expect_failure({"generate", "--model", kModel, "-p", "hi", "--policy", "vase:sinks=-1", "--budget", "32",
+                  "--window", "8", "-n", "4", "--backend", "cpu"},
+                 "sinks");
+}
+
 TEST(Cli, RetentionLogRecordsEveryRound) {
   const std::string log = ::testing::TempDir() + "/retention.jsonl";
   const CommandResult r =
@@ -159,8 +183,9 @@ TEST(Cli, UnsupportedArchitectureFails) {
 }
 
 TEST(Cli, UnknownChatTemplateFails) {
-  expect_failure({"generate", "--model", kModel, "--chat", "--chat-template", "vicuna", "-p", "hi", "--policy", "full"},
-                 "vicuna");
+  expect_failure(
+      {"generate", "--model", kModel, "--chat", "--chat-template", "vicuna", "-p", "hi", "--policy", "full"},
+      "vicuna");
 }
 
 TEST(Cli, CudaBackendWithoutAGpuIsAClearError) {

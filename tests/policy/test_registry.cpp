@@ -4,13 +4,16 @@
 #include <vector>
 
 #include "core/error.h"
+#include "policy/cuda_selection.h"
 #include "policy/eviction_policy.h"
 
 namespace kvdice::policy {
 namespace {
 
-const std::vector<std::string> kExpected{"full",       "random_pp", "random",   "random_shared",
-                                         "recency_pp", "recency",   "streaming"};
+const std::vector<std::string> kExpected{"full",          "random_pp", "random",    "random_shared",
+                                         "recency_pp",    "recency",   "streaming", "random_block_pp",
+                                         "random_pp_rec", "snapkv",    "snapkv_pp", "h2o",
+                                         "h2o_pp",        "vase",      "vase_pp"};
 
 TEST(Registry, ListsEveryPolicyAndBuildsEach) {
   EXPECT_EQ(policy_names(), kExpected);
@@ -19,7 +22,8 @@ TEST(Registry, ListsEveryPolicyAndBuildsEach) {
     ASSERT_NE(policy, nullptr);
     EXPECT_EQ(policy->name(), name);
     EXPECT_FALSE(policy->summary().empty());
-    EXPECT_FALSE(policy->needs().any()) << name << " needs no recorded signals";
+    const bool scores = name.starts_with("snapkv") || name.starts_with("h2o") || name.starts_with("vase");
+    EXPECT_EQ(policy->needs().any(), scores) << name << ": only the scoring baselines need recorded signals";
   }
 }
 
@@ -41,6 +45,26 @@ TEST(Registry, UnknownNameListsKnownNames) {
     const std::string message = e.what();
     EXPECT_NE(message.find("'random_ppp'"), std::string::npos) << message;
     for (const std::string& name : kExpected) EXPECT_NE(message.find(name), std::string::npos) << message;
+  }
+}
+
+TEST(Registry, OptionsAreParsedDefaultedAndDescribed) {
+  EXPECT_EQ(describe(*make_policy("random_block_pp")), "random_block_pp:block=32");
+  EXPECT_EQ(describe(*make_policy("random_block_pp:block=8")), "random_block_pp:block=8");
+  EXPECT_EQ(describe(*make_policy("random_pp_rec")), "random_pp_rec:recent=0.5");
+  EXPECT_EQ(describe(*make_policy("random_pp")), "random_pp");
+  for (const char* bad : {"random_block_pp:block=0", "random_block_pp:block=x", "random_block_pp:size=8",
+                          "random_block_pp:block", "random_pp:block=8", "random_pp_rec:recent=1.5",
+                          "random_block_pp:block=8,block=9"}) {
+    EXPECT_THROW(make_policy(bad), Error) << bad;
+  }
+}
+
+TEST(Registry, PoliciesWithoutCudaFileAreRefusedOnCuda) {
+  for (const char* name :
+       {"random_block_pp", "random_pp_rec", "snapkv", "snapkv_pp", "h2o", "h2o_pp", "vase", "vase_pp"}) {
+    EXPECT_EQ(cuda_selection(name), nullptr) << name;
+    EXPECT_THROW(require_cuda_selection(name), Error) << name;
   }
 }
 

@@ -42,10 +42,11 @@ class CpuBackend final : public Backend {
   Buffer alloc(size_t bytes, const std::string& what) override {
     if (bytes == 0) return Buffer(nullptr, 0, {});
     // Anonymous mappings are zero pages until touched: a large KV pool costs memory only as used.
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* p =
+        mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
-      fail("cannot allocate {} ({:.2f} GiB) in host memory: {}", what, static_cast<double>(bytes) / (1u << 30),
-           std::strerror(errno));
+      fail("cannot allocate {} ({:.2f} GiB) in host memory: {}", what,
+           static_cast<double>(bytes) / (1u << 30), std::strerror(errno));
     }
     return Buffer(p, bytes, [bytes](void* q) { munmap(q, bytes); });
   }
@@ -82,19 +83,21 @@ class CpuBackend final : public Backend {
   }
 
   void matmul(const View& x, const Weight& w, const View& y, bool accumulate) override {
-    const int rows = static_cast<int>(x.rows), in = static_cast<int>(x.cols), out = static_cast<int>(w.w.rows);
-    KVDICE_CHECK(w.w.cols == in && y.cols == out && y.rows == rows, "matmul [{}x{}]·[{}x{}]^T into [{}x{}]", rows,
-                 in, out, w.w.cols, y.rows, y.cols);
+    const int rows = static_cast<int>(x.rows), in = static_cast<int>(x.cols),
+              out = static_cast<int>(w.w.rows);
+    KVDICE_CHECK(w.w.cols == in && y.cols == out && y.rows == rows, "matmul [{}x{}]·[{}x{}]^T into [{}x{}]",
+                 rows, in, out, w.w.cols, y.rows, y.cols);
     const float beta = accumulate ? 1.0f : 0.0f;
     // Each thread computes a contiguous slice of output features (rows of W).
     const int slices = std::min(threads_, std::max(1, out / 64));
 #pragma omp parallel for num_threads(slices) schedule(static)
     for (int t = 0; t < slices; ++t) {
-      const int begin = static_cast<int>(int64_t(out) * t / slices), end = static_cast<int>(int64_t(out) * (t + 1) / slices);
+      const int begin = static_cast<int>(int64_t(out) * t / slices),
+                end = static_cast<int>(int64_t(out) * (t + 1) / slices);
       const float* w_slice = row(w.w, begin);
       if (rows == 1) {
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, end - begin, in, 1.0f, w_slice, static_cast<int>(w.w.ld), f32(x), 1,
-                    beta, f32(y) + begin, 1);
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, end - begin, in, 1.0f, w_slice, static_cast<int>(w.w.ld),
+                    f32(x), 1, beta, f32(y) + begin, 1);
       } else {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, end - begin, in, 1.0f, f32(x),
                     static_cast<int>(x.ld), w_slice, static_cast<int>(w.w.ld), beta, f32(y) + begin,
@@ -108,7 +111,8 @@ class CpuBackend final : public Backend {
   }
 
   void qk_norm_rope_append(const StepBatch& batch, const View& qkv, const View& q_norm, const View& k_norm,
-                           float eps, const Rope& rope, const KvLayer& kv, const View& q, int n_heads) override {
+                           float eps, const Rope& rope, const KvLayer& kv, const View& q,
+                           int n_heads) override {
     const int hd = kv.head_dim, n_kv = kv.n_kv_heads;
 #pragma omp parallel for num_threads(threads_) if (batch.n_rows > 1)
     for (int r = 0; r < batch.n_rows; ++r) {
@@ -121,15 +125,37 @@ class CpuBackend final : public Backend {
       std::copy_n(src, int64_t{n_heads} * hd, q_out);
       std::vector<float> k(src + int64_t{n_heads} * hd, src + int64_t{n_heads + n_kv} * hd);
       const float* v = src + int64_t{n_heads + n_kv} * hd;
-      for (int h = 0; h < n_heads; ++h) norm_and_rotate(q_out + int64_t{h} * hd, q_norm, eps, rope, hd, position);
-      const int64_t page = batch.page_table[int64_t{s} * batch.max_pages + slot / kv.page_slots];
+      for (int h = 0; h < n_heads; ++h)
+        norm_and_rotate(q_out + int64_t{h} * hd, q_norm, eps, rope, hd, position);
+      const int32_t* pages = batch.page_table + int64_t{s} * batch.max_pages;
+      const int64_t page = pages[slot / kv.page_slots];
       for (int g = 0; g < n_kv; ++g) {
         norm_and_rotate(k.data() + int64_t{g} * hd, k_norm, eps, rope, hd, position);
         const int64_t index = kv.slot_index(static_cast<int32_t>(page), g, slot % kv.page_slots);
+        const float* vg = v + int64_t{g} * hd;
         std::copy_n(k.data() + int64_t{g} * hd, hd, static_cast<float*>(kv.keys) + index * hd);
-        std::copy_n(v + int64_t{g} * hd, hd, static_cast<float*>(kv.values) + index * hd);
+        std::copy_n(vg, hd, static_cast<float*>(kv.values) + index * hd);
         kv.positions[index] = position;
+        if (kv.value_range) {
+          const auto [lo, hi] = std::minmax_element(vg, vg + hd);
+          kv.value_range[index] = *hi - *lo;
+        }
+        if (kv.attention_mass) kv.attention_mass[index] = 0.0f;
       }
+      // A budget reserves at least 2r slots, so ring slots [0, r) lie in the sequence's own pages.
+      if (kv.query_ring && batch.budget[s] > 0)
+        record_query(kv, pages, position % batch.window[s], q_out, n_heads);
+    }
+  }
+
+  // The query ring of backend.h's KvLayer: one slot per position modulo r, all query heads.
+  static void record_query(const KvLayer& kv, const int32_t* pages, int ring_slot, const float* q,
+                           int n_heads) {
+    const int hd = kv.head_dim;
+    const int64_t page = pages[ring_slot / kv.page_slots];
+    for (int h = 0; h < n_heads; ++h) {
+      const int64_t index = (page * n_heads + h) * kv.page_slots + ring_slot % kv.page_slots;
+      std::copy_n(q + int64_t{h} * hd, hd, kv.query_ring + index * hd);
     }
   }
 
@@ -147,28 +173,60 @@ class CpuBackend final : public Backend {
       auto slot_offset = [&](int slot) {
         return kv.slot_index(pages[slot / kv.page_slots], g, slot % kv.page_slots) * hd;
       };
-      const float* qi = row(q, r) + int64_t{head} * hd;
-      std::vector<float> scores(static_cast<size_t>(visible));
-      float max_score = -INFINITY;
-      for (int j = 0; j < visible; ++j) {
-        const float* kj = static_cast<const float*>(kv.keys) + slot_offset(j);
-        float dot = 0.0f;
-        for (int c = 0; c < hd; ++c) dot += qi[c] * kj[c];
-        scores[j] = dot * scale;
-        max_score = std::max(max_score, scores[j]);
-      }
-      double denom = 0.0;
-      for (int j = 0; j < visible; ++j) {
-        scores[j] = std::exp(scores[j] - max_score);
-        denom += scores[j];
-      }
+      std::vector<float> weights;
+      attention_weights(kv, pages, g, row(q, r) + int64_t{head} * hd, visible, scale, weights);
       float* oi = row(out, r) + int64_t{head} * hd;
       std::fill_n(oi, hd, 0.0f);
-      const float inv = static_cast<float>(1.0 / denom);
       for (int j = 0; j < visible; ++j) {
         const float* vj = static_cast<const float*>(kv.values) + slot_offset(j);
-        const float p = scores[j] * inv;
-        for (int c = 0; c < hd; ++c) oi[c] += p * vj[c];
+        for (int c = 0; c < hd; ++c) oi[c] += weights[j] * vj[c];
+      }
+    }
+    if (kv.attention_mass) accumulate_attention(batch, q, kv, n_heads, scale);
+  }
+
+  // Softmax weights of query `qi` over slots [0, visible) of KV head g.
+  static void attention_weights(const KvLayer& kv, const int32_t* pages, int g, const float* qi, int visible,
+                                float scale, std::vector<float>& weights) {
+    const int hd = kv.head_dim;
+    weights.resize(static_cast<size_t>(visible));
+    float max_score = -INFINITY;
+    for (int j = 0; j < visible; ++j) {
+      const float* kj = static_cast<const float*>(kv.keys) +
+                        kv.slot_index(pages[j / kv.page_slots], g, j % kv.page_slots) * hd;
+      float dot = 0.0f;
+      for (int c = 0; c < hd; ++c) dot += qi[c] * kj[c];
+      weights[j] = dot * scale;
+      max_score = std::max(max_score, weights[j]);
+    }
+    double denom = 0.0;
+    for (int j = 0; j < visible; ++j) {
+      weights[j] = std::exp(weights[j] - max_score);
+      denom += weights[j];
+    }
+    const float inv = static_cast<float>(1.0 / denom);
+    for (int j = 0; j < visible; ++j) weights[j] *= inv;
+  }
+
+  // H2O's signal: every slot's attention_mass grows by the weight each query of the step gives it,
+  // summed over the query heads of its KV head. A second pass, one task per (sequence, KV head) adding
+  // in a fixed order, so the sums (and H2O's keep-sets) are the same on every run and thread count.
+  void accumulate_attention(const StepBatch& batch, const View& q, const KvLayer& kv, int n_heads,
+                            float scale) {
+    const int hd = kv.head_dim, group = n_heads / kv.n_kv_heads;
+    const int n_tasks = batch.n_seqs * kv.n_kv_heads;
+#pragma omp parallel for num_threads(threads_) schedule(dynamic)
+    for (int task = 0; task < n_tasks; ++task) {
+      const int s = task / kv.n_kv_heads, g = task % kv.n_kv_heads;
+      const int32_t* pages = batch.page_table + int64_t{s} * batch.max_pages;
+      std::vector<float> weights;
+      for (int r = batch.seq_row_begin[s]; r < batch.seq_row_begin[s + 1]; ++r) {
+        const int visible = batch.length[s] + (r - batch.seq_row_begin[s]) + 1;
+        for (int head = g * group; head < (g + 1) * group; ++head) {
+          attention_weights(kv, pages, g, row(q, r) + int64_t{head} * hd, visible, scale, weights);
+          for (int j = 0; j < visible; ++j)
+            kv.attention_mass[kv.slot_index(pages[j / kv.page_slots], g, j % kv.page_slots)] += weights[j];
+        }
       }
     }
   }
@@ -185,7 +243,8 @@ class CpuBackend final : public Backend {
   }
 
   void gather_last_rows(const StepBatch& batch, const View& x, const View& out) override {
-    for (int s = 0; s < batch.n_seqs; ++s) std::copy_n(row(x, batch.seq_row_begin[s + 1] - 1), x.cols, row(out, s));
+    for (int s = 0; s < batch.n_seqs; ++s)
+      std::copy_n(row(x, batch.seq_row_begin[s + 1] - 1), x.cols, row(out, s));
   }
 
   void advance(const StepBatch& batch) override {
@@ -221,7 +280,8 @@ class CpuBackend final : public Backend {
     for (int s = 0; s < batch.n_seqs; ++s) {
       const int len = batch.length[s], budget = batch.budget[s], window = batch.window[s];
       if (batch.policy_id[s] != policy_id || budget <= 0 || len <= budget || len % window != 0) continue;
-      const HostSequencePages pages{&layers, batch.page_table + int64_t{s} * batch.max_pages, len, batch.appended[s]};
+      const HostSequencePages pages{&layers, batch.page_table + int64_t{s} * batch.max_pages, len,
+                                    batch.appended[s]};
       RoundParams params{budget, window, batch.n_protected[s], batch.evict_key[s],
                          static_cast<uint32_t>(batch.round[s])};
       evict_sequence_host(pages, params, policy);
@@ -232,7 +292,8 @@ class CpuBackend final : public Backend {
 
  private:
   // Per-head RMSNorm (when `norm` is given) then rotate-half RoPE of one head vector at `position`.
-  static void norm_and_rotate(float* v, const View& norm, float eps, const Rope& rope, int hd, int32_t position) {
+  static void norm_and_rotate(float* v, const View& norm, float eps, const Rope& rope, int hd,
+                              int32_t position) {
     if (!norm.empty()) {
       double sum = 0.0;
       for (int i = 0; i < hd; ++i) sum += static_cast<double>(v[i]) * v[i];

@@ -11,17 +11,75 @@ struct HeadAccess {
   const KvLayer& kv;
   const int32_t* page_table;
   int head;
-  int64_t index(int slot) const { return kv.slot_index(page_table[slot / kv.page_slots], head, slot % kv.page_slots); }
+  int64_t index(int slot) const {
+    return kv.slot_index(page_table[slot / kv.page_slots], head, slot % kv.page_slots);
+  }
   int32_t& position(int slot) const { return kv.positions[index(slot)]; }
   float* key(int slot) const { return static_cast<float*>(kv.keys) + index(slot) * kv.head_dim; }
   float* value(int slot) const { return static_cast<float*>(kv.values) + index(slot) * kv.head_dim; }
 };
 
+// The signals `needs` asks for, copied out of the pool for one (layer, KV head) of a round.
+struct HeadSignals {
+  std::vector<float> keys, queries, value_range, attention_mass;
+  int n_queries = 0;
+
+  void gather(const HeadAccess& h, const policy::SignalNeeds& needs, int n_candidates, int window,
+              int64_t appended) {
+    const KvLayer& kv = h.kv;
+    const int hd = kv.head_dim;
+    if (needs.window_queries) {
+      KVDICE_CHECK(kv.query_ring != nullptr, "policy needs window queries but the pool records none");
+      keys.resize(static_cast<size_t>(n_candidates) * hd);
+      for (int slot = 0; slot < n_candidates; ++slot)
+        std::copy_n(h.key(slot), hd, keys.data() + int64_t{slot} * hd);
+      // The ring holds the queries of the last min(r, appended) positions (ring slot = position % r).
+      n_queries = static_cast<int>(std::min<int64_t>(window, appended));
+      const int group = kv.n_heads / kv.n_kv_heads;
+      queries.resize(static_cast<size_t>(group) * n_queries * hd);
+      for (int gh = 0; gh < group; ++gh) {
+        const int head = h.head * group + gh;
+        for (int i = 0; i < n_queries; ++i) {
+          const int ring_slot = static_cast<int>((appended - 1 - i) % window);
+          const int64_t index =
+              (int64_t{h.page_table[ring_slot / kv.page_slots]} * kv.n_heads + head) * kv.page_slots +
+              ring_slot % kv.page_slots;
+          std::copy_n(kv.query_ring + index * hd, hd, queries.data() + (int64_t{gh} * n_queries + i) * hd);
+        }
+      }
+    }
+    if (needs.value_ranges) {
+      KVDICE_CHECK(kv.value_range != nullptr, "policy needs value ranges but the pool records none");
+      value_range.resize(static_cast<size_t>(n_candidates));
+      for (int slot = 0; slot < n_candidates; ++slot)
+        value_range[static_cast<size_t>(slot)] = kv.value_range[h.index(slot)];
+    }
+    if (needs.accumulated_attention) {
+      KVDICE_CHECK(kv.attention_mass != nullptr, "policy needs attention mass but the pool records none");
+      attention_mass.resize(static_cast<size_t>(n_candidates));
+      for (int slot = 0; slot < n_candidates; ++slot)
+        attention_mass[static_cast<size_t>(slot)] = kv.attention_mass[h.index(slot)];
+    }
+  }
+
+  void hand_to(policy::SelectionInput& input, const KvLayer& kv) const {
+    input.head_dim = kv.head_dim;
+    input.group = kv.n_heads > 0 ? kv.n_heads / kv.n_kv_heads : 0;
+    input.n_queries = n_queries;
+    input.keys = keys;
+    input.window_queries = queries;
+    input.value_range = value_range;
+    input.attention_mass = attention_mass;
+  }
+};
+
 }  // namespace
 
-int compact_head_host(const HostSequencePages& seq, int layer, int head, std::span<const uint8_t> keep, int target) {
+int compact_head_host(const HostSequencePages& seq, int layer, int head, std::span<const uint8_t> keep,
+                      int target) {
   const int len = seq.length;
-  KVDICE_CHECK(static_cast<int>(keep.size()) == len, "keep has {} flags for {} resident slots", keep.size(), len);
+  KVDICE_CHECK(static_cast<int>(keep.size()) == len, "keep has {} flags for {} resident slots", keep.size(),
+               len);
   KVDICE_CHECK(target >= 0 && target <= len, "compaction target {} outside [0, {}]", target, len);
   const KvLayer& kv = (*seq.layers)[static_cast<size_t>(layer)];
   KVDICE_CHECK(kv.dtype == DType::F32, "host compaction needs fp32 KV");
@@ -40,6 +98,9 @@ int compact_head_host(const HostSequencePages& seq, int layer, int head, std::sp
     std::copy_n(h.key(survivor), kv.head_dim, h.key(hole));
     std::copy_n(h.value(survivor), kv.head_dim, h.value(hole));
     h.position(hole) = h.position(survivor);
+    // Per-slot signals travel with their slot.
+    if (kv.value_range) kv.value_range[h.index(hole)] = kv.value_range[h.index(survivor)];
+    if (kv.attention_mass) kv.attention_mass[h.index(hole)] = kv.attention_mass[h.index(survivor)];
     ++hole;
     ++moves;
   }
@@ -50,8 +111,8 @@ int64_t evict_sequence_host(const HostSequencePages& seq, const RoundParams& par
                             const policy::EvictionPolicy& policy) {
   const int len = seq.length;
   const int window = params.window, target = params.budget;
-  KVDICE_CHECK(target > 0 && len > target && len % window == 0, "eviction round at length {} with T={} r={}", len,
-               target, window);
+  KVDICE_CHECK(target > 0 && len > target && len % window == 0, "eviction round at length {} with T={} r={}",
+               len, target, window);
   KVDICE_CHECK(policy.evicts(), "policy '{}' does not evict", policy.name());
   const int n_candidates = len - window;
   const int keep = target - window;
@@ -60,6 +121,8 @@ int64_t evict_sequence_host(const HostSequencePages& seq, const RoundParams& par
   int64_t moved = 0;
   std::vector<int32_t> positions(static_cast<size_t>(n_candidates));
   std::vector<uint8_t> flags(static_cast<size_t>(len));
+  const policy::SignalNeeds needs = policy.needs();
+  HeadSignals signals;
   for (int layer = 0; layer < static_cast<int>(seq.layers->size()); ++layer) {
     const KvLayer& kv = (*seq.layers)[static_cast<size_t>(layer)];
     for (int head = 0; head < kv.n_kv_heads; ++head) {
@@ -81,6 +144,12 @@ int64_t evict_sequence_host(const HostSequencePages& seq, const RoundParams& par
       input.positions = positions;
       input.key = params.key;
       input.round = params.round;
+      input.budget = target;
+      input.appended = seq.appended;
+      if (needs.any()) {
+        signals.gather(h, needs, n_candidates, window, seq.appended);
+        signals.hand_to(input, kv);
+      }
 
       std::fill(flags.begin(), flags.end(), uint8_t{1});  // the window is always kept
       std::fill_n(flags.begin(), n_candidates, uint8_t{0});
@@ -90,8 +159,9 @@ int64_t evict_sequence_host(const HostSequencePages& seq, const RoundParams& par
       KVDICE_CHECK(kept == keep, "policy '{}' kept {} of {} candidates at layer {} head {}, expected {}",
                    policy.name(), kept, n_candidates, layer, head, keep);
       for (int slot = 0; slot < params.n_protected; ++slot) {
-        KVDICE_CHECK(flags[static_cast<size_t>(slot)], "policy '{}' evicted protected prompt slot {} at layer {} head {}",
-                     policy.name(), slot, layer, head);
+        KVDICE_CHECK(flags[static_cast<size_t>(slot)],
+                     "policy '{}' evicted protected prompt slot {} at layer {} head {}", policy.name(), slot,
+                     layer, head);
       }
       moved += compact_head_host(seq, layer, head, flags, target);
     }
