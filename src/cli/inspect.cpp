@@ -1,15 +1,40 @@
 // `kvdice inspect`: a checkpoint's config, parameter count, dtypes and KV bytes per token.
-#include <fmt/core.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "core/error.h"
 #include "engine/model_bundle.h"
 
 namespace kvdice::cli {
 namespace {
 
-void run_inspect(const std::string& model_arg, bool as_json) {
+// --check: every validation generate runs, no weights converted; an Error (exit 1) names the problem.
+void run_check(const std::filesystem::path& path, bool as_json) {
+  const engine::CheckReport r = engine::check_checkpoint(path);
+  if (as_json) {
+    const Json j{{"path", path.string()},
+                 {"ok", true},
+                 {"tensors_checked", r.tensors_checked},
+                 {"tokenizer_vocab", r.tokenizer_vocab},
+                 {"eos_ids", r.eos_ids},
+                 {"chat_template", r.chat_template}};
+    fmt::print("{}\n", j.dump(2, ' ', false, Json::error_handler_t::replace));
+    return;
+  }
+  fmt::print("{}: ok\n  {:<24} {}\n  {:<24} {}\n  {:<24} {}\n  {:<24} {}\n",
+             escape_for_message(path.string()), "tensors checked", r.tensors_checked, "tokenizer vocabulary",
+             r.tokenizer_vocab, "stop ids", fmt::join(r.eos_ids, ", "), "chat template",
+             escape_for_message(r.chat_template));
+}
+
+void run_inspect(const std::string& model_arg, bool as_json, bool check) {
   const auto path = resolve_model_argument(model_arg);
+  if (check) {
+    run_check(path, as_json);
+    return;
+  }
   const engine::CheckpointSummary s = engine::summarize_checkpoint(path);
   const model::ModelConfig& c = s.config;
   Json dtypes = Json::object();
@@ -39,13 +64,16 @@ void run_inspect(const std::string& model_arg, bool as_json) {
          {"kv_bytes_per_token_bf16", c.kv_bytes_per_token(2)},
          {"kv_bytes_per_token_fp32", c.kv_bytes_per_token(4)}};
   if (as_json) {
-    fmt::print("{}\n", j.dump(2));
+    // A path is bytes, not UTF-8: invalid sequences print as U+FFFD rather than abort the dump.
+    fmt::print("{}\n", j.dump(2, ' ', false, Json::error_handler_t::replace));
     return;
   }
-  fmt::print("{} ({})\n", j["path"].get<std::string>(), s.format);
+  fmt::print("{} ({})\n", escape_for_message(path.string()), s.format);
   for (const auto& [key, value] : j.items()) {
     if (key == "path" || key == "format") continue;
-    fmt::print("  {:<24} {}\n", key, value.is_string() ? value.get<std::string>() : value.dump());
+    fmt::print("  {:<24} {}\n", key,
+               value.is_string() ? escape_for_message(value.get<std::string>())
+                                 : value.dump(-1, ' ', false, Json::error_handler_t::replace));
   }
   fmt::print("  {:<24} {:.3f} B\n", "parameters (billions)", s.parameters / 1e9);
 }
@@ -60,7 +88,11 @@ void add_inspect_command(CLI::App& app) {
   cmd->add_option("--model,-m", *model, "HF checkpoint directory, .gguf file, or a known model name")
       ->required();
   cmd->add_flag("--json", *as_json, "Print JSON");
-  cmd->callback([model, as_json] { run_inspect(*model, *as_json); });
+  auto check = std::make_shared<bool>(false);
+  cmd->add_flag("--check", *check,
+                "Run every validation generate runs (config, tensor names, shapes and types, tokenizer, "
+                "stop ids) without converting weights; exit 1 naming the first problem");
+  cmd->callback([model, as_json, check] { run_inspect(*model, *as_json, *check); });
 }
 
 }  // namespace kvdice::cli

@@ -157,8 +157,9 @@ TEST(Cli, UnsupportedArchitectureFails) {
 }
 
 TEST(Cli, UnknownChatTemplateFails) {
-  expect_failure({"generate", "--model", kModel, "--chat", "--chat-template", "vicuna", "-p", "hi", "--policy", "full"},
-                 "vicuna");
+  expect_failure(
+      {"generate", "--model", kModel, "--chat", "--chat-template", "vicuna", "-p", "hi", "--policy", "full"},
+      "vicuna");
 }
 
 TEST(Cli, InspectPrintsConfigAndKvBytes) {
