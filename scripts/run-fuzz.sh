@@ -2,8 +2,8 @@
 # Builds the parser fuzzers (tests/fuzz, clang + libFuzzer + ASan/UBSan) in their own build folder and
 # runs each one reproducibly: a fixed libFuzzer seed, a fixed number of runs, and a fresh corpus made
 # from the committed fixtures (plus tests/fuzz/corpus/<target>/, where reproducers of fixed bugs are
-# committed) in a temporary folder outside the build folder. The same command on the same commit
-# replays the same inputs, so a CI failure reproduces anywhere. Any crash, sanitizer report or exception
+# committed) in a temporary folder outside the build folder, with address space randomisation off. The
+# same command on the same commit replays the same inputs, so a CI failure reproduces anywhere. Any crash, sanitizer report or exception
 # other than kvdice::Error fails the script; the reproducer is left under <build>/artifacts/.
 # Usage: scripts/run-fuzz.sh [build-dir] [max-seconds-per-target] [runs-per-target] [seed]
 # The seconds are only a safety cap for slow machines (reaching it is reported: the run was cut short).
@@ -16,6 +16,11 @@ seed=${4:-1}
 
 cmake -S "$root/tests/fuzz" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ > /dev/null
 cmake --build "$build" -j 2
+
+# Determinism needs more than -seed: libFuzzer's compare tables are indexed by code addresses, so address
+# space randomisation changes which mutations it tries; -reload=0 stops it re-reading the corpus folder.
+norandom=()
+if setarch "$(uname -m)" -R true 2> /dev/null; then norandom=(setarch "$(uname -m)" -R); fi
 
 corpus_root=$(mktemp -d "${TMPDIR:-/tmp}/kvdice-fuzz-corpus.XXXXXX")
 trap 'rm -rf "$corpus_root"' EXIT
@@ -35,7 +40,8 @@ for spec in "gguf:36000:*.gguf" "safetensors:18000:*.safetensors" "config:150000
   echo "fuzz_$target: seed $seed, $n runs over $(ls "$corpus" | wc -l) corpus files (cap ${seconds}s)"
   dict=()
   if [ -f "$root/tests/fuzz/$target.dict" ]; then dict=(-dict="$root/tests/fuzz/$target.dict"); fi
-  if ! "$build/fuzz_$target" "$corpus" "${dict[@]}" -seed="$seed" -runs="$n" -max_total_time="$seconds" \
+  if ! "${norandom[@]}" "$build/fuzz_$target" "$corpus" "${dict[@]}" -seed="$seed" -runs="$n" -reload=0 \
+      -max_total_time="$seconds" \
       -max_len=1048576 -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$build/artifacts/$target-" \
       -print_final_stats=1 > "$build/fuzz_$target.log" 2>&1; then
     echo "fuzz_$target FAILED; log tail follows (full log: $build/fuzz_$target.log)"
