@@ -13,8 +13,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kvdice;
   try {
-    const Json json = parse_json_text(std::string_view(reinterpret_cast<const char*>(data), size),
-                                      "fuzz/tokenizer.json");
+    const Json json =
+        parse_json_text(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz/tokenizer.json");
     auto parts = tokenizer::tokenizer_parts_from_json(json, "fuzz/tokenizer.json");
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_parts(std::move(parts));
     const std::vector<int> ids = tok.encode("Hello, world! 123 <|im_start|>héllo", /*parse_special=*/true);
