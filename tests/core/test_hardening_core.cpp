@@ -17,6 +17,7 @@
 #include "core/file_io.h"
 #include "core/json.h"
 #include "core/mapped_file.h"
+#include "error_text.h"
 
 namespace kvdice {
 namespace {
@@ -40,16 +41,8 @@ class HardeningCore : public ::testing::Test {
   fs::path dir_;
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using test::error_of;
+using test::has;
 
 TEST_F(HardeningCore, SpecialFilesAreRefusedByNameWithoutBlocking) {
   const fs::path fifo = dir_ / "config.json";

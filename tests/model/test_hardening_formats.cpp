@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/json.h"
+#include "error_text.h"
 #include "model/config.h"
 #include "model/gguf.h"
 #include "model/safetensors.h"
@@ -20,16 +21,8 @@ namespace {
 
 const std::string kFixtures = KVDICE_FIXTURES_DIR;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using test::error_of;
+using test::has;
 
 Json fixture_config(const std::string& family) {
   return read_json_file(kFixtures + "/" + family + "/config.json");
