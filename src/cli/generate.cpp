@@ -4,12 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
-#include <sstream>
+#include <optional>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "cli/model_options.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "engine/engine.h"
 #include "engine/model_bundle.h"
 #include "engine/run_summary.h"
@@ -44,21 +45,45 @@ struct GenerateOptions {
   std::string retention_log;
 };
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read prompt file {}", path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
+constexpr uint64_t kMaxPromptFileBytes = uint64_t{64} << 20;
+// Below this a temperature only turns logits into overflowing quotients; 0 already means greedy.
+constexpr float kMinTemperature = 1e-3f;
+
+// Flags that would be silently ignored, or that make no sense together, are refused here, before any
+// weights load; flags that are merely redundant get a warning.
+void check_flag_combinations(const GenerateOptions& o, const CLI::App& cmd) {
+  auto given = [&cmd](const char* flag) { return cmd.count(flag) > 0; };
+  if (!o.chat) {
+    for (const char* flag : {"--chat-template", "--system", "--no-think"}) {
+      if (given(flag)) fail("{} only applies with --chat (the prompt is otherwise sent raw)", flag);
+    }
+  }
+  if (o.policy == "full") {
+    for (const char* flag : {"--budget", "--window", "--long-prompt"}) {
+      if (given(flag)) fail("{} has no effect with --policy full, which never evicts", flag);
+    }
+    if (given("--retention-log"))
+      fail("--retention-log has nothing to log with --policy full, which never evicts");
+  }
+  if (o.temperature > 0.0f && o.temperature < kMinTemperature) {
+    fail("--temperature {} is below {}: dividing logits by it overflows; use 0 for greedy decoding",
+         o.temperature, kMinTemperature);
+  }
+  if (o.temperature == 0.0f) {
+    for (const char* flag : {"--top-p", "--top-k"}) {
+      if (given(flag)) fail("{} has no effect with greedy decoding (--temperature 0)", flag);
+    }
+    if (o.samples > 1)
+      fmt::print(stderr, "kvdice: warning: --samples {} with greedy decoding gives identical samples\n",
+                 o.samples);
+  }
 }
 
-void run_generate(const GenerateOptions& o) {
+void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
+  check_flag_combinations(o, cmd);
   std::vector<std::string> texts = o.prompts;
-  for (const auto& f : o.prompt_files) texts.push_back(read_text_file(f));
+  for (const auto& f : o.prompt_files) texts.push_back(read_user_text_file(f, kMaxPromptFileBytes));
   if (texts.empty()) fail("no prompt: pass --prompt TEXT or --prompt-file FILE");
-  if (o.samples < 1) fail("--samples must be >= 1 (got {})", o.samples);
-  if (o.long_prompt != "warn" && o.long_prompt != "error")
-    fail("--long-prompt must be warn or error (got '{}')", o.long_prompt);
 
   engine::EngineConfig config;
   config.budget = {o.budget, o.window,
@@ -89,6 +114,10 @@ void run_generate(const GenerateOptions& o) {
     std::vector<int> ids;
     if (o.chat) {
       const auto kind = engine::resolve_chat_template(bundle, o.chat_template);
+      if (o.no_think && !tokenizer::has_thinking_switch(kind)) {
+        fail("--no-think: the {} chat template has no thinking switch (only qwen3 does)",
+             tokenizer::chat_template_name(kind));
+      }
       ids = engine::encode_chat_prompt(bundle, kind, text, o.system, !o.no_think);
     } else {
       ids = engine::encode_raw_prompt(bundle, text);
@@ -109,17 +138,17 @@ void run_generate(const GenerateOptions& o) {
     fmt::print(stderr, "kvdice: model {} ({}), backend {}, policy {}, budget {}\n", bundle.source,
                bundle.format, backend->name(), policy::describe(eng.policy()), eng.budget().describe());
   }
-  std::ofstream retention;
+  // Written to a temporary name and renamed when the run ends: a reader never sees half a log.
+  std::optional<AtomicFile> retention;
   if (!o.retention_log.empty()) {
-    retention.open(o.retention_log);
-    if (!retention) fail("cannot write --retention-log {}", o.retention_log);
+    retention.emplace(o.retention_log);
     eng.set_round_observer([&retention](uint64_t id, const kv::RoundRecord& record) {
-      retention << Json{{"sequence", id},
-                        {"round", record.round},
-                        {"at_token", record.at_token},
-                        {"kept_positions", record.kept_positions}}
-                       .dump()
-                << "\n";
+      retention->write(Json{{"sequence", id},
+                            {"round", record.round},
+                            {"at_token", record.at_token},
+                            {"kept_positions", record.kept_positions}}
+                           .dump() +
+                       "\n");
     });
   }
   tokenizer::StreamDecoder decoder(*bundle.tokenizer);
@@ -129,9 +158,10 @@ void run_generate(const GenerateOptions& o) {
     const bool is_stop = std::find(stop_ids.begin(), stop_ids.end(), ev.token) != stop_ids.end();
     if (!is_stop || o.ignore_eos) fmt::print("{}", decoder.push(ev.token));
     if (ev.finished) fmt::print("{}\n", decoder.flush());
-    std::fflush(stdout);
+    flush_stdout();  // a full disk stops the run here, not after it
   });
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (retention) retention->commit();
   auto results = eng.take_finished();
   std::sort(results.begin(), results.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
   const int bytes_per_element = eng.kv_bytes_per_element();
@@ -187,26 +217,30 @@ void add_generate_command(CLI::App& app) {
                   fmt::format("Eviction policy, optionally with options: name[:key=value,...] "
                               "(docs/policies.md). Known: {}",
                               fmt::join(policy::policy_names(), ", ")));
-  cmd->add_option("--budget,-T", o->budget, "KV budget T per layer and KV head (includes prompt and window)");
-  cmd->add_option("--window,-r", o->window, "Recency window r; rounds fire every r decode tokens");
+  add_int_option(cmd, "--budget,-T", o->budget, 0, kMaxTokens,
+                 "KV budget T per layer and KV head (includes prompt and window)");
+  add_int_option(cmd, "--window,-r", o->window, 1, kMaxTokens,
+                 "Recency window r; rounds fire every r decode tokens");
   cmd->add_option("--long-prompt", o->long_prompt,
-                  "Prompt longer than T - r: warn (reference behaviour) or error");
-  cmd->add_option("--seed", o->seed, "Seed for eviction and sampling streams");
-  cmd->add_option("--temperature", o->temperature, "Sampling temperature (0 = greedy)");
-  cmd->add_option("--top-p", o->top_p, "Nucleus sampling mass");
-  cmd->add_option("--top-k", o->top_k, "Top-k (0 = off)");
-  cmd->add_option("--max-new-tokens,-n", o->max_new_tokens, "Tokens to generate per sequence");
-  cmd->add_option("--samples", o->samples, "Sequences per prompt (independent streams)");
-  cmd->add_option("--max-batch", o->max_batch, "Most sequences decoding at once (0 = all of them)");
-  cmd->add_option("--max-context", o->max_context,
-                  "Longest KV reservation of one sequence in slots (0 = the model's maximum position, at least 4096)");
+                  "Prompt longer than T - r: warn (reference behaviour) or error")
+      ->check(CLI::IsMember({"warn", "error"}));
+  add_seed_option(cmd, "--seed", o->seed, "Seed for eviction and sampling streams");
+  add_number_option(cmd, "--temperature", o->temperature, 0.0, 100.0, "Sampling temperature (0 = greedy)");
+  add_number_option(cmd, "--top-p", o->top_p, 0.0, 1.0, "Nucleus sampling mass, in (0, 1]");
+  add_int_option(cmd, "--top-k", o->top_k, 0, kMaxTokens, "Top-k (0 = off)");
+  add_int_option(cmd, "--max-new-tokens,-n", o->max_new_tokens, 1, kMaxTokens,
+                 "Tokens to generate per sequence");
+  add_int_option(cmd, "--samples", o->samples, 1, 4096, "Sequences per prompt (independent streams)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at end-of-sequence tokens");
+  add_int_option(cmd, "--max-batch", o->max_batch, 0, 4096, "Most sequences decoding at once (0 = all of them)");
+  add_int_option(cmd, "--max-context", o->max_context, 0, kMaxTokens,
+                 "Longest KV reservation of one sequence in slots (0 = the model's maximum position, at least 4096)");
   add_backend_flags(cmd, o->backend);
   cmd->add_flag("--json", o->json, "Print one JSON record (or an array) instead of text");
   cmd->add_flag("--quiet,-q", o->quiet, "Only the generated text and the final statistics");
   cmd->add_option("--retention-log", o->retention_log,
                   "Write one JSON line per eviction round: kept absolute positions per [layer][KV head]");
-  cmd->callback([o] { run_generate(*o); });
+  cmd->callback([o, cmd] { run_generate(*o, *cmd); });
 }
 
 }  // namespace kvdice::cli

@@ -1,8 +1,11 @@
 // `kvdice inspect`: a checkpoint's config, parameter count, dtypes and KV bytes per token.
-#include <fmt/core.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "cli/model_options.h"
+#include "core/error.h"
 #include "engine/engine.h"
 #include "engine/model_bundle.h"
 
@@ -50,8 +53,31 @@ Json memory_plan(const std::filesystem::path& path, const PlanOptions& o) {
               {"full_reservation_slots", full}};
 }
 
-void run_inspect(const std::string& model_arg, bool as_json, const PlanOptions& plan_options) {
+// --check: every validation generate runs, no weights converted; an Error (exit 1) names the problem.
+void run_check(const std::filesystem::path& path, bool as_json) {
+  const engine::CheckReport r = engine::check_checkpoint(path);
+  if (as_json) {
+    const Json j{{"path", path.string()},
+                 {"ok", true},
+                 {"tensors_checked", r.tensors_checked},
+                 {"tokenizer_vocab", r.tokenizer_vocab},
+                 {"eos_ids", r.eos_ids},
+                 {"chat_template", r.chat_template}};
+    fmt::print("{}\n", j.dump(2, ' ', false, Json::error_handler_t::replace));
+    return;
+  }
+  fmt::print("{}: ok\n  {:<24} {}\n  {:<24} {}\n  {:<24} {}\n  {:<24} {}\n",
+             escape_for_message(path.string()), "tensors checked", r.tensors_checked, "tokenizer vocabulary",
+             r.tokenizer_vocab, "stop ids", fmt::join(r.eos_ids, ", "), "chat template",
+             escape_for_message(r.chat_template));
+}
+
+void run_inspect(const std::string& model_arg, bool as_json, bool check, const PlanOptions& plan_options) {
   const auto path = resolve_model_argument(model_arg);
+  if (check) {
+    run_check(path, as_json);
+    return;
+  }
   const engine::CheckpointSummary s = engine::summarize_checkpoint(path);
   const model::ModelConfig& c = s.config;
   Json dtypes = Json::object();
@@ -82,13 +108,16 @@ void run_inspect(const std::string& model_arg, bool as_json, const PlanOptions& 
          {"kv_bytes_per_token_fp32", c.kv_bytes_per_token(4)}};
   if (!plan_options.backend.name.empty()) j["memory_plan"] = memory_plan(path, plan_options);
   if (as_json) {
-    fmt::print("{}\n", j.dump(2));
+    // A path is bytes, not UTF-8: invalid sequences print as U+FFFD rather than abort the dump.
+    fmt::print("{}\n", j.dump(2, ' ', false, Json::error_handler_t::replace));
     return;
   }
-  fmt::print("{} ({})\n", j["path"].get<std::string>(), s.format);
+  fmt::print("{} ({})\n", escape_for_message(path.string()), s.format);
   for (const auto& [key, value] : j.items()) {
     if (key == "path" || key == "format" || key == "memory_plan") continue;
-    fmt::print("  {:<24} {}\n", key, value.is_string() ? value.get<std::string>() : value.dump());
+    fmt::print("  {:<24} {}\n", key,
+               value.is_string() ? escape_for_message(value.get<std::string>())
+                                 : value.dump(-1, ' ', false, Json::error_handler_t::replace));
   }
   fmt::print("  {:<24} {:.3f} B\n", "parameters (billions)", s.parameters / 1e9);
   if (j.contains("memory_plan")) {
@@ -113,12 +142,17 @@ void add_inspect_command(CLI::App& app) {
   cmd->add_option("--backend", plan->backend.name,
                   "Also load the model on this backend (cpu, cuda, auto) and print its memory plan")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-  cmd->add_option("--budget,-T", plan->budget, "Memory plan: budget T per layer and KV head");
-  cmd->add_option("--window,-r", plan->window, "Memory plan: window r");
-  cmd->add_option("--prompt-len", plan->prompt_len, "Memory plan: prompt tokens per sequence");
-  cmd->add_option("--max-new-tokens,-n", plan->max_new_tokens, "Memory plan: new tokens under full attention");
-  cmd->add_option("--max-batch", plan->max_batch, "Memory plan: rows of the decode batch");
-  cmd->callback([model, as_json, plan] { run_inspect(*model, *as_json, *plan); });
+  add_int_option(cmd, "--budget,-T", plan->budget, 0, kMaxTokens, "Memory plan: budget T per layer and KV head");
+  add_int_option(cmd, "--window,-r", plan->window, 1, kMaxTokens, "Memory plan: window r");
+  add_int_option(cmd, "--prompt-len", plan->prompt_len, 1, kMaxTokens, "Memory plan: prompt tokens per sequence");
+  add_int_option(cmd, "--max-new-tokens,-n", plan->max_new_tokens, 1, kMaxTokens,
+                 "Memory plan: new tokens under full attention");
+  add_int_option(cmd, "--max-batch", plan->max_batch, 1, 4096, "Memory plan: rows of the decode batch");
+  auto check = std::make_shared<bool>(false);
+  cmd->add_flag("--check", *check,
+                "Run every validation generate runs (config, tensor names, shapes and types, tokenizer, "
+                "stop ids) without converting weights; exit 1 naming the first problem");
+  cmd->callback([model, as_json, check, plan] { run_inspect(*model, *as_json, *check, *plan); });
 }
 
 }  // namespace kvdice::cli

@@ -1,5 +1,7 @@
 #include "cli/model_options.h"
 
+#include "cli/flags.h"
+
 #include <cstdlib>
 
 #include "model/model_store.h"
@@ -19,7 +21,7 @@ std::filesystem::path resolve_model_argument(const std::string& name_or_path) {
 void add_backend_flags(CLI::App* cmd, backend::BackendOptions& options) {
   cmd->add_option("--backend", options.name, "Where to run: cpu, cuda, or auto (CUDA when a GPU is visible)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-  cmd->add_option("--threads", options.threads, "CPU threads (0 = all)");
+  add_int_option(cmd, "--threads", options.threads, 0, kMaxThreads, "CPU threads (0 = all)");
 }
 
 }  // namespace kvdice::cli

@@ -1,11 +1,11 @@
 // `kvdice probe passcode`: the once-only fact probe over several policies.
 #include <fmt/core.h>
 
-#include <fstream>
-
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "cli/model_options.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "kv/budget.h"
 #include "probe/passcode.h"
 
@@ -38,6 +38,12 @@ void run_passcode(ProbeOptions& o) {
   if (o.config.policies.empty()) fail("--policies is empty");
   o.config.enable_thinking = !o.no_think;
   kv::BudgetSpec{o.config.budget, o.config.window}.validate();
+  // The filler is sized for rounds * window tokens after the prompt: checked before it is built.
+  const int64_t forced_tokens = int64_t{o.config.rounds} * o.config.window + o.config.budget;
+  if (forced_tokens > kMaxTokens) {
+    fail("--rounds {} with --window {} needs about {} teacher-forced tokens per instance, above the {} limit",
+         o.config.rounds, o.config.window, forced_tokens, kMaxTokens);
+  }
   const auto path = resolve_model_argument(o.model);
   engine::ModelBundle bundle = engine::load_model_bundle(path);
   auto backend = backend::make_backend(o.backend);
@@ -55,9 +61,7 @@ void run_passcode(ProbeOptions& o) {
   if (!o.json_out.empty()) {
     Json j = probe::passcode_results_json(o.config, results);
     j["model"] = bundle.source;
-    std::ofstream out(o.json_out);
-    if (!out) fail("cannot write {}", o.json_out);
-    out << j.dump(2) << "\n";
+    write_file_atomically(o.json_out, j.dump(2) + "\n");
   }
 }
 
@@ -72,12 +76,12 @@ void add_probe_command(CLI::App& app) {
   cmd->add_option("--model,-m", o->model, "HF checkpoint directory, .gguf file, or a known model name")
       ->required();
   cmd->add_option("--policies", o->policies, "Comma-separated policies");
-  cmd->add_option("--budget,-T", o->config.budget, "KV budget T");
-  cmd->add_option("--window,-r", o->config.window, "Recency window r");
-  cmd->add_option("--rounds", o->config.rounds, "Eviction rounds the filler is sized for");
-  cmd->add_option("--instances,-n", o->config.instances, "Passcodes per policy");
-  cmd->add_option("--digits", o->config.digits, "Passcode digits");
-  cmd->add_option("--seed", o->config.seed, "Seed for passcodes, fillers and eviction");
+  add_int_option(cmd, "--budget,-T", o->config.budget, 1, kMaxTokens, "KV budget T");
+  add_int_option(cmd, "--window,-r", o->config.window, 1, kMaxTokens, "Recency window r");
+  add_int_option(cmd, "--rounds", o->config.rounds, 1, 100000, "Eviction rounds the filler is sized for");
+  add_int_option(cmd, "--instances,-n", o->config.instances, 1, 100000, "Passcodes per policy");
+  add_int_option(cmd, "--digits", o->config.digits, 1, 12, "Passcode digits");
+  add_seed_option(cmd, "--seed", o->config.seed, "Seed for passcodes, fillers and eviction");
   cmd->add_option("--chat-template", o->config.chat_template, "Override the chat template");
   cmd->add_flag("--no-think", o->no_think, "Qwen3: thinking off");
   add_backend_flags(cmd, o->backend);

@@ -6,6 +6,9 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
 
 namespace kvdice {
 
@@ -14,9 +17,29 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Text from a file (a key, a tensor name, a path) made safe to print in a message: NUL, control bytes
+// other than newline and tab, DEL and bytes that are not valid UTF-8 become \xNN, so a hostile name
+// can neither cut a message short (what() is a C string) nor drive the terminal. Idempotent.
+std::string escape_for_message(std::string_view text);
+
+namespace detail {
+// String-like arguments of fail() are escaped; every other argument passes through unchanged.
+template <class T>
+decltype(auto) message_arg(const T& value) {
+  if constexpr (std::is_convertible_v<const T&, std::string_view>) {
+    return escape_for_message(std::string_view(value));
+  } else {
+    return (value);
+  }
+}
+}  // namespace detail
+
 template <class... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
-  throw Error(fmt::format(format, std::forward<Args>(args)...));
+  const fmt::string_view text = format;
+  std::tuple<decltype(detail::message_arg(args))...> safe(detail::message_arg(args)...);
+  throw Error(
+      std::apply([&](const auto&... a) { return fmt::vformat(text, fmt::make_format_args(a...)); }, safe));
 }
 
 namespace detail {

@@ -10,20 +10,18 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace kvdice {
 
 MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("cannot open {}: {}", path.string(), std::strerror(errno));
+  // Only a regular file: a FIFO in place of a checkpoint member would block for ever, a device never ends.
+  int fd = open_regular_file(path);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
+    const int err = errno;
     ::close(fd);
-    fail("cannot stat {}: {}", path.string(), std::strerror(errno));
-  }
-  if (S_ISDIR(st.st_mode)) {
-    ::close(fd);
-    fail("{} is a directory, expected a file", path.string());
+    fail("cannot stat {}: {}", path.string(), std::strerror(err));
   }
   size_ = static_cast<size_t>(st.st_size);
   if (size_ > 0) {

@@ -10,7 +10,8 @@ namespace kvdice {
 
 class MappedFile {
  public:
-  explicit MappedFile(const std::filesystem::path& path);  // throws Error naming the path
+  // Throws Error naming the path; anything but a regular file is refused.
+  explicit MappedFile(const std::filesystem::path& path);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;

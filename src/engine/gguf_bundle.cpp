@@ -23,6 +23,19 @@ ModelBundle load_gguf_file(const fs::path& path) {
   return bundle;
 }
 
+CheckReport make_check_report(const model::ModelConfig& config, const tokenizer::Tokenizer& tok,
+                              const model::GenerationConfig& generation);
+
+CheckReport check_gguf(const fs::path& path) {
+  auto file = std::make_shared<const model::GgufFile>(model::GgufFile::open(path));
+  const model::ModelConfig config = model::config_from_gguf(*file);
+  const model::GenerationConfig generation = model::generation_config_from_gguf(*file);
+  model::check_weights(config, model::GgufSource(file));
+  const auto tok = tokenizer::Tokenizer::from_parts(model::tokenizer_parts_from_gguf(*file));
+  check_bundle_consistency(path.string(), config, tok, generation);
+  return make_check_report(config, tok, generation);
+}
+
 CheckpointSummary summarize_gguf(const fs::path& path) {
   auto file = std::make_shared<const model::GgufFile>(model::GgufFile::open(path));
   CheckpointSummary summary = summarize_tensors(model::GgufSource(file));

@@ -10,6 +10,9 @@ namespace fs = std::filesystem;
 // GGUF loading lives in gguf_bundle.cpp.
 ModelBundle load_gguf_file(const fs::path& path);
 CheckpointSummary summarize_gguf(const fs::path& path);
+CheckReport check_gguf(const fs::path& path);
+CheckReport make_check_report(const model::ModelConfig& config, const tokenizer::Tokenizer& tok,
+                              const model::GenerationConfig& generation);
 
 namespace {
 
@@ -39,15 +42,51 @@ ModelBundle load_hf_dir(const fs::path& dir) {
 
 }  // namespace
 
+void check_bundle_consistency(const std::string& where, const model::ModelConfig& config,
+                              const tokenizer::Tokenizer& tokenizer,
+                              const model::GenerationConfig& generation) {
+  if (tokenizer.vocab_size() > config.vocab) {
+    fail("{}: tokenizer has {} tokens but the model's vocabulary is {}", where, tokenizer.vocab_size(),
+         config.vocab);
+  }
+  for (int id : generation.eos_ids) {
+    if (id < 0 || id >= config.vocab)
+      fail("{}: stop token id {} is outside the model's vocabulary of {}", where, id, config.vocab);
+  }
+}
+
 ModelBundle load_model_bundle(const fs::path& path) {
   check_exists(path);
   ModelBundle bundle = is_gguf_file(path) ? load_gguf_file(path) : load_hf_dir(path);
-  const int vocab = bundle.model->config().vocab;
-  if (bundle.tokenizer->vocab_size() > vocab) {
-    fail("{}: tokenizer has {} tokens but the model's vocabulary is {}", path.string(),
-         bundle.tokenizer->vocab_size(), vocab);
-  }
+  check_bundle_consistency(path.string(), bundle.model->config(), *bundle.tokenizer, bundle.generation);
   return bundle;
+}
+
+CheckReport check_checkpoint(const fs::path& path) {
+  check_exists(path);
+  if (is_gguf_file(path)) return check_gguf(path);
+  const model::ModelConfig config = model::ModelConfig::from_hf_dir(path);
+  const model::GenerationConfig generation = model::GenerationConfig::from_hf_dir(path);
+  const auto source = model::open_safetensors_dir(path);
+  model::check_weights(config, *source);
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_hf_dir(path);
+  check_bundle_consistency(path.string(), config, tok, generation);
+  return make_check_report(config, tok, generation);
+}
+
+CheckReport make_check_report(const model::ModelConfig& config, const tokenizer::Tokenizer& tok,
+                              const model::GenerationConfig& generation) {
+  CheckReport report;
+  report.tensors_checked = static_cast<int64_t>(model::required_tensors(config).size());
+  report.tokenizer_vocab = tok.vocab_size();
+  report.eos_ids = generation.eos_ids;
+  try {
+    report.chat_template = std::string(
+        tokenizer::chat_template_name(tokenizer::detect_chat_template(tok.chat_template_source())));
+  } catch (const Error& e) {
+    report.chat_template = fmt::format("none ({})", e.what());
+  }
+  return report;
 }
 
 CheckpointSummary summarize_tensors(const model::TensorSource& source) {
@@ -75,7 +114,6 @@ tokenizer::ChatTemplate resolve_chat_template(const ModelBundle& bundle, const s
   if (!override_name.empty()) return tokenizer::chat_template_from_name(override_name);
   return tokenizer::detect_chat_template(bundle.tokenizer->chat_template_source());
 }
-
 
 std::vector<int> encode_chat_prompt(const ModelBundle& bundle, tokenizer::ChatTemplate kind,
                                     const std::string& user_text, const std::string& system_text,

@@ -35,6 +35,22 @@ struct CheckpointSummary {
   std::map<std::string, int64_t> dtype_counts;  // stored dtype -> number of tensors
 };
 CheckpointSummary summarize_checkpoint(const std::filesystem::path& path);
+
+// What `inspect --check` reports after running every validation load_model_bundle runs (config, every
+// required tensor's presence, shape and stored type, tokenizer, stop ids against the vocabulary)
+// without converting any weights. An Error names the first problem.
+struct CheckReport {
+  int64_t tensors_checked = 0;
+  int tokenizer_vocab = 0;
+  std::vector<int> eos_ids;
+  std::string chat_template;  // detected template name, or why none was detected (--chat would fail)
+};
+CheckReport check_checkpoint(const std::filesystem::path& path);
+
+// The checks that tie the parts together: tokenizer and stop ids fit the model's vocabulary.
+void check_bundle_consistency(const std::string& where, const model::ModelConfig& config,
+                              const tokenizer::Tokenizer& tokenizer,
+                              const model::GenerationConfig& generation);
 CheckpointSummary summarize_tensors(const model::TensorSource& source);
 
 // The chat template to use: `override_name` when given, else detected from the tokenizer's Jinja.

@@ -131,6 +131,13 @@ ModelConfig ModelConfig::from_hf_json(const Json& json, const std::string& where
   }
   config.family = *family;
   const FamilyTraits& traits = family_traits(config.family);
+  // transformers builds the model from model_type, not from architectures: a contradiction means the
+  // file would load as another model there.
+  const std::string model_type = json_get_or<std::string>(json, "model_type", "", where);
+  if (!model_type.empty() && model_type != traits.model_type) {
+    fail("{}: model_type '{}' contradicts architectures[0] '{}' (which has model_type '{}')", where,
+         model_type, config.architecture, traits.model_type);
+  }
   config.qk_norm = traits.qk_norm;
   config.qkv_bias = traits.qkv_bias;
 
@@ -187,6 +194,17 @@ void ModelConfig::validate(const std::string& where) const {
   positive(head_dim, "head_dim");
   positive(vocab, "vocab_size");
   positive(max_position, "max_position_embeddings");
+  // Upper bounds far above any real model keep every size computed from them (q_dim, the fused
+  // projection rows, per-layer vectors) inside int and make a corrupt count an error, not an allocation.
+  auto at_most = [&](int value, int limit, const char* field) {
+    if (value > limit) fail("{}: {} is {}, above the supported maximum {}", where, field, value, limit);
+  };
+  at_most(n_layers, 4096, "num_hidden_layers");
+  at_most(hidden, 1 << 20, "hidden_size");
+  at_most(intermediate, 1 << 22, "intermediate_size");
+  at_most(n_heads, 1 << 12, "num_attention_heads");
+  at_most(head_dim, 1 << 12, "head_dim");
+  at_most(vocab, 1 << 24, "vocab_size");
   if (n_heads % n_kv_heads != 0) {
     fail("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", where, n_heads,
          n_kv_heads);
@@ -231,9 +249,9 @@ GenerationConfig GenerationConfig::from_hf_dir(const std::filesystem::path& dir)
   auto eos = json.find("eos_token_id");
   if (eos != json.end() && !eos->is_null()) {
     auto read_id = [&](const Json& value) {
-      if (!value.is_number_integer())
-        fail("{}: eos_token_id must be an integer or a list of integers", where);
-      config.eos_ids.push_back(value.get<int>());
+      const int id = json_as<int>(value, "eos_token_id", where);
+      if (id < 0) fail("{}: eos_token_id {} is negative", where, id);
+      config.eos_ids.push_back(id);
     };
     if (eos->is_array()) {
       for (const auto& value : *eos) read_id(value);

@@ -8,10 +8,10 @@ namespace kvdice::model {
 namespace {
 
 constexpr std::array<FamilyTraits, 4> kFamilies{{
-    {Family::Qwen3, "Qwen3ForCausalLM", true, false, false, false, 1e-6f, 32768},
-    {Family::Qwen2, "Qwen2ForCausalLM", false, true, false, false, 1e-6f, 32768},
-    {Family::Llama, "LlamaForCausalLM", false, false, false, false, 1e-6f, 2048},
-    {Family::Phi3, "Phi3ForCausalLM", false, false, true, true, 1e-5f, 4096},
+    {Family::Qwen3, "Qwen3ForCausalLM", "qwen3", true, false, false, false, 1e-6f, 32768},
+    {Family::Qwen2, "Qwen2ForCausalLM", "qwen2", false, true, false, false, 1e-6f, 32768},
+    {Family::Llama, "LlamaForCausalLM", "llama", false, false, false, false, 1e-6f, 2048},
+    {Family::Phi3, "Phi3ForCausalLM", "phi3", false, false, true, true, 1e-5f, 4096},
 }};
 
 }  // namespace

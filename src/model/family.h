@@ -14,6 +14,7 @@ namespace kvdice::model {
 struct FamilyTraits {
   Family family;
   std::string_view architecture;  // "architectures"[0] in config.json
+  std::string_view model_type;    // "model_type" in config.json; must agree with the architecture
   bool qk_norm;                   // per-head RMSNorm on q and k (Qwen3)
   bool qkv_bias;                  // biases on q/k/v projections (Qwen2)
   bool fused_qkv;                 // one self_attn.qkv_proj, rows Q then K then V (Phi-3)

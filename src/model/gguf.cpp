@@ -1,5 +1,6 @@
 #include "model/gguf.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -82,6 +83,8 @@ std::pair<bool, uint64_t> load_integer(GgufType type, const uint8_t* p) {
   }
 }
 
+std::string_view type_label(GgufType type);
+
 // Bounds-checked little-endian cursor over the file bytes; every read names `where` and what it read.
 class Reader {
  public:
@@ -155,15 +158,32 @@ class Reader {
         v.scalar = b == 1;
         break;
       }
-      case GgufType::String:
-        v.scalar = string(key);
+      case GgufType::String: {
+        // A huge length here usually means the value type byte is wrong (a u32 read as a string
+        // length), so say both possibilities rather than only "truncated".
+        const uint64_t at = pos_;
+        const uint64_t n = u64(key);
+        if (n > remaining()) {
+          fail(
+              "{}: metadata {} is declared a string of {} bytes at offset {}, but only {} bytes remain "
+              "(a corrupt value type or a truncated file)",
+              where_, key, n, at, remaining());
+        }
+        v.scalar = std::string(reinterpret_cast<const char*>(take(n, key)), n);
         break;
+      }
       case GgufType::Array: {
         if (depth >= kMaxArrayDepth) {
           fail("{}: metadata {} nests arrays deeper than {}", where_, key, kMaxArrayDepth);
         }
         v.element_type = value_type(key);
         v.count = u64(key);
+        if (v.count > remaining()) {
+          fail(
+              "{}: metadata {} is declared an array of {} {} elements at offset {}, but only {} bytes remain "
+              "(a corrupt value type or a truncated file)",
+              where_, key, v.count, type_label(v.element_type), pos_ - 8, remaining());
+        }
         if (v.element_type == GgufType::String) {
           check_count(v.count, 8, key);
           v.strings.reserve(v.count);
@@ -352,6 +372,23 @@ GgufFile GgufFile::parse(std::span<const uint8_t> bytes, std::string where) {
            w, t.name, ggml_type_name(t.type), t.n_bytes, t.offset, avail);
     }
     t.data = bytes.subspan(g.data_offset_ + t.offset, t.n_bytes);
+  }
+  // Two tensors over the same bytes are a corrupt (or crafted) file: writing one would change the other,
+  // and the safetensors loader refuses the same layout.
+  std::vector<const GgufTensor*> by_offset;
+  for (const GgufTensor& t : g.tensors_) {
+    if (t.n_bytes > 0) by_offset.push_back(&t);
+  }
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const GgufTensor* a, const GgufTensor* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const GgufTensor* prev = by_offset[i - 1];
+    const GgufTensor* next = by_offset[i];
+    if (next->offset < prev->offset + prev->n_bytes) {
+      fail("{}: tensors {} [{}, {}) and {} [{}, {}) share bytes of the data section", w, prev->name,
+           prev->offset, prev->offset + prev->n_bytes, next->name, next->offset,
+           next->offset + next->n_bytes);
+    }
   }
   return g;
 }

@@ -257,6 +257,16 @@ std::optional<TensorInfo> GgufSource::find(const std::string& name) const {
   return TensorInfo{name, std::string(ggml_type_name(t->type)), t->torch_shape()};
 }
 
+void GgufSource::check_loadable(const std::string& name) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) fail("{}: tensor {} is missing", file_->where(), name);
+  const GgufTensor& t = *tensors_[it->second].second;
+  if (!can_dequantize(t.type)) {
+    fail("{}: tensor {} has ggml type {}, which kvdice cannot dequantise", file_->where(), t.name,
+         ggml_type_name(t.type));
+  }
+}
+
 Tensor GgufSource::load_f32(const std::string& name) const {
   auto it = index_.find(name);
   if (it == index_.end()) fail("{}: tensor {} is missing", file_->where(), name);

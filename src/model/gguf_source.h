@@ -34,6 +34,7 @@ class GgufSource : public TensorSource {
   std::vector<TensorInfo> list() const override;
   std::optional<TensorInfo> find(const std::string& name) const override;
   Tensor load_f32(const std::string& name) const override;
+  void check_loadable(const std::string& name) const override;
 
   const GgufFile& file() const { return *file_; }
 

@@ -177,12 +177,10 @@ SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> file_bytes, 
   header.data_size = after_length - header_length;
 
   const uint8_t* text = file_bytes.data() + 8;
-  Json json;
-  try {
-    json = Json::parse(text, text + header_length);
-  } catch (const Json::exception& e) {
-    fail("{}: header is not valid JSON: {}", where, e.what());
-  }
+  // Duplicate keys are refused: nlohmann keeps the last, the reference (serde) another reading.
+  const Json json = parse_json_text(
+      std::string_view(reinterpret_cast<const char*>(text), static_cast<size_t>(header_length)),
+      where + ": header");
   if (!json.is_object()) fail("{}: header must be a JSON object, found {}", where, json.type_name());
 
   for (const auto& [key, value] : json.items()) {
@@ -279,16 +277,22 @@ std::optional<TensorInfo> SafetensorsSource::find(const std::string& name) const
   return TensorInfo{name, it->second.entry->dtype, it->second.entry->shape};
 }
 
-Tensor SafetensorsSource::load_f32(const std::string& name) const {
+void SafetensorsSource::check_loadable(const std::string& name) const {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) fail("{}: no tensor named '{}'", describe(), name);
+  const std::string& dtype = it->second.entry->dtype;
+  if (dtype != "F32" && dtype != "F16" && dtype != "BF16") {
+    fail("{}: tensor '{}' has unsupported dtype {} (supported: F32, F16, BF16)",
+         it->second.shard->file.path().string(), name, dtype);
+  }
+}
+
+Tensor SafetensorsSource::load_f32(const std::string& name) const {
+  check_loadable(name);
+  auto it = tensors_.find(name);
   const Shard& shard = *it->second.shard;
   const SafetensorsEntry& entry = *it->second.entry;
   const std::string& dtype = entry.dtype;
-  if (dtype != "F32" && dtype != "F16" && dtype != "BF16") {
-    fail("{}: tensor '{}' has unsupported dtype {} (supported: F32, F16, BF16)", shard.file.path().string(),
-         name, dtype);
-  }
   Tensor tensor;
   tensor.shape = entry.shape;
   tensor.data.resize(static_cast<size_t>(tensor.numel()));

@@ -52,6 +52,7 @@ class SafetensorsSource : public TensorSource {
   std::vector<TensorInfo> list() const override;
   std::optional<TensorInfo> find(const std::string& name) const override;
   Tensor load_f32(const std::string& name) const override;
+  void check_loadable(const std::string& name) const override;
 
  private:
   struct Shard {

@@ -26,6 +26,8 @@ class TensorSource {
   virtual std::optional<TensorInfo> find(const std::string& name) const = 0;
   // Converted to fp32; throws Error naming the tensor and file if it is missing or unreadable.
   virtual Tensor load_f32(const std::string& name) const = 0;
+  // Error naming the tensor if load_f32 would refuse its stored type; converts nothing.
+  virtual void check_loadable(const std::string& name) const = 0;
 };
 
 }  // namespace kvdice::model

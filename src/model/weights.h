@@ -30,6 +30,18 @@ struct ModelWeights {
   int64_t parameter_count() const;
 };
 
+// Every tensor the family needs, by HF name, with its expected shape (fused checkpoint layouts as
+// stored, e.g. Phi-3 qkv_proj).
+struct RequiredTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+std::vector<RequiredTensor> required_tensors(const ModelConfig& config);
+
+// Validates the config and that `source` holds every required tensor with its expected shape and a
+// loadable dtype, converting nothing: what `inspect --check` runs and load_weights runs first.
+void check_weights(const ModelConfig& config, const TensorSource& source);
+
 // Loads and shape-checks every tensor the family needs; a missing or mis-shaped tensor is an
 // Error naming the tensor, the expected shape and the source.
 ModelWeights load_weights(const ModelConfig& config, const TensorSource& source);

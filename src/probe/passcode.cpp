@@ -60,7 +60,17 @@ std::vector<PasscodeInstance> build_passcode_instances(const engine::ModelBundle
   if (config.instances < 1) fail("--instances must be >= 1 (got {})", config.instances);
   if (config.rounds < 1) fail("--rounds must be >= 1 (got {})", config.rounds);
   if (config.digits < 1 || config.digits > 12) fail("--digits must be in [1, 12] (got {})", config.digits);
+  // rounds * window in 64 bits: a huge --rounds must be refused, not wrapped into a small experiment.
+  const int64_t filler_tokens = int64_t{config.rounds} * config.window;
+  if (config.window < 1 || filler_tokens > (int64_t{1} << 24)) {
+    fail("probe: --rounds {} x --window {} = {} filler tokens per instance, above the 2^24 limit",
+         config.rounds, config.window, filler_tokens);
+  }
   const auto kind = engine::resolve_chat_template(bundle, config.chat_template);
+  if (!config.enable_thinking && !tokenizer::has_thinking_switch(kind)) {
+    fail("probe: --no-think: the {} chat template has no thinking switch (only qwen3 does)",
+         tokenizer::chat_template_name(kind));
+  }
   const bool qwen3 = kind == tokenizer::ChatTemplate::Qwen3;
   const std::vector<int> stub = engine::encode_chat_prompt(
       bundle, kind, "Read the notes that follow carefully; a question about them comes at the end.", "",
@@ -77,7 +87,7 @@ std::vector<PasscodeInstance> build_passcode_instances(const engine::ModelBundle
     head += fmt::format("IMPORTANT: the passcode is {}. Remember it.\n\n", inst.passcode);
     // Filler long enough that `rounds` rounds fire after the passcode enters the cache.
     const int target = std::max(config.budget, static_cast<int>(stub.size())) +
-                       config.rounds * config.window - static_cast<int>(stub.size());
+                       static_cast<int>(filler_tokens) - static_cast<int>(stub.size());
     std::string filler;
     while (static_cast<int>(encode_text(bundle, head + filler).size()) < target) {
       for (int k = 0; k < 8; ++k) filler += filler_sentence(filler_rng);

@@ -258,6 +258,8 @@ std::string render_qwen3_thinking(std::span<const ChatMessage> messages, const C
 
 }  // namespace
 
+bool has_thinking_switch(ChatTemplate kind) { return kind == ChatTemplate::Qwen3; }
+
 std::string_view chat_template_name(ChatTemplate kind) {
   for (const auto& t : kTemplates)
     if (t.kind == kind) return t.name;

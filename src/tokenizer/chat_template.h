@@ -31,6 +31,8 @@ struct ChatOptions {
 };
 
 std::string_view chat_template_name(ChatTemplate kind);
+// Whether enable_thinking changes the render (Qwen3 hybrid); the others always or never think.
+bool has_thinking_switch(ChatTemplate kind);
 std::vector<std::string> chat_template_names();
 // By name (see chat_template_names()); Error listing the known names otherwise.
 ChatTemplate chat_template_from_name(std::string_view name);

@@ -1,9 +1,7 @@
 #include "tokenizer/hf_loader.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/json.h"
 #include "tokenizer/split_regex.h"
 
@@ -186,10 +184,12 @@ void read_post_processor(const Json& root, Where where, TokenizerParts& parts) {
       std::string name = json_require<std::string>(piece["SpecialToken"], "id", at + ".single[0]");
       const Json* specials = find_non_null(p, "special_tokens");
       if (!specials || !specials->contains(name)) fail("{}: special_tokens lacks '{}'", at, name);
-      const Json& ids = (*specials)[name]["ids"];
-      if (!ids.is_array() || ids.size() != 1 || !ids[0].is_number_integer())
+      // find(), not operator[]: on a const object a missing key is undefined behaviour, not an error.
+      const Json& special = specials->find(name).value();
+      const Json* ids = special.is_object() ? find_non_null(special, "ids") : nullptr;
+      if (ids == nullptr || !ids->is_array() || ids->size() != 1)
         fail("{}: special_tokens['{}'].ids must hold exactly one id", at, name);
-      parts.bos_id = ids[0].get<int>();
+      parts.bos_id = json_as<int>((*ids)[0], fmt::format("special_tokens['{}'].ids[0]", name), at);
       parts.add_bos = true;
     }
   };
@@ -208,14 +208,6 @@ void read_decoder(const Json& root, Where where) {
   if (!decoder) return;
   std::string type = json_require<std::string>(*decoder, "type", where + ": decoder");
   if (type != "ByteLevel") fail("{}: decoder type '{}' is not supported (expected ByteLevel)", where, type);
-}
-
-std::string read_text_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open {}", path.string());
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
 }
 
 std::optional<int> find_token(const TokenizerParts& parts, const std::string& content) {
@@ -267,15 +259,12 @@ void read_config(const std::filesystem::path& dir, TokenizerParts& parts) {
   }
   // Newer transformers save the template in its own file.
   if (parts.chat_template.empty() && std::filesystem::exists(dir / "chat_template.jinja"))
-    parts.chat_template = read_text_file(dir / "chat_template.jinja");
+    parts.chat_template = read_regular_file(dir / "chat_template.jinja", kMaxJsonFileBytes);
 }
 
 }  // namespace
 
-TokenizerParts read_hf_tokenizer(const std::filesystem::path& dir) {
-  auto path = dir / "tokenizer.json";
-  std::string where = path.string();
-  Json root = read_json_file(path);
+TokenizerParts tokenizer_parts_from_json(const Json& root, const std::string& where) {
   if (!root.is_object()) fail("{}: expected a JSON object", where);
   TokenizerParts parts;
   parts.source = where;
@@ -285,6 +274,12 @@ TokenizerParts read_hf_tokenizer(const std::filesystem::path& dir) {
   read_pre_tokenizer(root, where, parts);
   read_post_processor(root, where, parts);
   read_decoder(root, where);
+  return parts;
+}
+
+TokenizerParts read_hf_tokenizer(const std::filesystem::path& dir) {
+  auto path = dir / "tokenizer.json";
+  TokenizerParts parts = tokenizer_parts_from_json(read_json_file(path), path.string());
   read_config(dir, parts);
   return parts;
 }

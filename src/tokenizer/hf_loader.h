@@ -4,10 +4,13 @@
 
 #include <filesystem>
 
+#include "core/json.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvdice::tokenizer {
 
 TokenizerParts read_hf_tokenizer(const std::filesystem::path& dir);
+// The tokenizer.json half alone (`where` names it in errors); fuzzed over arbitrary JSON.
+TokenizerParts tokenizer_parts_from_json(const Json& root, const std::string& where);
 
 }  // namespace kvdice::tokenizer

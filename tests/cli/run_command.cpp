@@ -19,13 +19,16 @@ std::string slurp(const std::filesystem::path& p) {
 }
 }  // namespace
 
-CommandResult run_kvdice(const std::vector<std::string>& args, const std::vector<std::string>& env) {
+CommandResult run_kvdice(const std::vector<std::string>& args, const std::vector<std::string>& env,
+                         const std::string& stdout_path, unsigned timeout_s) {
   const auto dir = std::filesystem::temp_directory_path() / ("kvdice_cli_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto out_path = dir / "out", err_path = dir / "err";
   pid_t pid = ::fork();
   if (pid == 0) {
-    int out_fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int out_fd = ::open(stdout_path.empty() ? out_path.c_str() : stdout_path.c_str(),
+                        O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::alarm(timeout_s);
     int err_fd = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     int null_fd = ::open("/dev/null", O_RDONLY);
     ::dup2(out_fd, 1);

@@ -12,6 +12,9 @@ struct CommandResult {
   std::string err;
 };
 
-CommandResult run_kvdice(const std::vector<std::string>& args, const std::vector<std::string>& env = {});
+// `stdout_path`, when set, is where the child's stdout goes (e.g. /dev/full) instead of a capture file.
+// The child is killed by SIGALRM after `timeout_s`, so a hang fails the test instead of stalling CI.
+CommandResult run_kvdice(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
+                         const std::string& stdout_path = "", unsigned timeout_s = 300);
 
 }  // namespace kvdice::testing

@@ -84,15 +84,57 @@ Rows snapshot(const SequenceKv& kv) {
   return rows;
 }
 
+// The policy's own keep flags for one (layer, head), asked for before the round runs, with the inputs a
+// round gives it (REFERENCE.md §1): candidates are every resident slot but the newest r, K_sel = T - r of
+// them are kept, the window always is. Expectations built from these never read the compacted cache.
+std::vector<uint8_t> policy_keep_flags(const SequenceKv& kv, const BudgetSpec& budget,
+                                       const policy::EvictionPolicy& policy, const RoundContext& context,
+                                       int layer, int head) {
+  const int len = kv.length();
+  const int n_candidates = len - budget.window;
+  std::vector<int32_t> positions(n_candidates);
+  for (int slot = 0; slot < n_candidates; ++slot) positions[slot] = kv.position(layer, head, slot);
+  policy::SelectionInput input;
+  input.layer = layer;
+  input.kv_head = head;
+  input.n_candidates = n_candidates;
+  input.keep = budget.budget - budget.window;
+  input.n_protected = policy.protects_prompt() ? budget.protected_slots(context.prompt_len) : 0;
+  input.positions = positions;
+  input.key = philox_key(context.seed, context.sequence_id, RngDomain::Eviction);
+  input.round = context.round;
+  std::vector<uint8_t> flags(len, 1);
+  std::fill_n(flags.begin(), n_candidates, uint8_t{0});
+  policy.select(input, std::span<uint8_t>(flags.data(), n_candidates));
+  return flags;
+}
+
+// Per (layer, head): the positions the policy chose to keep, from the cache before the round.
+using KeptSets = std::vector<std::vector<std::set<int32_t>>>;
+KeptSets kept_positions_before(const SequenceKv& kv, const BudgetSpec& budget,
+                               const policy::EvictionPolicy& policy, const RoundContext& context) {
+  const KvShape& s = kv.shape();
+  KeptSets kept(s.n_layers, std::vector<std::set<int32_t>>(s.n_kv_heads));
+  for (int l = 0; l < s.n_layers; ++l)
+    for (int h = 0; h < s.n_kv_heads; ++h) {
+      const auto flags = policy_keep_flags(kv, budget, policy, context, l, h);
+      for (int slot = 0; slot < kv.length(); ++slot)
+        if (flags[slot]) kept[l][h].insert(kv.position(l, h, slot));
+    }
+  return kept;
+}
+
 TEST(EvictionRound, CompactionMovesKvTogetherWithPositions) {
   for (const char* policy : {"random", "random_pp"}) {
     // A prompt longer than T makes the first round evict len - T = 192 > r entries per head.
     const int t = 256, r = 64, prompt = 400;
     KvSim sim(kShape, spec(t, r), policy, prompt, 100000, 7, 3);
     Rows before;
+    KeptSets chosen;
     int pre_length = 0;
     sim.before_round = [&](const SequenceKv& kv) {
       before = snapshot(kv);
+      chosen = kept_positions_before(kv, sim.budget, *sim.policy, sim.context);
       pre_length = kv.length();
     };
     int checked = 0;
@@ -103,17 +145,22 @@ TEST(EvictionRound, CompactionMovesKvTogetherWithPositions) {
       Rows after = snapshot(sim.kv);
       for (int l = 0; l < kShape.n_layers; ++l) {
         for (int h = 0; h < kShape.n_kv_heads; ++h) {
-          int survivors = 0;
+          std::set<int32_t> survivors;
           for (int slot = 0; slot < sim.kv.length(); ++slot) {
             auto it = before.find({l, h, sim.kv.position(l, h, slot)});
             ASSERT_NE(it, before.end()) << "slot holds a position that was not resident";
             ASSERT_EQ(after.at(it->first), it->second) << "K/V row did not move with its position";
-            ++survivors;
+            survivors.insert(sim.kv.position(l, h, slot));
           }
+          // Exactly the positions the policy flagged survive (not merely the right number of them), and
+          // the victims are the resident positions it did not flag.
+          ASSERT_EQ(survivors, chosen[l][h]) << "layer " << l << " head " << h;
           int resident_before = 0;
           for (const auto& [key, rows] : before)
             resident_before += (std::get<0>(key) == l && std::get<1>(key) == h);
-          EXPECT_EQ(resident_before - survivors, pre_length - t) << "victims per head";
+          EXPECT_EQ(resident_before - static_cast<int>(chosen[l][h].size()),
+                    sim.results.back().victims_per_head)
+              << "victims per head";
         }
       }
       EXPECT_LE(sim.results.back().moved_slots,
@@ -149,12 +196,15 @@ TEST(EvictionRound, AttentionOverCompactedCacheEqualsMaskedFullAttention) {
   const int t = 128, r = 32, prompt = 20;
   KvSim sim(kShape, spec(t, r), "random_pp", prompt, 100000, 11, 5);
   SequenceKv full = sim.kv;  // replaced before each round
-  sim.before_round = [&](const SequenceKv& kv) { full = kv; };
+  KeptSets chosen;           // the policy's choice, made on `full`
+  sim.before_round = [&](const SequenceKv& kv) {
+    full = kv;
+    chosen = kept_positions_before(kv, sim.budget, *sim.policy, sim.context);
+  };
   const int d = kShape.head_dim;
   int checked = 0;
   while (checked < 3) {
     if (!sim.decode_step()) continue;
-    const RoundRecord& record = sim.records.back();
     for (int l = 0; l < kShape.n_layers; ++l) {
       for (int h = 0; h < kShape.n_kv_heads; ++h) {
         std::vector<float> q(d);
@@ -163,7 +213,7 @@ TEST(EvictionRound, AttentionOverCompactedCacheEqualsMaskedFullAttention) {
         for (int slot = 0; slot < full.length(); ++slot) {
           full_k.push_back(full.key(l, h, slot));
           full_v.push_back(full.value(l, h, slot));
-          if (contains(record.kept_positions[l][h], full.position(l, h, slot))) {
+          if (chosen[l][h].count(full.position(l, h, slot)) != 0) {  // the mask: the policy's flags
             masked_k.push_back(full.key(l, h, slot));
             masked_v.push_back(full.value(l, h, slot));
           }

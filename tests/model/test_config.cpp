@@ -139,6 +139,7 @@ TEST(ModelConfig, ReadsQwen3) {
 TEST(ModelConfig, ReadsQwen2WithBiases) {
   Json j = qwen3_transformers5();
   j["architectures"] = {"Qwen2ForCausalLM"};
+  j["model_type"] = "qwen2";  // must agree with architectures
   j.erase("head_dim");
   auto c = ModelConfig::from_hf_json(j, "config.json");
   EXPECT_EQ(c.family, Family::Qwen2);
@@ -264,7 +265,7 @@ TEST(ModelConfig, ValidateRejectsBadShapes) {
   EXPECT_TRUE(contains(config_error(j), "0 < low_freq_factor < high_freq_factor"));
   j = llama_hub();
   j["vocab_size"] = "many";
-  EXPECT_TRUE(contains(config_error(j), "field 'vocab_size' has the wrong type"));
+  EXPECT_TRUE(contains(config_error(j), "field 'vocab_size' must be an integer"));
 }
 
 TEST(ModelConfig, FromDirectoryNamesTheFile) {
@@ -358,8 +359,7 @@ TEST(GenerationConfig, ReadsSingleEosAndRejectsBadIds) {
     GenerationConfig::from_hf_dir(dir.path());
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_TRUE(
-        contains(e.what(), "generation_config.json: eos_token_id must be an integer or a list of integers"));
+    EXPECT_TRUE(contains(e.what(), "generation_config.json: eos_token_id must be an integer"));
   }
 }
 

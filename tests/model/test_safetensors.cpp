@@ -91,7 +91,7 @@ TEST(SafetensorsHeader, RejectsTruncatedDataBuffer) {
 }
 
 TEST(SafetensorsHeader, RejectsNonJsonAndNonObjectHeaders) {
-  EXPECT_TRUE(contains(parse_error(raw_safetensors("{\"a\": ", {})), "header is not valid JSON"));
+  EXPECT_TRUE(contains(parse_error(raw_safetensors("{\"a\": ", {})), "header: invalid JSON"));
   EXPECT_TRUE(contains(parse_error(raw_safetensors("[1, 2]", {})), "header must be a JSON object"));
   EXPECT_TRUE(contains(parse_error(raw_safetensors(R"({"a": 5})", {})), "tensor 'a': expected an object"));
 }

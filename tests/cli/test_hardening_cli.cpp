@@ -1,0 +1,302 @@
+// Bad-input matrices for the command line (issue 10), run against the real binary: flags that would be
+// narrowed, wrapped or ignored (classes 2 and 7), FIFOs and devices in place of checkpoint members
+// (class 3), output lost on a full device (class 4), names that must be printed safely (class 6), and
+// `inspect --check` refusing exactly what `generate` refuses (class 8). Every row must exit non-zero with
+// a message naming the problem, within the runner's alarm (a hang fails the test).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cli/run_command.h"
+#include "core/file_io.h"
+#include "core/json.h"
+
+namespace kvdice::testing {
+namespace {
+namespace fs = std::filesystem;
+
+const std::string kFixtures = KVDICE_FIXTURES_DIR;
+const std::string kModel = kFixtures + "/qwen3";
+const std::string kChatmlModel = kFixtures + "/qwen2";  // chatml: no thinking switch
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+struct Row {
+  std::vector<std::string> args;
+  std::string message;  // must appear in stderr
+};
+
+void expect_all_fail(const std::vector<Row>& rows) {
+  for (const Row& row : rows) {
+    std::string joined;
+    for (const auto& a : row.args) joined += a + " ";
+    SCOPED_TRACE(joined);
+    const CommandResult r = run_kvdice(row.args, {}, "", 120);
+    // 1 for kvdice errors, CLI11's own code (100 + n) for flags it refuses; never 0, never a signal.
+    EXPECT_TRUE(r.exit_code == 1 || (r.exit_code > 100 && r.exit_code < 128)) << r.exit_code << " " << r.err;
+    EXPECT_TRUE(has(r.err, row.message)) << "expected '" << row.message << "' in: " << r.err;
+  }
+}
+
+// A scratch copy of a fixture checkpoint, removed at the end of the test.
+class FixtureCopy {
+ public:
+  explicit FixtureCopy(const std::string& fixture, const std::string& name = "ckpt") {
+    dir_ = fs::temp_directory_path() / ("kvdice_hcli_" + std::to_string(::getpid()) + "_" + name);
+    fs::remove_all(dir_);
+    fs::create_directories(dir_.parent_path());
+    fs::copy(fixture, dir_, fs::copy_options::recursive);
+  }
+  ~FixtureCopy() { fs::remove_all(dir_); }
+  const fs::path& dir() const { return dir_; }
+  std::string str() const { return dir_.string(); }
+  Json json(const std::string& file) const { return read_json_file(dir_ / file); }
+  void write(const std::string& file, const std::string& text) const {
+    fs::remove(dir_ / file);
+    std::ofstream(dir_ / file) << text;
+  }
+
+ private:
+  fs::path dir_;
+};
+
+TEST(HardeningCli, IntegerAndNumberFlagsAreBoundedNotNarrowed) {
+  const std::vector<std::string> g = {"generate", "--model", kModel, "-p", "hi"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = g;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  expect_all_fail({
+      {with({"--threads", "100000"}), "--threads"},  // segfaulted inside OpenMP
+      {with({"--threads", "-1"}), "--threads"},
+      {with({"--seed", "-1"}), "--seed"},  // CLI11 alone wraps it to 2^64 - 1
+      {with({"--seed", "0x10"}), "not a decimal integer"},
+      {with({"--budget", "4294967296", "--window", "8"}), "--budget"},
+      {with({"--budget", "1e3"}), "not a decimal integer"},
+      {with({"--window", "0", "--budget", "32"}), "--window"},
+      {with({"--max-new-tokens", "0"}), "--max-new-tokens"},
+      {with({"--max-new-tokens", "99999999999"}), "--max-new-tokens"},
+      {with({"--samples", "0"}), "--samples"},
+      {with({"--top-k", "-1", "--temperature", "1"}), "--top-k"},
+      {with({"--temperature", "nan"}), "not a finite decimal number"},
+      {with({"--temperature", "inf"}), "not a finite decimal number"},
+      {with({"--temperature", "1e39"}), "--temperature: 1e39 is outside"},  // overflowed a float
+      {with({"--temperature", "-1"}), "--temperature"},
+      {with({"--temperature", "1e-30"}), "dividing logits by it overflows"},
+      {with({"--top-p", "nan", "--temperature", "1"}), "--top-p"},
+      {with({"--top-p", "1.5", "--temperature", "1"}), "--top-p"},
+      {{"probe", "passcode", "--model", kModel, "--rounds", "2000000000"}, "--rounds"},
+      {{"probe", "passcode", "--model", kModel, "--rounds", "100000", "--window", "1000", "--budget", "2000"},
+       "teacher-forced tokens"},
+      {{"probe", "passcode", "--model", kModel, "--digits", "13"}, "--digits"},
+      {{"probe", "passcode", "--model", kModel, "--instances", "0"}, "--instances"},
+      {{"probe", "passcode", "--model", kModel, "--threads", "100000"}, "--threads"},
+  });
+  // A leading zero is decimal, not octal: 024 is 24 (a multiple of 8), not 20.
+  const CommandResult r = run_kvdice(with({"-T", "024", "-r", "8", "-n", "2", "--json", "--ignore-eos"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(Json::parse(r.out)["budget"], 24);
+}
+
+TEST(HardeningCli, IgnoredOrMeaninglessFlagsAreRefused) {
+  const std::vector<std::string> g = {"generate", "--model", kModel, "-p", "hi", "--policy", "full"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = g;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  expect_all_fail({
+      {with({"--chat-template", "chatml"}), "--chat-template only applies with --chat"},
+      {with({"--system", "be brief"}), "--system only applies with --chat"},
+      {with({"--no-think"}), "--no-think only applies with --chat"},
+      {with({"--budget", "32"}), "--budget has no effect with --policy full"},
+      {with({"--window", "8"}), "--window has no effect with --policy full"},
+      {with({"--retention-log", "/tmp/x.jsonl"}), "--retention-log has nothing to log"},
+      {with({"--top-p", "0.9"}), "--top-p has no effect with greedy decoding"},
+      {with({"--top-k", "5"}), "--top-k has no effect with greedy decoding"},
+      {{"generate", "--model", kChatmlModel, "-p", "hi", "--policy", "full", "--chat", "--no-think"},
+       "the chatml chat template has no thinking switch"},
+      {{"probe", "passcode", "--model", kChatmlModel, "--no-think", "--rounds", "1", "--instances", "1",
+        "--budget", "32", "--window", "8"},
+       "the chatml chat template has no thinking switch"},
+      {{"generate", "--model", kModel, "-p", "hi", "--long-prompt", "maybe"}, "--long-prompt"},
+  });
+  // The same flags where they do apply still run.
+  const CommandResult ok = run_kvdice({"generate", "--model", kModel, "-p", "hi", "--policy", "full",
+                                       "--chat", "--no-think", "--system", "be brief", "-n", "2", "--json"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
+TEST(HardeningCli, UnknownSubcommandsAreNamed) {
+  expect_all_fail({
+      {{"genrate", "--model", kModel}, "unknown subcommand 'genrate' for 'kvdice'"},
+      {{"probe", "passcodes"}, "unknown subcommand 'passcodes' for 'probe'"},
+  });
+  // Control bytes on the command line are escaped in the message.
+  const CommandResult r = run_kvdice({std::string("bad\x1b[2Jname")});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(has(r.err, "bad\\x1b[2Jname")) << r.err;
+}
+
+TEST(HardeningCli, SpecialFilesInPlaceOfCheckpointMembersAreRefused) {
+  for (const char* member : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                             "generation_config.json"}) {
+    SCOPED_TRACE(member);
+    FixtureCopy copy(kModel, std::string("fifo_") + member);
+    fs::remove(copy.dir() / member);
+    ASSERT_EQ(::mkfifo((copy.dir() / member).c_str(), 0600), 0);
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"generate", "--model", copy.str(), "-p", "hi", "--policy", "full", "-n",
+                                   "1"},
+          std::vector<std::string>{"inspect", "--check", "--model", copy.str()}}) {
+      const CommandResult r = run_kvdice(args, {}, "", 60);  // hung for ever before the fix
+      EXPECT_EQ(r.exit_code, 1) << r.err;
+      EXPECT_TRUE(has(r.err, member) && has(r.err, "is a FIFO, expected a regular file")) << r.err;
+    }
+  }
+  // A device as a model member, a directory as a prompt file, a FIFO named like a GGUF.
+  FixtureCopy copy(kModel, "device");
+  fs::remove(copy.dir() / "tokenizer.json");
+  fs::create_symlink("/dev/zero", copy.dir() / "tokenizer.json");
+  const fs::path gguf_fifo = copy.dir() / "model.gguf";
+  ASSERT_EQ(::mkfifo(gguf_fifo.c_str(), 0600), 0);
+  expect_all_fail({
+      {{"inspect", "--check", "--model", copy.str()}, "is a character device, expected a regular file"},
+      {{"generate", "--model", kModel, "--prompt-file", copy.str(), "--policy", "full"}, "is a directory"},
+      {{"inspect", "--model", gguf_fifo.string()}, "neither an HF checkpoint directory nor a .gguf file"},
+  });
+}
+
+TEST(HardeningCli, OutputLostOnAFullDeviceIsAnError) {
+  const std::vector<std::string> gen = {"generate", "--model", kModel, "-p", "hi",
+                                        "--policy", "full",    "-n",   "40", "--ignore-eos"};
+  struct Case {
+    std::vector<std::string> args;
+    std::string stdout_path;
+  };
+  std::vector<std::string> gen_json = gen;
+  gen_json.push_back("--json");
+  std::vector<std::string> gen_log = {
+      "generate", "--model", kModel, "-p", "hi",           "--budget",        "16",
+      "--window", "8",       "-n",   "40", "--ignore-eos", "--retention-log", "/dev/full"};
+  const std::vector<Case> cases = {
+      {gen, "/dev/full"},                                        // streamed text
+      {gen_json, "/dev/full"},                                   // one JSON record
+      {{"inspect", "--model", kModel, "--json"}, "/dev/full"},   // a short JSON document
+      {{"inspect", "--model", kModel, "--check"}, "/dev/full"},  // one report
+      {{"pull", "--list"}, "/dev/full"},
+      {gen_log, ""},  // the retention log
+      {{"probe", "passcode", "--model", kModel, "--rounds", "1", "--instances", "1", "--budget", "32",
+        "--window", "8", "--policies", "full", "--json-out", "/dev/full"},
+       ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.args[0] + " " + c.args.back());
+    const CommandResult r = run_kvdice(c.args, {}, c.stdout_path);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_TRUE(has(r.err, "No space left on device")) << r.err;
+  }
+}
+
+TEST(HardeningCli, JsonOutputsAreWrittenWhole) {
+  const fs::path out =
+      fs::temp_directory_path() / ("kvdice_hcli_probe_" + std::to_string(::getpid()) + ".json");
+  const CommandResult r =
+      run_kvdice({"probe", "passcode", "--model", kModel, "--rounds", "1", "--instances", "1", "--budget",
+                  "32", "--window", "8", "--policies", "full", "--json-out", out.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = read_json_file(out);
+  EXPECT_EQ(j["results"].size(), 1u);
+  // No temporary is left beside it.
+  for (const auto& entry : fs::directory_iterator(out.parent_path()))
+    EXPECT_FALSE(has(entry.path().filename().string(), out.filename().string() + ".tmp")) << entry.path();
+  fs::remove(out);
+}
+
+TEST(HardeningCli, NonUtf8PathsPrintSafely) {
+  FixtureCopy copy(kModel,
+                   "bad\xff\xfe"
+                   "name");
+  const CommandResult r = run_kvdice({"inspect", "--model", copy.str(), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;  // threw a JSON library exception before
+  const Json j = Json::parse(r.out);
+  EXPECT_TRUE(has(j["path"].get<std::string>(), "bad\xef\xbf\xbd\xef\xbf\xbdname")) << j["path"];
+  const CommandResult text = run_kvdice({"inspect", "--model", copy.str()});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_TRUE(has(text.out, "bad\\xff\\xfename")) << text.out;
+  const CommandResult missing =
+      run_kvdice({"inspect", "--model", std::string("/nonexistent/\x1b[31mred\x07")});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_TRUE(has(missing.err, "/nonexistent/\\x1b[31mred\\x07")) << missing.err;
+}
+
+// Each broken checkpoint: `inspect` (no --check) still describes it, while `inspect --check` and `generate`
+// both refuse it with the same message.
+TEST(HardeningCli, InspectCheckRefusesWhatGenerateRefuses) {
+  struct Variant {
+    std::string name;
+    std::function<void(const FixtureCopy&)> corrupt;
+    std::string message;
+  };
+  auto edit_config = [](const char* file, std::function<void(Json&)> f) {
+    return [file, f](const FixtureCopy& c) {
+      Json j = c.json(file);
+      f(j);
+      c.write(file, j.dump());
+    };
+  };
+  const std::vector<Variant> variants = {
+      {"too_many_layers",
+       edit_config("config.json",
+                   [](Json& j) { j["num_hidden_layers"] = j["num_hidden_layers"].get<int>() + 1; }),
+       "missing tensor 'model.layers."},
+      {"wrong_shape",
+       edit_config("config.json",
+                   [](Json& j) { j["intermediate_size"] = j["intermediate_size"].get<int>() + 2; }),
+       "has shape"},
+      {"broken_tokenizer", edit_config("tokenizer.json", [](Json& j) { j["model"]["type"] = "WordPiece"; }),
+       "only byte-level 'BPE' is supported"},
+      {"stop_id_outside_vocab",
+       edit_config("generation_config.json", [](Json& j) { j["eos_token_id"] = 1 << 20; }),
+       "outside the model's vocabulary"},
+      {"small_vocab", edit_config("config.json", [](Json& j) { j["vocab_size"] = 100; }), "has shape"},
+  };
+  for (const Variant& v : variants) {
+    SCOPED_TRACE(v.name);
+    FixtureCopy copy(kModel, "check_" + v.name);
+    v.corrupt(copy);
+    const CommandResult check = run_kvdice({"inspect", "--check", "--model", copy.str()});
+    EXPECT_EQ(check.exit_code, 1) << check.out;
+    EXPECT_TRUE(has(check.err, v.message)) << check.err;
+    const CommandResult gen =
+        run_kvdice({"generate", "--model", copy.str(), "-p", "hi", "--policy", "full", "-n", "1"});
+    EXPECT_EQ(gen.exit_code, 1) << gen.out;
+    EXPECT_TRUE(has(gen.err, v.message)) << gen.err;
+  }
+  // The GGUF fixture holds only part of a model (it tests name mapping): plain inspect describes it,
+  // --check and generate both refuse it the same way.
+  const std::string partial_gguf = kFixtures + "/gguf/tiny_qwen2.gguf";
+  EXPECT_EQ(run_kvdice({"inspect", "--model", partial_gguf}).exit_code, 0);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"inspect", "--check", "--model", partial_gguf},
+        std::vector<std::string>{"generate", "--model", partial_gguf, "-p", "hi", "--policy", "full", "-n",
+                                 "1"}}) {
+    const CommandResult r = run_kvdice(args);
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_TRUE(has(r.err, "missing tensor 'model.layers.0.input_layernorm.weight'")) << r.err;
+  }
+  // A good checkpoint passes, naming what was checked.
+  const CommandResult ok = run_kvdice({"inspect", "--check", "--model", kModel, "--json"});
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  const Json j = Json::parse(ok.out);
+  EXPECT_EQ(j["ok"], true);
+  EXPECT_EQ(j["chat_template"], "qwen3");
+  EXPECT_GT(j["tensors_checked"].get<int>(), 5);
+}
+
+}  // namespace
+}  // namespace kvdice::testing
