@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   kvdice::cli::add_inspect_command(app);
   kvdice::cli::add_pull_command(app);
   kvdice::cli::add_probe_command(app);
+  kvdice::cli::add_eval_command(app);
+  kvdice::cli::add_stats_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
