@@ -185,7 +185,14 @@ std::string normalize_math_answer(std::string_view answer) {
   replace_all(s, "\n", "");
   for (std::string_view cmd : {"\\left", "\\right", "\\!", "\\,", "\\;", "\\:", "\\displaystyle"})
     replace_all(s, cmd, "");
-  replace_all(s, "\\ ", "");
+  // "\ " is a LaTeX space, but "\\ " is a matrix row break followed by a space.
+  for (size_t i = s.find("\\ "); i != std::string::npos; i = s.find("\\ ", i)) {
+    if (i > 0 && s[i - 1] == '\\') {
+      i += 2;
+      continue;
+    }
+    s.erase(i, 2);
+  }
   replace_all(s, "dfrac", "frac");
   replace_all(s, "tfrac", "frac");
   replace_all(s, "^{\\circ}", "");

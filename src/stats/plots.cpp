@@ -65,6 +65,7 @@ void plot_one(const std::filesystem::path& file, const std::string& title, const
     plcol0(color);
     plwidth(2.0);
     plline(static_cast<PLINT>(xs.size()), xs.data(), ys.data());
+    plssym(0.0, 2.0);
     plpoin(static_cast<PLINT>(xs.size()), xs.data(), ys.data(), 17);
     plwidth(1.0);
     legend(policy, color);
