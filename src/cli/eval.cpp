@@ -198,7 +198,6 @@ void add_eval_command(CLI::App& app) {
   grade->add_option("--dataset", g->dataset, "Dataset path when it moved (its hash must still match)");
   grade->add_option("--symbolic-timeout", g->options.symbolic_timeout_s, "Seconds per symbolic comparison");
   grade->add_option("--test-timeout", g->options.test_timeout_s, "Code: wall-clock seconds per test");
-  grade->add_option("--jobs", g->options.jobs, "Code: tests run in parallel");
   grade->callback([g] { run_eval_grade(*g); });
 
   auto e = std::make_shared<ExportFlags>();

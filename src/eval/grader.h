@@ -20,7 +20,6 @@ struct GradeOutcome {
 struct GradeOptions {
   double symbolic_timeout_s = 5.0;  // per symbolic comparison (GiNaC)
   double test_timeout_s = 20.0;     // code: wall clock per test
-  int jobs = 1;                     // code: tests run in parallel processes
 };
 
 // Grades every record of a cell that passed check_cell; `log` gets one line per 100 graded.
