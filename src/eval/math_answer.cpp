@@ -22,6 +22,12 @@ void replace_all(std::string& s, std::string_view from, std::string_view to) {
     s.replace(i, from.size(), to);
 }
 
+// Applies (from, to) replacements in order.
+void replace_each(std::string& s,
+                  std::initializer_list<std::pair<std::string_view, std::string_view>> pairs) {
+  for (const auto& [from, to] : pairs) replace_all(s, from, to);
+}
+
 std::string trim(std::string_view s) {
   size_t b = 0, e = s.size();
   while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
@@ -193,14 +199,14 @@ std::string normalize_math_answer(std::string_view answer) {
     }
     s.erase(i, 2);
   }
-  replace_all(s, "dfrac", "frac");
-  replace_all(s, "tfrac", "frac");
-  replace_all(s, "^{\\circ}", "");
-  replace_all(s, "^\\circ", "");
-  replace_all(s, "°", "");
-  replace_all(s, "\\$", "");
-  replace_all(s, "$", "");
-  replace_all(s, "\\%", "%");
+  replace_each(s, {{"dfrac", "frac"},
+                   {"tfrac", "frac"},
+                   {"^{\\circ}", ""},
+                   {"^\\circ", ""},
+                   {"°", ""},
+                   {"\\$", ""},
+                   {"$", ""},
+                   {"\\%", "%"}});
   for (std::string_view cmd : {"\\text", "\\textbf", "\\mathrm", "\\mathbf", "\\mbox", "\\textnormal"})
     unwrap_command(s, cmd);
   s = trim(s);
@@ -280,18 +286,19 @@ std::optional<std::string> latex_to_ginac(std::string_view latex) {
       changed = true;
     }
   }
-  replace_all(s, "\\cdot", "*");
-  replace_all(s, "\\times", "*");
-  replace_all(s, "\\div", "/");
-  replace_all(s, "\\pi", " Pi ");
-  replace_all(s, "\\ln", " log ");
-  replace_all(s, "\\log", " log ");
-  replace_all(s, "\\exp", " exp ");
-  for (std::string_view f : {"sin", "cos", "tan"})
-    replace_all(s, "\\" + std::string(f), " " + std::string(f) + " ");
-  replace_all(s, "{", "(");
-  replace_all(s, "}", ")");
-  replace_all(s, "**", "^");
+  replace_each(s, {{"\\cdot", "*"},
+                   {"\\times", "*"},
+                   {"\\div", "/"},
+                   {"\\pi", " Pi "},
+                   {"\\ln", " log "},
+                   {"\\log", " log "},
+                   {"\\exp", " exp "},
+                   {"\\sin", " sin "},
+                   {"\\cos", " cos "},
+                   {"\\tan", " tan "},
+                   {"{", "("},
+                   {"}", ")"},
+                   {"**", "^"}});
   // Tokenise and insert '*' for implicit products: "2x", "2(", ")(", "x y", "2Pi", ")x".
   static const std::vector<std::string> functions = {"sqrt", "log", "exp", "sin", "cos", "tan"};
   std::string out;
