@@ -20,6 +20,7 @@ struct StatsFlags {
   std::string format = "markdown";
   std::string out;
   std::string plots;
+  std::string per_problem;
 };
 
 void run_stats(const StatsFlags& f) {
@@ -34,6 +35,11 @@ void run_stats(const StatsFlags& f) {
     std::ofstream out(f.out, std::ios::binary);
     out << table;
     if (!out) fail("cannot write --out {}", f.out);
+  }
+  if (!f.per_problem.empty()) {
+    std::ofstream out(f.per_problem, std::ios::binary);
+    out << stats::render_per_problem_csv(rows);
+    if (!out) fail("cannot write --per-problem {}", f.per_problem);
   }
   if (!f.plots.empty())
     for (const auto& file : stats::write_plots(rows, f.plots))
@@ -56,6 +62,8 @@ void add_stats_command(CLI::App& app) {
   cmd->add_option("--format", f->format, "markdown, csv or latex");
   cmd->add_option("--out,-o", f->out, "Write the table here (default stdout)");
   cmd->add_option("--plots", f->plots, "Folder for PNG plots (accuracy and length versus budget per policy)");
+  cmd->add_option("--per-problem", f->per_problem,
+                  "Write per-problem mean correctness (CSV: problem x cell)");
   cmd->callback([f] { run_stats(*f); });
 }
 

@@ -99,4 +99,21 @@ std::string render_table(const std::vector<StatsRow>& rows, TableFormat format) 
   return out;
 }
 
+std::string render_per_problem_csv(const std::vector<StatsRow>& rows) {
+  std::string out = "problem";
+  size_t problems = 0;
+  for (const auto& row : rows) {
+    out += "," + eval::csv_field(row.cell.info.name);
+    problems = std::max(problems, row.cell.per_problem.size());
+  }
+  out += "\n";
+  for (size_t p = 0; p < problems; ++p) {
+    out += std::to_string(p);
+    for (const auto& row : rows)
+      out += p < row.cell.per_problem.size() ? fmt::format(",{}", row.cell.per_problem[p]) : ",";
+    out += "\n";
+  }
+  return out;
+}
+
 }  // namespace kvdice::stats

@@ -12,5 +12,7 @@ namespace kvdice::stats {
 enum class TableFormat { Markdown, Csv, Latex };
 TableFormat table_format_from_name(const std::string& name);
 std::string render_table(const std::vector<StatsRow>& rows, TableFormat format);
+// Per-problem mean correctness over runs: one row per problem index, one column per cell.
+std::string render_per_problem_csv(const std::vector<StatsRow>& rows);
 
 }  // namespace kvdice::stats

@@ -60,7 +60,11 @@ TEST(StatsCli, TablesPlotsAndRefusals) {
     EXPECT_EQ(png.substr(1, 3), "PNG") << name;
   }
 
-  r = kvdice({"stats", "--results", results, "--format", "csv"}, tmp.path / "s2");
+  const auto per_problem = tmp.path / "per_problem.csv";
+  r = kvdice({"stats", "--results", results, "--format", "csv", "--per-problem", per_problem.string()},
+             tmp.path / "s2");
+  EXPECT_TRUE(slurp_file(per_problem).starts_with("problem,full,rpp\n0,1,0.5\n1,1,0.5\n2,1,0.5\n3,1,0\n"))
+      << slurp_file(per_problem);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("rpp,math500,random_pp,192,12,2,0.125000,"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(",full,-0.625000,"), std::string::npos) << r.out;
