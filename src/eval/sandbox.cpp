@@ -4,6 +4,7 @@
 #include <grp.h>
 #include <linux/landlock.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <signal.h>
@@ -215,7 +216,21 @@ SandboxResult run_python_sandboxed(const std::string& program, const std::string
   set_nonblocking(in_pipe[1]);
   set_nonblocking(out_pipe[0]);
   set_nonblocking(err_pipe[0]);
-  signal(SIGPIPE, SIG_IGN);  // a program that exits without reading its stdin
+  // A program may exit without reading its stdin: block SIGPIPE on this thread while feeding it
+  // (write then fails with EPIPE) instead of changing the process's signal disposition.
+  sigset_t pipe_set, old_set;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
+  struct RestoreMask {
+    sigset_t pipe_set, old_set;
+    ~RestoreMask() {
+      timespec zero{0, 0};
+      while (sigtimedwait(&pipe_set, nullptr, &zero) > 0) {
+      }
+      pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
+    }
+  } restore_mask{pipe_set, old_set};
 
   SandboxResult result;
   std::string layers;

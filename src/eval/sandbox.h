@@ -33,7 +33,8 @@ struct SandboxResult {
 
 // `program` is written to solution.py in a fresh directory under the system temp folder, run as
 // `python3 -I -B solution.py` with `stdin_data` on its stdin, and the directory is removed after.
-// Error only when the sandbox itself cannot be built (no python3, no fork, seccomp refused).
+// Error only when the sandbox itself cannot be built (no python3, no fork, seccomp refused). The
+// child is set up between fork and exec, so call this from a single-threaded process (`eval grade`).
 SandboxResult run_python_sandboxed(const std::string& program, const std::string& stdin_data,
                                    const SandboxLimits& limits);
 

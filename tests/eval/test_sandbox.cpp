@@ -2,6 +2,7 @@
 // forking, writing outside their directory, opening a socket, eating memory; and the grader's
 // extraction and float-tolerant comparison, stdin and functional tests.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -27,6 +28,15 @@ TEST(Sandbox, RunsAProgramOnItsInput) {
   EXPECT_EQ(r.out, "6\n");
   EXPECT_NE(r.layers.find("seccomp"), std::string::npos) << r.layers;
   EXPECT_NE(r.layers.find("rlimits"), std::string::npos) << r.layers;
+}
+
+TEST(Sandbox, AProgramThatIgnoresItsInputDoesNotKillTheGrader) {
+  // 1 MiB of stdin to a program that exits at once: the write fails with EPIPE, not SIGPIPE. The
+  // default disposition is restored first (a parent shell may have left SIGPIPE ignored).
+  signal(SIGPIPE, SIG_DFL);
+  const auto r = run("print('bye')\n", std::string(1 << 20, 'x'));
+  ASSERT_EQ(r.status, SandboxStatus::Exited) << r.err;
+  EXPECT_EQ(r.out, "bye\n");
 }
 
 TEST(Sandbox, WallClockLimitKillsAnInfiniteLoop) {
