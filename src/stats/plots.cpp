@@ -24,9 +24,10 @@ void plot_one(const std::filesystem::path& file, const std::string& title, const
   }
   for (const auto& [policy, y] : reference) y_max = std::max(y_max, y);
   if (x_min > x_max) x_min = 0, x_max = 1;
-  if (x_min == x_max) x_min -= 1, x_max += 1;
+  if (x_min == x_max) x_min *= 0.5, x_max *= 1.5;  // one budget: centre it
   const double pad = (x_max - x_min) * 0.08;
-  y_max = y_max > 0 ? y_max * 1.15 : 1.0;
+  // Headroom above the data for the legend in the top right corner.
+  y_max = y_max > 0 ? y_max * (1.2 + 0.06 * static_cast<double>(by_policy.size() + reference.size())) : 1.0;
 
   plsdev("pngcairo");
   plsfnam(file.c_str());
