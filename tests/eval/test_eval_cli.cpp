@@ -94,7 +94,7 @@ TEST(EvalCli, SigkillLosesAndRepeatsNothing) {
   TempDir tmp("kvdice_eval_kill");
   const std::string killed = (tmp.path / "killed").string(), clean = (tmp.path / "clean").string();
   const std::vector<std::string> cell = {
-      "--policy", "random_pp", "--budget",         "192", "--window",    "16", "--limit", "24",
+      "--policy", "random_pp", "--budget",         "192", "--window",    "16", "--limit", "16",
       "--runs",   "3",         "--max-new-tokens", "128", "--max-batch", "3",  "--cell",  "k"};
   const pid_t pid = spawn_kvdice(run_args(killed, kArithmetic, cell), tmp.path / "run1");
   const auto db = eval::results_db_path(killed);
@@ -116,7 +116,7 @@ TEST(EvalCli, SigkillLosesAndRepeatsNothing) {
       << "the run finished before it could be killed; make the cell bigger";
   const int64_t after_kill = count_rows(db, "SELECT COUNT(*) FROM records");
   ASSERT_GE(after_kill, 7);
-  ASSERT_LT(after_kill, 72);
+  ASSERT_LT(after_kill, 48);
 
   auto r = kvdice({"eval", "check", "--results", killed}, tmp.path / "check1");
   EXPECT_EQ(r.exit_code, 1);
@@ -126,7 +126,7 @@ TEST(EvalCli, SigkillLosesAndRepeatsNothing) {
 
   r = kvdice(run_args(killed, kArithmetic, cell), tmp.path / "run2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find(fmt::format("{} new records ({} were already there), 72/72 complete", 72 - after_kill,
+  EXPECT_NE(r.out.find(fmt::format("{} new records ({} were already there), 48/48 complete", 48 - after_kill,
                                    after_kill)),
             std::string::npos)
       << r.out;
@@ -137,7 +137,7 @@ TEST(EvalCli, SigkillLosesAndRepeatsNothing) {
   r = kvdice(run_args(clean, kArithmetic, cell), tmp.path / "run3");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto a = tokens_by_record(killed, "k"), b = tokens_by_record(clean, "k");
-  ASSERT_EQ(a.size(), 72u);
+  ASSERT_EQ(a.size(), 48u);
   EXPECT_EQ(a, b);
 }
 
