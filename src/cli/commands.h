@@ -11,5 +11,7 @@ void add_inspect_command(CLI::App& app);
 void add_pull_command(CLI::App& app);
 void add_probe_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
+void add_stats_command(CLI::App& app);
 
 }  // namespace kvdice::cli

@@ -1,0 +1,213 @@
+// `kvdice eval run|check|grade|export`: decode a cell into the results database, verify it,
+// grade it, and export its records. The work lives in src/eval; this file parses flags.
+#include <fmt/core.h>
+
+#include <fstream>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "core/error.h"
+#include "eval/dataset.h"
+#include "eval/export.h"
+#include "eval/grader.h"
+#include "eval/hashing.h"
+#include "eval/integrity.h"
+#include "eval/runner.h"
+#include "eval/task.h"
+
+namespace kvdice::cli {
+namespace {
+
+struct RunFlags {
+  eval::EvalRunOptions options;
+  std::string task;
+  std::string results;
+  std::string dataset;
+  int budget = 0, window = 0, runs = 0, max_length = 0, max_new_tokens = 0;
+  float temperature = -1.0f, top_p = -1.0f;
+  bool quiet = false;
+};
+
+void log_line(const std::string& line) { fmt::print(stderr, "kvdice: {}\n", line); }
+
+void run_eval_run(RunFlags& f) {
+  eval::EvalRunOptions o = f.options;
+  o.task = eval::load_task(f.task);
+  o.results_root = f.results;
+  o.dataset = f.dataset;
+  if (f.budget > 0) o.budget = f.budget;
+  if (f.window > 0) o.window = f.window;
+  if (f.runs > 0) o.runs = f.runs;
+  if (f.max_length > 0) o.max_length = f.max_length;
+  if (f.max_new_tokens > 0) o.max_new_tokens = f.max_new_tokens;
+  if (f.temperature >= 0.0f) o.temperature = f.temperature;
+  if (f.top_p >= 0.0f) o.top_p = f.top_p;
+  o.model_path = resolve_model_argument(o.model_argument);
+  o.progress = !f.quiet;
+  const auto summary = eval::run_eval(o, f.quiet ? eval::EvalLog([](const std::string&) {}) : log_line);
+  fmt::print(
+      "cell {}: {} new records ({} were already there), {}/{} complete, {} tokens in {:.1f} s ({:.1f} "
+      "tok/s)\n",
+      summary.cell, summary.completed, summary.skipped, summary.completed + summary.skipped, summary.total,
+      summary.generated_tokens, summary.seconds,
+      summary.seconds > 0 ? summary.generated_tokens / summary.seconds : 0.0);
+}
+
+std::vector<eval::CellInfo> selected_cells(eval::ResultsStore& store, const std::vector<std::string>& names) {
+  std::vector<eval::CellInfo> cells;
+  if (names.empty()) {
+    for (const auto& name : store.cell_names()) cells.push_back(store.require_cell(name));
+    if (cells.empty()) fail("no cells in {}", store.path().string());
+  } else {
+    for (const auto& name : names) cells.push_back(store.require_cell(name));
+  }
+  return cells;
+}
+
+struct CheckFlags {
+  std::string results;
+  std::vector<std::string> cells;
+  std::string dataset;
+  std::string model;
+  bool partial = false;
+};
+
+void run_eval_check(const CheckFlags& f) {
+  eval::ResultsStore store(f.results, false);
+  eval::CheckOptions options;
+  options.allow_incomplete = f.partial;
+  if (!f.dataset.empty()) options.dataset = f.dataset;
+  if (!f.model.empty()) options.model_fingerprint = eval::model_fingerprint(resolve_model_argument(f.model));
+  for (const auto& cell : selected_cells(store, f.cells)) {
+    const auto result = eval::check_cell(store, cell, options);
+    fmt::print("cell {}: ok, {}/{} records\n", cell.name, result.records, result.expected);
+    for (const auto& w : result.warnings) fmt::print("  warning: {}\n", w);
+  }
+}
+
+struct GradeFlags {
+  std::string results;
+  std::vector<std::string> cells;
+  std::string dataset;
+  eval::GradeOptions options;
+};
+
+void run_eval_grade(const GradeFlags& f) {
+  eval::ResultsStore store(f.results, false);
+  eval::CheckOptions check;
+  if (!f.dataset.empty()) check.dataset = f.dataset;
+  for (const auto& cell : selected_cells(store, f.cells)) {
+    eval::check_cell(store, cell, check);
+    const std::string path =
+        f.dataset.empty() ? cell.manifest.at("dataset").at("path").get<std::string>() : f.dataset;
+    const bool code = cell.manifest.at("task").at("grader") == "code";
+    const auto dataset = eval::load_dataset(path, !code);
+    const auto grades = eval::grade_cell(store, cell, dataset, f.options, log_line);
+    store.replace_grades(cell.name, grades);
+    double total = 0.0;
+    for (const auto& g : grades) total += g.score;
+    fmt::print("cell {}: graded {} records, mean score {:.4f}\n", cell.name, grades.size(),
+               grades.empty() ? 0.0 : total / grades.size());
+  }
+}
+
+struct ExportFlags {
+  std::string results;
+  std::vector<std::string> cells;
+  std::string format = "jsonl";
+  std::string out;
+  bool partial = false;
+};
+
+void run_eval_export(const ExportFlags& f) {
+  eval::ResultsStore store(f.results, false);
+  const auto format = eval::export_format_from_name(f.format);
+  std::ofstream file;
+  if (!f.out.empty()) {
+    file.open(f.out, std::ios::binary);
+    if (!file) fail("cannot write --out {}", f.out);
+  }
+  std::ostream& out = f.out.empty() ? std::cout : file;
+  eval::CheckOptions check;
+  check.allow_incomplete = f.partial;
+  bool first = true;
+  for (const auto& cell : selected_cells(store, f.cells)) {
+    eval::check_cell(store, cell, check);
+    std::ostringstream one;
+    eval::export_cell(store, cell, format, one);
+    std::string text = one.str();
+    if (format == eval::ExportFormat::Csv && !first) text = text.substr(text.find('\n') + 1);  // one header
+    out << text;
+    first = false;
+  }
+  if (!out) fail("writing the export failed");
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app) {
+  CLI::App* eval_cmd = app.add_subcommand("eval", "Evaluation cells: run, check, grade, export");
+  eval_cmd->require_subcommand(1);
+
+  auto r = std::make_shared<RunFlags>();
+  CLI::App* run = eval_cmd->add_subcommand(
+      "run", "Decode a cell (model, task, policy, budget) into the results database");
+  run->add_option("--model,-m", r->options.model_argument,
+                  "HF checkpoint directory, .gguf file or known model name")
+      ->required();
+  run->add_option("--task", r->task,
+                  "Preset (math500, aime, hmmt, gpqa, livecodebench) or a task definition file (JSON)")
+      ->required();
+  run->add_option("--dataset", r->dataset, "Problems as JSONL (question/problem/prompt, answer, tests)")
+      ->required();
+  run->add_option("--results", r->results, "Results root (holds results.sqlite)")->required();
+  run->add_option("--cell", r->options.cell, "Cell name (default <model>.<task>.<policy>[.T<budget>])");
+  run->add_option("--policy", r->options.policy, "Eviction policy (full, random_pp, recency_pp, ...)");
+  run->add_option("--budget,-T", r->budget, "KV budget T (default: the task's)");
+  run->add_option("--window,-r", r->window, "Recency window r (default: the task's, 64)");
+  run->add_option("--long-prompt", r->options.long_prompt, "Prompt longer than T - r: warn or error");
+  run->add_option("--seed", r->options.seed, "Base seed of every (problem, run) stream");
+  run->add_option("--runs", r->runs, "Runs per problem R (default: the task's)");
+  run->add_option("--max-length", r->max_length, "Prompt + generated tokens (default: the task's)");
+  run->add_option("--max-new-tokens,-n", r->max_new_tokens, "Cap on generated tokens per run");
+  run->add_option("--temperature", r->temperature, "Sampling temperature (default: the model family's)");
+  run->add_option("--top-p", r->top_p, "Nucleus mass (default: the task's)");
+  run->add_option("--limit", r->options.limit, "Only the first N problems");
+  run->add_option("--max-batch", r->options.max_batch, "Sequences decoded together");
+  run->add_option("--backend", r->options.backend, "cpu, cuda or auto");
+  run->add_option("--threads", r->options.threads, "CPU threads (0 = all)");
+  run->add_flag("--quiet,-q", r->quiet, "No progress line");
+  run->callback([r] { run_eval_run(*r); });
+
+  auto c = std::make_shared<CheckFlags>();
+  CLI::App* check =
+      eval_cmd->add_subcommand("check", "Verify cells: manifest, ranges, completeness, dataset, model");
+  check->add_option("--results", c->results, "Results root")->required();
+  check->add_option("--cell", c->cells, "Cell name (repeatable; default all)");
+  check->add_option("--dataset", c->dataset, "Dataset path when it moved (its hash must still match)");
+  check->add_option("--model", c->model, "Refuse records that another model produced");
+  check->add_flag("--partial", c->partial, "Accept missing records (report them)");
+  check->callback([c] { run_eval_check(*c); });
+
+  auto g = std::make_shared<GradeFlags>();
+  CLI::App* grade =
+      eval_cmd->add_subcommand("grade", "Grade cells with their task's grader (after the checks)");
+  grade->add_option("--results", g->results, "Results root")->required();
+  grade->add_option("--cell", g->cells, "Cell name (repeatable; default all)");
+  grade->add_option("--dataset", g->dataset, "Dataset path when it moved (its hash must still match)");
+  grade->add_option("--symbolic-timeout", g->options.symbolic_timeout_s, "Seconds per symbolic comparison");
+  grade->add_option("--test-timeout", g->options.test_timeout_s, "Code: wall-clock seconds per test");
+  grade->callback([g] { run_eval_grade(*g); });
+
+  auto e = std::make_shared<ExportFlags>();
+  CLI::App* exp = eval_cmd->add_subcommand("export", "Write records (and grades) as JSONL or CSV");
+  exp->add_option("--results", e->results, "Results root")->required();
+  exp->add_option("--cell", e->cells, "Cell name (repeatable; default all)");
+  exp->add_option("--format", e->format, "jsonl or csv");
+  exp->add_option("--out,-o", e->out, "Output file (default stdout)");
+  exp->add_flag("--partial", e->partial, "Export an incomplete cell");
+  exp->callback([e] { run_eval_export(*e); });
+}
+
+}  // namespace kvdice::cli

@@ -1,0 +1,243 @@
+#include "eval/runner.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/model_bundle.h"
+#include "eval/dataset.h"
+#include "eval/eval_backend.h"
+#include "eval/hashing.h"
+#include "eval/results_store.h"
+#include "policy/eviction_policy.h"
+
+namespace kvdice::eval {
+namespace {
+
+// Bumped when generation or recording changes in a way that makes old records incomparable.
+constexpr const char* kKvdiceVersion = "0.1.0";
+
+using Clock = std::chrono::steady_clock;
+
+void flatten(const Json& j, const std::string& prefix, std::map<std::string, std::string>& out) {
+  if (j.is_object()) {
+    for (const auto& [key, value] : j.items()) flatten(value, prefix.empty() ? key : prefix + "." + key, out);
+  } else {
+    out[prefix] = j.dump();
+  }
+}
+
+std::string default_cell_name(const EvalRunOptions& o, const TaskSpec& task, bool evicts, int budget) {
+  const std::string model = std::filesystem::path(o.model_argument).filename().replace_extension().string();
+  std::string name = fmt::format("{}.{}.{}", model, task.name, o.policy);
+  if (evicts) name += fmt::format(".T{}", budget);
+  return name;
+}
+
+std::string format_duration(double seconds) {
+  const auto s = static_cast<int64_t>(seconds);
+  return s >= 3600 ? fmt::format("{}h{:02}m", s / 3600, s % 3600 / 60)
+                   : fmt::format("{}m{:02}s", s / 60, s % 60);
+}
+
+}  // namespace
+
+std::vector<std::string> manifest_differences(const Json& stored, const Json& requested) {
+  std::map<std::string, std::string> a, b;
+  flatten(stored, "", a);
+  flatten(requested, "", b);
+  std::vector<std::string> lines;
+  for (const auto& [key, value] : a) {
+    auto it = b.find(key);
+    if (it == b.end())
+      lines.push_back(fmt::format("{}: {} -> (absent)", key, value));
+    else if (it->second != value)
+      lines.push_back(fmt::format("{}: {} -> {}", key, value, it->second));
+  }
+  for (const auto& [key, value] : b)
+    if (!a.count(key)) lines.push_back(fmt::format("{}: (absent) -> {}", key, value));
+  return lines;
+}
+
+EvalRunSummary run_eval(const EvalRunOptions& o, const EvalLog& log) {
+  // Everything cheap is validated before the weights load.
+  TaskSpec task = o.task;
+  if (o.runs) task.runs = *o.runs;
+  if (o.budget) task.budget = *o.budget;
+  if (o.window) task.window = *o.window;
+  if (o.max_length) task.max_length = *o.max_length;
+  if (o.temperature) task.temperature = *o.temperature;
+  if (o.top_p) task.top_p = *o.top_p;
+  task.validate("eval run");
+  if (o.long_prompt != "warn" && o.long_prompt != "error")
+    fail("--long-prompt must be warn or error (got '{}')", o.long_prompt);
+  if (o.limit < 0) fail("--limit must be >= 0 (got {})", o.limit);
+  if (o.max_new_tokens && *o.max_new_tokens < 1)
+    fail("--max-new-tokens must be >= 1 (got {})", *o.max_new_tokens);
+  if (o.max_batch < 1) fail("--max-batch must be >= 1 (got {})", o.max_batch);
+
+  const bool evicts = policy::make_policy(o.policy)->evicts();
+  engine::EngineConfig config;
+  config.policy = o.policy;
+  config.eviction_seed = o.seed;
+  config.max_batch = o.max_batch;
+  if (evicts) {
+    config.budget = {task.budget, task.window,
+                     o.long_prompt == "error" ? kv::LongPromptRule::Error : kv::LongPromptRule::Warn};
+    config.budget.validate();
+  }
+
+  Dataset dataset = load_dataset(o.dataset, task.grader != GraderKind::Code);
+  if (task.grader == GraderKind::Code) {
+    for (const auto& p : dataset.problems)
+      if (!p.raw.contains("tests") || !p.raw["tests"].is_array() || p.raw["tests"].empty())
+        fail("{}: problem {} has no \"tests\" array (code tasks need tests)", o.dataset.string(), p.index);
+  }
+  const int n_problems = o.limit > 0 ? std::min<int>(o.limit, static_cast<int>(dataset.problems.size()))
+                                     : static_cast<int>(dataset.problems.size());
+
+  engine::ModelBundle bundle = engine::load_model_bundle(o.model_path);
+  auto backend = make_eval_backend(o.backend, o.threads);
+  const float temperature =
+      task.temperature.value_or(bundle.model->config().architecture == "Phi3ForCausalLM" ? 0.8f : 0.6f);
+  engine::SamplingParams sampling{temperature, task.top_p, task.top_k, o.seed};
+  sampling.validate();
+  tokenizer::ChatTemplate chat_kind{};
+  if (task.chat) chat_kind = engine::resolve_chat_template(bundle, "");
+
+  Json manifest;
+  manifest["kvdice_version"] = kKvdiceVersion;
+  manifest["backend"] = backend->name();
+  manifest["model"] = {
+      {"fingerprint", model_fingerprint(o.model_path)},
+      {"architecture", bundle.model->config().architecture},
+      {"format", bundle.format},
+      {"weight_dtype", bundle.weight_dtype},
+      {"tokenizer", tokenizer_fingerprint(*bundle.tokenizer)},
+      {"chat_template", task.chat ? std::string(tokenizer::chat_template_name(chat_kind)) : "none"},
+      {"stop_ids", bundle.generation.eos_ids}};
+  manifest["task"] = task.to_json();
+  manifest["task"]["temperature"] = temperature;
+  manifest["dataset"] = {{"path", dataset.path.string()},
+                         {"sha256", dataset.sha256},
+                         {"problems_in_file", dataset.problems.size()}};
+  manifest["problems"] = n_problems;
+  manifest["runs"] = task.runs;
+  manifest["policy"] = {{"name", o.policy},
+                        {"budget", evicts ? task.budget : 0},
+                        {"window", evicts ? task.window : 0},
+                        {"long_prompt", o.long_prompt},
+                        {"budget_convention",
+                         "reference: T = resident slots after a round, prompt and window "
+                         "included; rounds every r decode tokens once len > T"}};
+  manifest["sampling"] = {
+      {"temperature", temperature},    {"top_p", task.top_p},
+      {"top_k", task.top_k},           {"seed", o.seed},
+      {"max_length", task.max_length}, {"max_new_tokens_cap", o.max_new_tokens ? *o.max_new_tokens : 0}};
+  manifest["seeds"] =
+      "stream id = problem * runs + run; sampling and eviction streams keyed by (seed, stream id)";
+
+  const std::string cell = o.cell.empty() ? default_cell_name(o, task, evicts, task.budget) : o.cell;
+  ResultsStore store(o.results_root, true);
+  const std::string hash = config_hash(manifest);
+  if (auto existing = store.find_cell(cell)) {
+    if (existing->config_hash != hash) {
+      const auto diff = manifest_differences(existing->manifest, manifest);
+      fail(
+          "cell '{}' in {} was run with another configuration; refusing to mix records. Differences "
+          "(stored -> requested):\n  {}\nUse another --cell name for a new configuration.",
+          cell, store.path().string(), fmt::format("{}", fmt::join(diff, "\n  ")));
+    }
+  } else {
+    store.create_cell(cell, manifest, n_problems, task.runs);
+  }
+
+  const auto done = store.recorded(cell);
+  EvalRunSummary summary;
+  summary.cell = cell;
+  summary.total = n_problems * task.runs;
+  summary.skipped = static_cast<int>(done.size());
+  log(
+      fmt::format("cell {}: {} problems x {} runs, {} already recorded; model {}, backend {}, policy {}, "
+                  "T={} r={}, temperature {}",
+                  cell, n_problems, task.runs, done.size(), bundle.source, backend->name(), o.policy,
+                  evicts ? task.budget : 0, evicts ? task.window : 0, temperature));
+
+  engine::Engine eng(*bundle.model, *backend, config);
+  std::map<uint64_t, std::pair<int, int>> pending;  // engine id -> (problem, run)
+  for (int p = 0; p < n_problems; ++p) {
+    std::vector<int> ids;
+    bool built = false;
+    for (int run = 0; run < task.runs; ++run) {
+      if (done.count({p, run})) continue;
+      if (!built) {
+        const std::string text = dataset.problems[p].question + task.prompt_suffix;
+        ids = task.chat ? engine::encode_chat_prompt(bundle, chat_kind, text, task.system, task.thinking)
+                        : engine::encode_raw_prompt(bundle, text);
+        if (static_cast<int>(ids.size()) >= task.max_length)
+          fail("problem {} of {}: its prompt has {} tokens, not below max_length {}", p, o.dataset.string(),
+               ids.size(), task.max_length);
+        built = true;
+      }
+      engine::GenerationRequest req;
+      req.prompt = ids;
+      req.max_new_tokens = task.max_length - static_cast<int>(ids.size());
+      if (o.max_new_tokens) req.max_new_tokens = std::min(req.max_new_tokens, *o.max_new_tokens);
+      req.sampling = sampling;
+      req.stop_ids = bundle.generation.eos_ids;
+      req.stream_id = static_cast<uint64_t>(p) * task.runs + run;
+      pending[eng.submit(std::move(req))] = {p, run};
+    }
+  }
+
+  const auto start = Clock::now();
+  auto last_progress = start;
+  const int todo = static_cast<int>(pending.size());
+  const bool tty = o.progress && isatty(STDERR_FILENO);
+  while (!eng.idle()) {
+    eng.step();
+    for (auto& result : eng.take_finished()) {
+      const auto [problem, run] = pending.at(result.id);
+      std::vector<int> visible = result.tokens;
+      if (result.finish == engine::FinishReason::Stop && !visible.empty()) visible.pop_back();
+      Record r;
+      r.cell = cell;
+      r.problem = problem;
+      r.run = run;
+      r.config_hash = hash;
+      r.stream_id = static_cast<uint64_t>(problem) * task.runs + run;
+      r.completion =
+          Json(bundle.tokenizer->decode(visible)).dump(-1, ' ', false, Json::error_handler_t::replace);
+      r.completion = Json::parse(r.completion).get<std::string>();  // invalid UTF-8 replaced, as JSON needs
+      r.tokens_json = Json(result.tokens).dump();
+      r.prompt_tokens = result.stats.prompt_tokens;
+      r.generated_tokens = result.stats.generated_tokens;
+      r.finish = std::string(engine::finish_reason_name(result.finish));
+      r.eviction_rounds = result.stats.eviction_rounds;
+      r.peak_resident_slots = result.stats.peak_resident_slots;
+      r.seconds = result.stats.prefill_seconds + result.stats.decode_seconds;
+      store.insert_record(r);
+      ++summary.completed;
+      summary.generated_tokens += r.generated_tokens;
+    }
+    const auto now = Clock::now();
+    if (tty && (now - last_progress > std::chrono::milliseconds(500) || eng.idle())) {
+      last_progress = now;
+      const double elapsed = std::chrono::duration<double>(now - start).count();
+      const double rate = elapsed > 0 ? summary.generated_tokens / elapsed : 0.0;
+      const double eta =
+          summary.completed > 0 ? elapsed * (todo - summary.completed) / summary.completed : 0.0;
+      fmt::print(stderr, "\r{}: {}/{} done, {:.1f} tok/s (finished sequences), ETA {}   ", cell,
+                 summary.skipped + summary.completed, summary.total, rate,
+                 summary.completed > 0 ? format_duration(eta) : std::string("?"));
+      if (eng.idle()) fmt::print(stderr, "\n");
+    }
+  }
+  summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return summary;
+}
+
+}  // namespace kvdice::eval

@@ -1,0 +1,57 @@
+// `eval run`: decodes one cell (model, task, policy with its parameters, budget) for R runs per
+// problem as one continuous batch, committing each (problem, run) record as it finishes. A cell
+// that already exists must have the identical manifest; only its missing records are decoded.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "core/json.h"
+#include "eval/task.h"
+
+namespace kvdice::eval {
+
+struct EvalRunOptions {
+  std::filesystem::path results_root;
+  std::string cell;  // empty: <model>.<task>.<policy>[.T<budget>]
+  std::string model_argument;
+  std::filesystem::path model_path;  // resolved
+  TaskSpec task;
+  std::filesystem::path dataset;
+  std::string policy = "random_pp";
+  std::optional<int> budget;  // overrides the task's T
+  std::optional<int> window;
+  std::string long_prompt = "warn";
+  uint64_t seed = 0;
+  std::optional<int> runs;
+  std::optional<int> max_length;
+  std::optional<int> max_new_tokens;  // cap on generated tokens (below max_length - prompt)
+  std::optional<float> temperature;
+  std::optional<float> top_p;
+  int limit = 0;  // first N problems only (0 = all)
+  std::string backend = "auto";
+  int threads = 0;
+  int max_batch = 64;
+  bool progress = false;  // a live progress line on stderr
+};
+
+struct EvalRunSummary {
+  std::string cell;
+  int total = 0;      // problems * runs
+  int skipped = 0;    // already recorded before this run
+  int completed = 0;  // recorded by this run
+  int64_t generated_tokens = 0;
+  double seconds = 0.0;
+};
+
+using EvalLog = std::function<void(const std::string& line)>;
+
+EvalRunSummary run_eval(const EvalRunOptions& options, const EvalLog& log);
+
+// "a.b: x -> y" lines for every leaf that differs between two manifests.
+std::vector<std::string> manifest_differences(const Json& stored, const Json& requested);
+
+}  // namespace kvdice::eval

@@ -1,0 +1,119 @@
+#include "stats/table.h"
+
+#include "core/error.h"
+#include "eval/export.h"
+
+namespace kvdice::stats {
+namespace {
+
+std::string mark(const StatsRow& row) {
+  if (!row.comparison) return "";
+  if (!row.comparison->bootstrap.significant) return "tie";
+  return row.comparison->bootstrap.mean > 0 ? "win" : "loss";
+}
+
+std::string latex_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '_' || c == '%' || c == '&' || c == '#' || c == '$') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+TableFormat table_format_from_name(const std::string& name) {
+  if (name == "markdown" || name == "md") return TableFormat::Markdown;
+  if (name == "csv") return TableFormat::Csv;
+  if (name == "latex" || name == "tex") return TableFormat::Latex;
+  fail("--format must be markdown, csv or latex (got '{}')", name);
+}
+
+std::string render_table(const std::vector<StatsRow>& rows, TableFormat format) {
+  std::string out;
+  switch (format) {
+    case TableFormat::Markdown:
+      out +=
+          "| cell | task | policy | T | problems x runs | accuracy | mean gen. tokens | rounds | baseline | "
+          "diff | 95% CI | sign p | result |\n";
+      out += "|---|---|---|---:|---:|---:|---:|---:|---|---:|---|---:|---|\n";
+      break;
+    case TableFormat::Csv:
+      out +=
+          "cell,task,policy,budget,problems,runs,accuracy,mean_generated_tokens,mean_rounds,baseline,diff,"
+          "ci_low,ci_high,sign_positive,sign_negative,sign_p,result\n";
+      break;
+    case TableFormat::Latex:
+      out +=
+          "\\begin{tabular}{llrrrrlrlr}\n\\toprule\ncell & policy & $T$ & acc. & gen. & rounds & baseline & "
+          "$\\Delta$ & 95\\% CI & sign $p$ \\\\\n\\midrule\n";
+      break;
+  }
+  for (const auto& row : rows) {
+    const auto& c = row.cell;
+    const std::string budget = c.budget > 0 ? std::to_string(c.budget) : "full";
+    const auto* cmp = row.comparison ? &*row.comparison : nullptr;
+    const std::string m = mark(row);
+    switch (format) {
+      case TableFormat::Markdown: {
+        const std::string bold = m == "win" || m == "loss" ? "**" : "";
+        out += fmt::format(
+            "| {} | {} | {} | {} | {}x{} | {:.4f} | {:.1f} | {:.1f} | {} | {} | {} | {} | {} |\n",
+            c.info.name, c.task, c.policy, budget, c.info.problems, c.info.runs, c.accuracy, c.mean_generated,
+            c.mean_rounds, cmp ? cmp->baseline : "-",
+            cmp ? fmt::format("{}{:+.4f}{}", bold, cmp->bootstrap.mean, bold) : "-",
+            cmp ? fmt::format("[{:+.4f}, {:+.4f}]", cmp->bootstrap.low, cmp->bootstrap.high) : "-",
+            cmp ? fmt::format("{:.4g}", cmp->sign.p_value) : "-", m.empty() ? "-" : m);
+        break;
+      }
+      case TableFormat::Csv:
+        out += fmt::format(
+            "{},{},{},{},{},{},{:.6f},{:.3f},{:.3f},{},{},{},{},{},{},{},{}\n", eval::csv_field(c.info.name),
+            c.task, c.policy, c.budget, c.info.problems, c.info.runs, c.accuracy, c.mean_generated,
+            c.mean_rounds, cmp ? eval::csv_field(cmp->baseline) : "",
+            cmp ? fmt::format("{:.6f}", cmp->bootstrap.mean) : "",
+            cmp ? fmt::format("{:.6f}", cmp->bootstrap.low) : "",
+            cmp ? fmt::format("{:.6f}", cmp->bootstrap.high) : "",
+            cmp ? std::to_string(cmp->sign.positive) : "", cmp ? std::to_string(cmp->sign.negative) : "",
+            cmp ? fmt::format("{:.6g}", cmp->sign.p_value) : "", m);
+        break;
+      case TableFormat::Latex: {
+        std::string diff = "--";
+        if (cmp) {
+          diff = fmt::format("${:+.3f}$", cmp->bootstrap.mean);
+          if (m == "win") diff = "\\textbf{" + diff + "}$^\\uparrow$";
+          if (m == "loss") diff = "\\textbf{" + diff + "}$^\\downarrow$";
+        }
+        out += fmt::format(
+            "{} & {} & {} & {:.3f} & {:.0f} & {:.1f} & {} & {} & {} & {} \\\\\n", latex_escape(c.info.name),
+            latex_escape(c.policy), budget, c.accuracy, c.mean_generated, c.mean_rounds,
+            cmp ? latex_escape(cmp->baseline) : "--", diff,
+            cmp ? fmt::format("$[{:+.3f}, {:+.3f}]$", cmp->bootstrap.low, cmp->bootstrap.high) : "--",
+            cmp ? fmt::format("{:.3g}", cmp->sign.p_value) : "--");
+        break;
+      }
+    }
+  }
+  if (format == TableFormat::Latex) out += "\\bottomrule\n\\end{tabular}\n";
+  return out;
+}
+
+std::string render_per_problem_csv(const std::vector<StatsRow>& rows) {
+  std::string out = "problem";
+  size_t problems = 0;
+  for (const auto& row : rows) {
+    out += "," + eval::csv_field(row.cell.info.name);
+    problems = std::max(problems, row.cell.per_problem.size());
+  }
+  out += "\n";
+  for (size_t p = 0; p < problems; ++p) {
+    out += std::to_string(p);
+    for (const auto& row : rows)
+      out += p < row.cell.per_problem.size() ? fmt::format(",{}", row.cell.per_problem[p]) : ",";
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace kvdice::stats
