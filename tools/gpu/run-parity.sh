@@ -48,9 +48,11 @@ done
 Q4=.gpu/qwen3-4b
 # ~1k prompt tokens under the synthetic tokenizer (341 words of 3 tokens).
 PROMPT=$(python3 -c "print(' '.join(['dice']*341))")
-has speed && for p in "full 0 1024" "random_pp 2048 2048"; do
+SPEED_RUNS=${SPEED_RUNS:-"full 0 1024|random_pp 2048 2048"}
+SPEED_BATCHES=${SPEED_BATCHES:-1 128}
+has speed && IFS='|' read -ra runs <<< "$SPEED_RUNS" && for p in "${runs[@]}"; do
   set -- $p
-  for batch in 1 128; do
+  for batch in $SPEED_BATCHES; do
     log "speed $1 T=$2 batch $batch (qwen3-4b shape, 1k prompt, $3 new)"
     budget=""; [ "$2" != 0 ] && budget="--budget $2 --window 64"
     timeout 300 $BIN/kvdice generate --backend cuda -m $Q4 -p "$PROMPT" --policy $1 $budget --samples $batch \
