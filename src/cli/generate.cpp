@@ -38,6 +38,7 @@ struct GenerateOptions {
   int samples = 1;
   int max_batch = 0;
   int max_context = 0;
+  std::string special_tokens = "parse";
   bool ignore_eos = false;
   backend::BackendOptions backend;
   bool json = false;
@@ -57,6 +58,8 @@ void check_flag_combinations(const GenerateOptions& o, const CLI::App& cmd) {
     for (const char* flag : {"--chat-template", "--system", "--no-think"}) {
       if (given(flag)) fail("{} only applies with --chat (the prompt is otherwise sent raw)", flag);
     }
+  } else if (given("--special-tokens")) {
+    fail("--special-tokens applies to raw prompts; with --chat the template's special tokens are always parsed");
   }
   if (o.policy == "full") {
     for (const char* flag : {"--budget", "--window", "--long-prompt"}) {
@@ -120,7 +123,7 @@ void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
       }
       ids = engine::encode_chat_prompt(bundle, kind, text, o.system, !o.no_think);
     } else {
-      ids = engine::encode_raw_prompt(bundle, text);
+      ids = engine::encode_raw_prompt(bundle, text, o.special_tokens == "parse");
     }
     for (int i = 0; i < o.samples; ++i) {
       engine::GenerationRequest req;
@@ -207,6 +210,10 @@ void add_generate_command(CLI::App& app) {
       ->required();
   cmd->add_option("--prompt,-p", o->prompts, "Prompt text (repeat for several sequences in one batch)");
   cmd->add_option("--prompt-file", o->prompt_files, "File holding one prompt (repeatable)");
+  cmd->add_option("--special-tokens", o->special_tokens,
+                  "Raw prompts: 'parse' turns special-token text such as <|im_start|> into its token "
+                  "(transformers' default, the default here); 'text' encodes it as plain text")
+      ->check(CLI::IsMember({"parse", "text"}));
   cmd->add_flag("--chat", o->chat, "Wrap each prompt as a user message in the model's chat template");
   cmd->add_option("--system", o->system, "System message (with --chat)");
   cmd->add_flag("--no-think", o->no_think, "Qwen3: thinking off (pre-fills an empty <think></think>)");

@@ -126,8 +126,8 @@ std::vector<int> encode_chat_prompt(const ModelBundle& bundle, tokenizer::ChatTe
   return bundle.tokenizer->encode_prompt(rendered, /*parse_special=*/true);
 }
 
-std::vector<int> encode_raw_prompt(const ModelBundle& bundle, const std::string& text) {
-  return bundle.tokenizer->encode_prompt(text, /*parse_special=*/false);
+std::vector<int> encode_raw_prompt(const ModelBundle& bundle, const std::string& text, bool parse_special) {
+  return bundle.tokenizer->encode_prompt(text, parse_special);
 }
 
 }  // namespace kvdice::engine

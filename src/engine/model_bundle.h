@@ -61,6 +61,8 @@ std::vector<int> encode_chat_prompt(const ModelBundle& bundle, tokenizer::ChatTe
                                     const std::string& user_text, const std::string& system_text,
                                     bool enable_thinking);
 // Tokenizes raw text (BOS added if configured).
-std::vector<int> encode_raw_prompt(const ModelBundle& bundle, const std::string& text);
+// `parse_special`: special-token text such as "<|im_start|>" becomes its token (transformers' default),
+// or is encoded as plain text.
+std::vector<int> encode_raw_prompt(const ModelBundle& bundle, const std::string& text, bool parse_special = false);
 
 }  // namespace kvdice::engine

@@ -205,6 +205,20 @@ TEST(Cli, InspectMemoryPlanOnTheCpuBackend) {
   EXPECT_EQ(plan["sequences_at_budget"].get<int64_t>(), plan["kv_pool_slots_per_head"].get<int64_t>() / 48);
 }
 
+TEST(Cli, RawPromptsParseSpecialTokensUnlessAskedForText) {
+  auto prompt_ids = [](const char* mode) {
+    const CommandResult r = run_kvdice({"generate", "--model", kModel, "-p", "<|im_start|>", "--policy", "full", "-n",
+                                        "1", "--json", "--special-tokens", mode});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return Json::parse(r.out)["prompt_ids"].get<std::vector<int>>();
+  };
+  const auto parsed = prompt_ids("parse");
+  ASSERT_EQ(parsed.size(), 1u);  // the one special token
+  EXPECT_GT(prompt_ids("text").size(), 1u);  // its characters as plain text
+  expect_failure({"generate", "--model", kModel, "-p", "hi", "--chat", "--special-tokens", "text", "--policy", "full"},
+                 "--special-tokens");
+}
+
 TEST(Cli, InspectPrintsConfigAndKvBytes) {
   const CommandResult r = run_kvdice({"inspect", "--model", kModel, "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
