@@ -112,9 +112,8 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
   }
   if (pages < 1) {
     fail(
-        "no memory left for the KV pool: {:.2f} GiB free after weights ({:.2f} GiB) and activations ({:.2f} "
-        "GiB), "
-        "one page of {} slots needs {} bytes",
+        "no memory left for the KV pool: {:.2f} GiB free after weights ({:.2f} GiB) and activations "
+        "({:.2f} GiB), one page of {} slots needs {} bytes",
         memory.free_bytes / kGiB, forward_->weights().bytes / kGiB, forward_->activation_bytes() / kGiB,
         page_slots, page_bytes);
   }
@@ -191,9 +190,8 @@ uint64_t Engine::submit(GenerationRequest request) {
     const int64_t limit =
         config_.kv_slot_limit > 0 ? std::min(pool_slots, config_.kv_slot_limit) : pool_slots;
     fail(
-        "request needs {} KV slots ({:.3f} GiB) but the pool holds {} ({:.3f} GiB): lower --max-new-tokens "
-        "or set "
-        "a budget",
+        "request needs {} KV slots ({:.3f} GiB) but the pool holds {} ({:.3f} GiB): lower "
+        "--max-new-tokens or set a budget",
         reservation, reservation * plan_.kv_bytes_per_slot / kGiB, limit,
         limit * plan_.kv_bytes_per_slot / kGiB);
   }
