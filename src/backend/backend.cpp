@@ -7,7 +7,8 @@
 namespace kvdice::backend {
 
 View View::row_slice(int64_t begin, int64_t n) const {
-  KVDICE_CHECK(begin >= 0 && n >= 0 && begin + n <= rows, "row slice [{}, {}) of {} rows", begin, begin + n, rows);
+  KVDICE_CHECK(begin >= 0 && n >= 0 && begin + n <= rows, "row slice [{}, {}) of {} rows", begin, begin + n,
+               rows);
   View out = *this;
   out.data = static_cast<char*>(data) + begin * ld * static_cast<int64_t>(dtype_size(dtype));
   out.rows = n;
@@ -33,8 +34,8 @@ void Buffer::reset() {
 void* Buffer::Carver::take(size_t bytes) {
   constexpr size_t kAlign = 256;
   const size_t begin = (used_ + kAlign - 1) / kAlign * kAlign;
-  KVDICE_CHECK(base_ == nullptr || begin + bytes <= size_, "carving {} bytes at {} overruns a {}-byte buffer", bytes,
-               begin, size_);
+  KVDICE_CHECK(base_ == nullptr || begin + bytes <= size_, "carving {} bytes at {} overruns a {}-byte buffer",
+               bytes, begin, size_);
   used_ = begin + bytes;
   return base_ == nullptr ? nullptr : base_ + begin;
 }
@@ -61,8 +62,10 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
   if (options.name == "cuda" || (options.name == "auto" && cuda_available())) {
 #ifdef KVDICE_WITH_CUDA
     if (!cuda_available())
-      fail("--backend cuda: no usable CUDA GPU is visible to this process (no device, or no driver); use --backend cpu "
-           "or auto");
+      fail(
+          "--backend cuda: no usable CUDA GPU is visible to this process (no device, or no driver); use "
+          "--backend cpu "
+          "or auto");
     return make_cuda_backend(options.device);
 #else
     fail("--backend cuda: this kvdice was built without CUDA (configure with -DKVDICE_CUDA=ON)");

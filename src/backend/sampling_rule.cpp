@@ -27,8 +27,9 @@ int sample_reference(const float* logits, int vocab, float temperature, int top_
     std::vector<int32_t> order;
     for (int i = 0; i < vocab; ++i)
       if (weight[i] > 0) order.push_back(i);
-    std::sort(order.begin(), order.end(),
-              [&](int32_t a, int32_t b) { return weight[a] > weight[b] || (weight[a] == weight[b] && a < b); });
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      return weight[a] > weight[b] || (weight[a] == weight[b] && a < b);
+    });
     size_t keep = cut_k ? std::min(order.size(), static_cast<size_t>(top_k)) : order.size();
     if (cut_p) {
       uint64_t total = 0;

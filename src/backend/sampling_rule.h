@@ -7,7 +7,8 @@
 //   w_i = sampling_weight(x_i - m)           uint32, 2^31 for the max, 0 below ~2^-32 of it
 //   order: weight descending, then token id ascending
 //   top-k: keep the first k of that order (k >= vocab or 0 keeps all)
-//   top-p: of those, keep the shortest prefix whose weight sum S satisfies double(S) >= double(p) * double(Z),
+//   top-p: of those, keep the shortest prefix whose weight sum S satisfies double(S) >= double(p) *
+//   double(Z),
 //          Z = the weight sum after top-k (p >= 1 keeps all)
 //   draw:  u = mul_hi_u64(PhiloxStream{key, step, 0, 0}.draw_u64(0), W), W = kept weight sum
 //   token: the lowest id among kept tokens whose cumulative kept weight in ascending id order exceeds u
@@ -55,9 +56,9 @@ KVDICE_HD inline double exp_nonpositive(double x) {
   r = add_rn(r, mul_rn(-n, 1.90821492927058770002e-10));
   // Taylor series of exp on |r| <= ln2 / 2, Horner form (relative error below 1e-15).
   double p = 1.0 / 479001600.0;  // 1/12!
-  const double coefficients[] = {1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
-                                 1.0 / 5040.0,     1.0 / 720.0,     1.0 / 120.0,    1.0 / 24.0,
-                                 1.0 / 6.0,        0.5,             1.0,            1.0};
+  const double coefficients[] = {
+      1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0, 1.0 / 5040.0, 1.0 / 720.0,
+      1.0 / 120.0,      1.0 / 24.0,      1.0 / 6.0,      0.5,           1.0,          1.0};
   for (double c : coefficients) p = add_rn(mul_rn(p, r), c);
   return ldexp(p, static_cast<int>(n));
 }
@@ -65,7 +66,8 @@ KVDICE_HD inline double exp_nonpositive(double x) {
 // Integer weight of a token whose scaled logit lies `d` <= 0 below the row's maximum.
 KVDICE_HD inline uint32_t sampling_weight(float d) {
   if (!(d > -23.0f)) return 0;  // below 2^-32 of the maximum (and NaN)
-  return static_cast<uint32_t>(floor(add_rn(mul_rn(exp_nonpositive(static_cast<double>(d)), kWeightScale), 0.5)));
+  return static_cast<uint32_t>(
+      floor(add_rn(mul_rn(exp_nonpositive(static_cast<double>(d)), kWeightScale), 0.5)));
 }
 
 // True when a prefix of weight `sum` reaches top-p mass of `total`.

@@ -24,8 +24,8 @@ struct StepBatch {
   int32_t* row_seq = nullptr;  // sequence of each row
   // per sequence [n_seqs] (+1 for seq_row_begin)
   int32_t* seq_row_begin = nullptr;
-  int32_t* length = nullptr;    // resident slots per (layer, KV head) before this step's rows
-  int32_t* appended = nullptr;  // tokens ever appended = absolute position of the first new row
+  int32_t* length = nullptr;      // resident slots per (layer, KV head) before this step's rows
+  int32_t* appended = nullptr;    // tokens ever appended = absolute position of the first new row
   int32_t* page_table = nullptr;  // [n_seqs][max_pages] pool page ids
   // eviction (per sequence: its own budget, policy and stream)
   int32_t* budget = nullptr;       // T (0 = never evicts)
@@ -38,11 +38,11 @@ struct StepBatch {
   PhiloxKey* sample_key = nullptr;  // (seed, stream id) in the sampling domain
   float* temperature = nullptr;     // 0 = greedy
   float* top_p = nullptr;
-  int32_t* top_k = nullptr;      // 0 = off
-  int32_t* gen_step = nullptr;   // tokens sampled so far (the sampling counter)
-  int32_t* forced = nullptr;     // teacher forcing: token to take instead of sampling, -1 = sample
-  int32_t* next_token = nullptr;     // sample() output (== tokens in a decode batch)
-  float* forced_logprob = nullptr;   // log p(forced token) under the step's logits
+  int32_t* top_k = nullptr;         // 0 = off
+  int32_t* gen_step = nullptr;      // tokens sampled so far (the sampling counter)
+  int32_t* forced = nullptr;        // teacher forcing: token to take instead of sampling, -1 = sample
+  int32_t* next_token = nullptr;    // sample() output (== tokens in a decode batch)
+  float* forced_logprob = nullptr;  // log p(forced token) under the step's logits
   uint8_t* forced_is_argmax = nullptr;
 };
 

@@ -7,11 +7,11 @@ namespace kvdice::backend {
 StepStorage::StepStorage(Backend& backend, int max_seqs, int max_rows, int max_pages)
     : backend_(backend), max_seqs_(max_seqs), max_rows_(max_rows), max_pages_(max_pages) {
   if (max_seqs < 1 || max_rows < max_seqs || max_pages < 1)
-    fail("step batch sizes must satisfy 1 <= sequences <= rows and pages >= 1 (got {}, {}, {})", max_seqs, max_rows,
-         max_pages);
+    fail("step batch sizes must satisfy 1 <= sequences <= rows and pages >= 1 (got {}, {}, {})", max_seqs,
+         max_rows, max_pages);
   const size_t seqs = static_cast<size_t>(max_seqs), rows = static_cast<size_t>(max_rows);
-  for (auto* v : {&h_length_, &h_appended_, &h_budget_, &h_window_, &h_n_protected_, &h_policy_id_, &h_round_, &h_top_k_,
-                  &h_gen_step_, &h_forced_, &h_next_token_})
+  for (auto* v : {&h_length_, &h_appended_, &h_budget_, &h_window_, &h_n_protected_, &h_policy_id_, &h_round_,
+                  &h_top_k_, &h_gen_step_, &h_forced_, &h_next_token_})
     v->assign(seqs, 0);
   h_tokens_.assign(rows, 0);
   h_row_seq_.assign(rows, 0);
@@ -112,11 +112,14 @@ void StepStorage::for_each_seq_array(F&& f) {
 
 void StepStorage::upload_all() {
   const int seqs = std::max(host_.n_seqs, 0), rows = std::max(host_.n_rows, 0);
-  KVDICE_CHECK(seqs <= max_seqs_ && rows <= max_rows_, "batch of {} sequences / {} rows exceeds {} / {}", seqs, rows,
-               max_seqs_, max_rows_);
-  for_each_seq_array([&](auto* h, auto* d) { backend_.upload(d, h, sizeof(*h) * static_cast<size_t>(seqs)); });
-  backend_.upload(device_.seq_row_begin, host_.seq_row_begin, sizeof(int32_t) * static_cast<size_t>(seqs + 1));
-  backend_.upload(device_.page_table, host_.page_table, sizeof(int32_t) * static_cast<size_t>(seqs) * max_pages_);
+  KVDICE_CHECK(seqs <= max_seqs_ && rows <= max_rows_, "batch of {} sequences / {} rows exceeds {} / {}",
+               seqs, rows, max_seqs_, max_rows_);
+  for_each_seq_array(
+      [&](auto* h, auto* d) { backend_.upload(d, h, sizeof(*h) * static_cast<size_t>(seqs)); });
+  backend_.upload(device_.seq_row_begin, host_.seq_row_begin,
+                  sizeof(int32_t) * static_cast<size_t>(seqs + 1));
+  backend_.upload(device_.page_table, host_.page_table,
+                  sizeof(int32_t) * static_cast<size_t>(seqs) * max_pages_);
   backend_.upload(device_.tokens, host_.tokens, sizeof(int32_t) * static_cast<size_t>(rows));
   backend_.upload(device_.row_seq, host_.row_seq, sizeof(int32_t) * static_cast<size_t>(rows));
 }
@@ -130,7 +133,8 @@ void StepStorage::upload_seq(int s) {
 }
 
 void StepStorage::upload_rows(int begin, int n) {
-  KVDICE_CHECK(begin >= 0 && n >= 0 && begin + n <= max_rows_, "rows [{}, {}) outside {}", begin, begin + n, max_rows_);
+  KVDICE_CHECK(begin >= 0 && n >= 0 && begin + n <= max_rows_, "rows [{}, {}) outside {}", begin, begin + n,
+               max_rows_);
   backend_.upload(device_.tokens + begin, host_.tokens + begin, sizeof(int32_t) * static_cast<size_t>(n));
   backend_.upload(device_.row_seq + begin, host_.row_seq + begin, sizeof(int32_t) * static_cast<size_t>(n));
 }
@@ -141,7 +145,8 @@ void StepStorage::upload_forced() {
 
 void StepStorage::download_outputs(bool forced_scores, bool self_feeding) {
   const size_t n = static_cast<size_t>(host_.n_seqs);
-  backend_.download(host_.next_token, self_feeding ? device_.tokens : device_.next_token, sizeof(int32_t) * n);
+  backend_.download(host_.next_token, self_feeding ? device_.tokens : device_.next_token,
+                    sizeof(int32_t) * n);
   if (forced_scores) {
     backend_.download(host_.forced_logprob, device_.forced_logprob, sizeof(float) * n);
     backend_.download(host_.forced_is_argmax, device_.forced_is_argmax, n);
@@ -149,4 +154,3 @@ void StepStorage::download_outputs(bool forced_scores, bool self_feeding) {
 }
 
 }  // namespace kvdice::backend
-

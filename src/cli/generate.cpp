@@ -59,7 +59,9 @@ void check_flag_combinations(const GenerateOptions& o, const CLI::App& cmd) {
       if (given(flag)) fail("{} only applies with --chat (the prompt is otherwise sent raw)", flag);
     }
   } else if (given("--special-tokens")) {
-    fail("--special-tokens applies to raw prompts; with --chat the template's special tokens are always parsed");
+    fail(
+        "--special-tokens applies to raw prompts; with --chat the template's special tokens are always "
+        "parsed");
   }
   if (o.policy == "full") {
     for (const char* flag : {"--budget", "--window", "--long-prompt"}) {
@@ -95,8 +97,10 @@ void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
   config.eviction_seed = o.seed;
   const int64_t n_sequences_wanted = static_cast<int64_t>(texts.size()) * o.samples;
   if (o.max_batch < 0) fail("--max-batch must be >= 0 (0 = all sequences at once), got {}", o.max_batch);
-  config.max_batch = static_cast<int>(std::min<int64_t>(o.max_batch > 0 ? o.max_batch : n_sequences_wanted, 4096));
-  if (o.max_context < 0) fail("--max-context must be >= 0 (0 = the model's maximum position), got {}", o.max_context);
+  config.max_batch =
+      static_cast<int>(std::min<int64_t>(o.max_batch > 0 ? o.max_batch : n_sequences_wanted, 4096));
+  if (o.max_context < 0)
+    fail("--max-context must be >= 0 (0 = the model's maximum position), got {}", o.max_context);
   config.max_context = o.max_context;
   // Validate the cheap things before loading weights.
   auto policy = policy::make_policy(o.policy);
@@ -239,9 +243,11 @@ void add_generate_command(CLI::App& app) {
                  "Tokens to generate per sequence");
   add_int_option(cmd, "--samples", o->samples, 1, 4096, "Sequences per prompt (independent streams)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at end-of-sequence tokens");
-  add_int_option(cmd, "--max-batch", o->max_batch, 0, 4096, "Most sequences decoding at once (0 = all of them)");
-  add_int_option(cmd, "--max-context", o->max_context, 0, kMaxTokens,
-                 "Longest KV reservation of one sequence in slots (0 = the model's maximum position, at least 4096)");
+  add_int_option(cmd, "--max-batch", o->max_batch, 0, 4096,
+                 "Most sequences decoding at once (0 = all of them)");
+  add_int_option(
+      cmd, "--max-context", o->max_context, 0, kMaxTokens,
+      "Longest KV reservation of one sequence in slots (0 = the model's maximum position, at least 4096)");
   add_backend_flags(cmd, o->backend);
   cmd->add_flag("--json", o->json, "Print one JSON record (or an array) instead of text");
   cmd->add_flag("--quiet,-q", o->quiet, "Only the generated text and the final statistics");

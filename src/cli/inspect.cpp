@@ -34,7 +34,9 @@ Json memory_plan(const std::filesystem::path& path, const PlanOptions& o) {
   const engine::MemoryPlan& p = eng.memory_plan();
   const int64_t budgeted = std::max<int64_t>(o.prompt_len, o.budget) + o.window;
   const int64_t full = int64_t{o.prompt_len} + o.max_new_tokens;
-  auto pages = [&](int64_t slots) { return (slots + p.kv_page_slots - 1) / p.kv_page_slots * p.kv_page_slots; };
+  auto pages = [&](int64_t slots) {
+    return (slots + p.kv_page_slots - 1) / p.kv_page_slots * p.kv_page_slots;
+  };
   const double gib = 1024.0 * 1024.0 * 1024.0;
   const backend::MemoryInfo mem = be->memory();
   return Json{{"backend", be->name()},
@@ -121,8 +123,8 @@ void run_inspect(const std::string& model_arg, bool as_json, bool check, const P
   }
   fmt::print("  {:<24} {:.3f} B\n", "parameters (billions)", s.parameters / 1e9);
   if (j.contains("memory_plan")) {
-    fmt::print("memory plan (T={} r={}, prompt {}, max batch {}):\n", plan_options.budget, plan_options.window,
-               plan_options.prompt_len, plan_options.max_batch);
+    fmt::print("memory plan (T={} r={}, prompt {}, max batch {}):\n", plan_options.budget,
+               plan_options.window, plan_options.prompt_len, plan_options.max_batch);
     for (const auto& [key, value] : j["memory_plan"].items())
       fmt::print("  {:<28} {}\n", key, value.is_string() ? value.get<std::string>() : value.dump());
   }
@@ -142,9 +144,11 @@ void add_inspect_command(CLI::App& app) {
   cmd->add_option("--backend", plan->backend.name,
                   "Also load the model on this backend (cpu, cuda, auto) and print its memory plan")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-  add_int_option(cmd, "--budget,-T", plan->budget, 0, kMaxTokens, "Memory plan: budget T per layer and KV head");
+  add_int_option(cmd, "--budget,-T", plan->budget, 0, kMaxTokens,
+                 "Memory plan: budget T per layer and KV head");
   add_int_option(cmd, "--window,-r", plan->window, 1, kMaxTokens, "Memory plan: window r");
-  add_int_option(cmd, "--prompt-len", plan->prompt_len, 1, kMaxTokens, "Memory plan: prompt tokens per sequence");
+  add_int_option(cmd, "--prompt-len", plan->prompt_len, 1, kMaxTokens,
+                 "Memory plan: prompt tokens per sequence");
   add_int_option(cmd, "--max-new-tokens,-n", plan->max_new_tokens, 1, kMaxTokens,
                  "Memory plan: new tokens under full attention");
   add_int_option(cmd, "--max-batch", plan->max_batch, 1, 4096, "Memory plan: rows of the decode batch");

@@ -1,9 +1,8 @@
 #include "cli/model_options.h"
 
-#include "cli/flags.h"
-
 #include <cstdlib>
 
+#include "cli/flags.h"
 #include "model/model_store.h"
 
 namespace kvdice::cli {

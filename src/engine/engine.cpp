@@ -181,8 +181,9 @@ uint64_t Engine::submit(GenerationRequest request) {
   const int64_t max_slots = int64_t{max_pages_} * pool_->page_slots();
   if (reservation > max_slots) {
     fail("request needs {} KV slots ({}), more than the longest context of {} slots: {}", reservation,
-         budget.bounded() ? fmt::format("max(prompt {}, T {}) + r {}", prompt_len, budget.budget, budget.window)
-                          : fmt::format("prompt {} + max new tokens {}", prompt_len, request.max_new_tokens),
+         budget.bounded()
+             ? fmt::format("max(prompt {}, T {}) + r {}", prompt_len, budget.budget, budget.window)
+             : fmt::format("prompt {} + max new tokens {}", prompt_len, request.max_new_tokens),
          max_slots, budget.bounded() ? "lower --budget" : "lower --max-new-tokens or set a budget");
   }
   const int64_t pool_slots = pool_->n_pages() * pool_->page_slots();
@@ -418,9 +419,11 @@ void Engine::finish_round(Sequence& seq) {
 
 void Engine::accept_token(Sequence& seq, int token, float forced_logprob, bool forced_is_argmax) {
   if (token == backend::kNonFiniteLogits) {
-    fail("the model produced non-finite logits (NaN or Inf) for request {} after {} prompt and {} generated tokens: "
-         "its weights or activations overflowed (check the checkpoint for NaN/Inf values)",
-         seq.id, seq.stats.prompt_tokens, seq.generated.size());
+    fail(
+        "the model produced non-finite logits (NaN or Inf) for request {} after {} prompt and {} generated "
+        "tokens: "
+        "its weights or activations overflowed (check the checkpoint for NaN/Inf values)",
+        seq.id, seq.stats.prompt_tokens, seq.generated.size());
   }
   if (!seq.request.forced_tokens.empty()) {
     seq.forced_logprobs.push_back(forced_logprob);

@@ -81,7 +81,9 @@ class Engine {
   // Runs until every submitted request finished; calls `on_token` for each sampled token.
   void run(const std::function<void(const TokenEvent&)>& on_token = {});
   // Per-token callback for step()-driven use (the server); run() sets its own for its duration.
-  void set_token_callback(std::function<void(const TokenEvent&)> on_token) { on_token_ = std::move(on_token); }
+  void set_token_callback(std::function<void(const TokenEvent&)> on_token) {
+    on_token_ = std::move(on_token);
+  }
 
   // Finished results, in completion order; taken out of the engine.
   std::vector<GenerationResult> take_finished();

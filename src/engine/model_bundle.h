@@ -63,6 +63,7 @@ std::vector<int> encode_chat_prompt(const ModelBundle& bundle, tokenizer::ChatTe
 // Tokenizes raw text (BOS added if configured).
 // `parse_special`: special-token text such as "<|im_start|>" becomes its token (transformers' default),
 // or is encoded as plain text.
-std::vector<int> encode_raw_prompt(const ModelBundle& bundle, const std::string& text, bool parse_special = false);
+std::vector<int> encode_raw_prompt(const ModelBundle& bundle, const std::string& text,
+                                   bool parse_special = false);
 
 }  // namespace kvdice::engine

@@ -28,9 +28,11 @@ int BudgetSpec::protected_slots(int prompt_len) const {
 
 void BudgetSpec::check_prompt(int prompt_len) const {
   if (long_prompt == LongPromptRule::Error && prompt_too_long(prompt_len)) {
-    fail("prompt of {} tokens does not fit the budget (--budget T={}, --window r={}): it needs prompt < T - r = {}; "
-         "raise --budget or use --long-prompt warn",
-         prompt_len, budget, window, selection());
+    fail(
+        "prompt of {} tokens does not fit the budget (--budget T={}, --window r={}): it needs prompt < T - r "
+        "= {}; "
+        "raise --budget or use --long-prompt warn",
+        prompt_len, budget, window, selection());
   }
 }
 

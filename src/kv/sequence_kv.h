@@ -35,7 +35,9 @@ class SequenceKv {
 
   // Host access; valid only for pools in host memory (the CPU backend).
   float* key(int layer, int head, int slot) { return element(pool_->layer(layer).keys, layer, head, slot); }
-  float* value(int layer, int head, int slot) { return element(pool_->layer(layer).values, layer, head, slot); }
+  float* value(int layer, int head, int slot) {
+    return element(pool_->layer(layer).values, layer, head, slot);
+  }
   const float* key(int layer, int head, int slot) const {
     return element(pool_->layer(layer).keys, layer, head, slot);
   }

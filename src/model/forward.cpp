@@ -54,7 +54,8 @@ class WeightPlan {
   bool upload_;
 };
 
-UploadedWeights plan_weights(const Model& model, backend::Backend& be, backend::Buffer::Carver& carver, bool upload) {
+UploadedWeights plan_weights(const Model& model, backend::Backend& be, backend::Buffer::Carver& carver,
+                             bool upload) {
   const ModelWeights& w = model.weights();
   WeightPlan plan(be, carver, upload);
   UploadedWeights out;
@@ -109,14 +110,15 @@ ForwardPass::Activations ForwardPass::carve(backend::Buffer::Carver& carver, con
   return a;
 }
 
-int64_t ForwardPass::activation_bytes_for(const ModelConfig& config, const backend::Backend& backend, int max_rows,
-                                          int max_seqs, int max_logit_rows) {
+int64_t ForwardPass::activation_bytes_for(const ModelConfig& config, const backend::Backend& backend,
+                                          int max_rows, int max_seqs, int max_logit_rows) {
   backend::Buffer::Carver measure(size_t{0});
   carve(measure, config, backend.activation_dtype(), max_rows, max_seqs, max_logit_rows);
   return static_cast<int64_t>(measure.used());
 }
 
-ForwardPass::ForwardPass(const Model& model, backend::Backend& backend, int max_rows, int max_seqs, int max_logit_rows)
+ForwardPass::ForwardPass(const Model& model, backend::Backend& backend, int max_rows, int max_seqs,
+                         int max_logit_rows)
     : model_(model),
       backend_(backend),
       weights_(upload_weights(model, backend)),
@@ -124,8 +126,10 @@ ForwardPass::ForwardPass(const Model& model, backend::Backend& backend, int max_
       max_seqs_(max_seqs),
       max_logit_rows_(max_logit_rows) {
   if (max_rows < 1 || max_seqs < 1 || max_seqs > max_rows || max_logit_rows < max_seqs)
-    fail("forward sizes must satisfy 1 <= seqs <= rows and logit rows >= seqs (rows {}, seqs {}, logit rows {})",
-         max_rows, max_seqs, max_logit_rows);
+    fail(
+        "forward sizes must satisfy 1 <= seqs <= rows and logit rows >= seqs (rows {}, seqs {}, logit rows "
+        "{})",
+        max_rows, max_seqs, max_logit_rows);
   const int64_t bytes = activation_bytes_for(model.config(), backend, max_rows, max_seqs, max_logit_rows);
   arena_ = backend.alloc(static_cast<size_t>(bytes), "activations");
   backend::Buffer::Carver carver(arena_);
@@ -135,8 +139,10 @@ ForwardPass::ForwardPass(const Model& model, backend::Backend& backend, int max_
 backend::View ForwardPass::run(const backend::StepBatch& batch, const kv::KvPool& pool, bool all_positions) {
   const ModelConfig& c = model_.config();
   const int rows = batch.n_rows, seqs = batch.n_seqs;
-  KVDICE_CHECK(rows >= 1 && rows <= max_rows_ && seqs >= 1 && seqs <= max_seqs_, "step of {} rows / {} sequences "
-               "exceeds the forward's {} / {}", rows, seqs, max_rows_, max_seqs_);
+  KVDICE_CHECK(rows >= 1 && rows <= max_rows_ && seqs >= 1 && seqs <= max_seqs_,
+               "step of {} rows / {} sequences "
+               "exceeds the forward's {} / {}",
+               rows, seqs, max_rows_, max_seqs_);
   KVDICE_CHECK(!all_positions || rows <= max_logit_rows_, "{} logit rows exceed {}", rows, max_logit_rows_);
   backend::Backend& be = backend_;
   const View x = a_.x.row_slice(0, rows), h = a_.h.row_slice(0, rows), qkv = a_.qkv.row_slice(0, rows),

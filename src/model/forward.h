@@ -47,15 +47,15 @@ class ForwardPass {
   const UploadedWeights& weights() const { return weights_; }
   int64_t activation_bytes() const { return static_cast<int64_t>(arena_.bytes()); }
   // Bytes the activation arena takes for these sizes (the memory plan).
-  static int64_t activation_bytes_for(const ModelConfig& config, const backend::Backend& backend, int max_rows,
-                                      int max_seqs, int max_logit_rows);
+  static int64_t activation_bytes_for(const ModelConfig& config, const backend::Backend& backend,
+                                      int max_rows, int max_seqs, int max_logit_rows);
 
  private:
   struct Activations {
     backend::View x, h, qkv, q, attn, gate_up, mlp, last, last_norm, logits;
   };
-  static Activations carve(backend::Buffer::Carver& carver, const ModelConfig& c, DType act, int rows, int seqs,
-                           int logit_rows);
+  static Activations carve(backend::Buffer::Carver& carver, const ModelConfig& c, DType act, int rows,
+                           int seqs, int logit_rows);
 
   const Model& model_;
   backend::Backend& backend_;

@@ -57,7 +57,8 @@ Tensor Model::forward(backend::Backend& be, std::span<const SequenceStep> steps,
            step.tokens.size(), step.kv->capacity());
     }
     for (int t : step.tokens)
-      if (t < 0 || t >= config_.vocab) fail("token id {} out of range for vocabulary of {}", t, config_.vocab);
+      if (t < 0 || t >= config_.vocab)
+        fail("token id {} out of range for vocabulary of {}", t, config_.vocab);
     rows += static_cast<int>(step.tokens.size());
     max_rows_per_seq = std::max(max_rows_per_seq, static_cast<int>(step.tokens.size()));
     max_pages = std::max(max_pages, static_cast<int>(step.kv->pages().size()));

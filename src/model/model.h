@@ -35,7 +35,8 @@ class Model {
   // Convenience for tests and tools: runs the steps through a one-off ForwardPass (weights uploaded
   // for this call), appends their tokens to the caches and returns host logits: one row per sequence
   // (its last token), or one row per token of every step when `all_positions`. [rows, vocab].
-  Tensor forward(backend::Backend& backend, std::span<const SequenceStep> steps, bool all_positions = false) const;
+  Tensor forward(backend::Backend& backend, std::span<const SequenceStep> steps,
+                 bool all_positions = false) const;
 
  private:
   ModelConfig config_;

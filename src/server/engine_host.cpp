@@ -121,7 +121,8 @@ void EngineHost::thread_main() {
         }
         queue_.clear();
         lock.unlock();
-        fail_all(stop_ ? "the server is shutting down" : "the server is shutting down: the drain timeout ran out");
+        fail_all(stop_ ? "the server is shutting down"
+                       : "the server is shutting down: the drain timeout ran out");
         lock.lock();
         publish_gauges_locked();
         cv_.notify_all();

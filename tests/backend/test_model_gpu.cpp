@@ -26,7 +26,8 @@ bool have_gpu() { return backend::cuda_available(); }
 
 // Runs a prompt (one prefill step) then feeds `continuation` one decode step at a time through a
 // ForwardPass on `be`, returning the logits rows: after the prefill, then after each fed token.
-std::vector<std::vector<float>> run_rows(const model::Model& m, backend::Backend& be, const std::vector<int>& prompt,
+std::vector<std::vector<float>> run_rows(const model::Model& m, backend::Backend& be,
+                                         const std::vector<int>& prompt,
                                          const std::vector<int>& continuation) {
   const int total = static_cast<int>(prompt.size() + continuation.size());
   model::ForwardPass pass(m, be, static_cast<int>(prompt.size()), 1, 1);
@@ -65,7 +66,7 @@ std::vector<std::vector<float>> run_rows(const model::Model& m, backend::Backend
 
 struct RowDiff {
   bool top1_equal;
-  bool near_tie;  // top-1 differs, but the reference's two candidates are closer than this row's error
+  bool near_tie;    // top-1 differs, but the reference's two candidates are closer than this row's error
   double relative;  // ||a - b|| / ||b||
   double max_abs;
 };
@@ -78,13 +79,18 @@ RowDiff compare(const std::vector<float>& got, const std::vector<float>& want) {
     den += static_cast<double>(want[i]) * want[i];
     max_abs = std::max(max_abs, std::abs(d));
   }
-  const auto argmax = [](const std::vector<float>& v) { return std::max_element(v.begin(), v.end()) - v.begin(); };
+  const auto argmax = [](const std::vector<float>& v) {
+    return std::max_element(v.begin(), v.end()) - v.begin();
+  };
   const auto g = argmax(got), w = argmax(want);
-  const bool near_tie = g != w && std::abs(want[static_cast<size_t>(w)] - want[static_cast<size_t>(g)]) <= 2 * max_abs;
+  const bool near_tie =
+      g != w && std::abs(want[static_cast<size_t>(w)] - want[static_cast<size_t>(g)]) <= 2 * max_abs;
   return {g == w, near_tie, std::sqrt(num / std::max(den, 1e-30)), max_abs};
 }
 
-int argmax(const std::vector<float>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
+int argmax(const std::vector<float>& v) {
+  return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin());
+}
 
 class FixtureOnCuda : public ::testing::TestWithParam<std::string> {};
 
@@ -92,7 +98,8 @@ TEST_P(FixtureOnCuda, LogitsMatchTheCpuAtPrefillAndEveryDecodeStep) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (or a build without CUDA)";
   const engine::ModelBundle bundle = engine::load_model_bundle(fs::path(KVDICE_FIXTURES_DIR) / GetParam());
   const model::Model& m = *bundle.model;
-  const std::vector<int> prompt = engine::encode_raw_prompt(bundle, "The quick brown fox jumps over the lazy dog 12 + 7");
+  const std::vector<int> prompt =
+      engine::encode_raw_prompt(bundle, "The quick brown fox jumps over the lazy dog 12 + 7");
   auto cpu = backend::make_cpu_backend(1);
   auto cuda = backend::make_backend({"cuda"});
   // Greedy continuation from the CPU, fed to both so the rows stay comparable.
@@ -119,8 +126,10 @@ TEST_P(FixtureOnCuda, LogitsMatchTheCpuAtPrefillAndEveryDecodeStep) {
     // bf16 against fp32: a different top-1 is allowed only where the fp32 logits nearly tie.
     EXPECT_TRUE(d.top1_equal || d.near_tie) << GetParam() << " row " << r;
   }
-  std::printf("[cuda-vs-cpu] %s: %zu rows, top-1 equal %d/%zu (the others near-ties: %d), worst relative error %.3e\n",
-              GetParam().c_str(), want.size(), top1, want.size(), ties, worst);
+  std::printf(
+      "[cuda-vs-cpu] %s: %zu rows, top-1 equal %d/%zu (the others near-ties: %d), worst relative error "
+      "%.3e\n",
+      GetParam().c_str(), want.size(), top1, want.size(), ties, worst);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FixtureOnCuda, ::testing::Values("qwen3", "qwen2", "llama", "phi3"));
@@ -142,7 +151,8 @@ engine::EngineConfig budgeted(const std::string& policy) {
 
 TEST(CudaEngine, TeacherForcedRetentionLogsEqualTheCpu) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (or a build without CUDA)";
-  for (const std::string policy : {"random_pp", "random", "random_shared", "recency_pp", "recency", "streaming"}) {
+  for (const std::string policy :
+       {"random_pp", "random", "random_shared", "recency_pp", "recency", "streaming"}) {
     std::vector<std::vector<kv::RoundRecord>> logs;
     std::vector<std::vector<float>> logprobs;
     for (const std::string name : {"cpu", "cuda"}) {
@@ -168,14 +178,16 @@ TEST(CudaEngine, TeacherForcedRetentionLogsEqualTheCpu) {
     ASSERT_EQ(logprobs[0].size(), logprobs[1].size());
     // bf16 storage on CUDA: log-probs agree to about 1% of their size.
     for (size_t i = 0; i < logprobs[0].size(); ++i)
-      EXPECT_NEAR(logprobs[0][i], logprobs[1][i], 0.05 + 0.02 * std::abs(logprobs[0][i])) << policy << " step " << i;
+      EXPECT_NEAR(logprobs[0][i], logprobs[1][i], 0.05 + 0.02 * std::abs(logprobs[0][i]))
+          << policy << " step " << i;
   }
 }
 
 TEST(CudaEngine, MixedBatchEqualsEachSequenceAlone) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (or a build without CUDA)";
   auto be = backend::make_backend({"cuda"});
-  const std::vector<std::string> texts = {"a", "The quick brown fox jumps over the lazy dog again and again", "12 + 7"};
+  const std::vector<std::string> texts = {"a", "The quick brown fox jumps over the lazy dog again and again",
+                                          "12 + 7"};
   const engine::SamplingParams sampling{0.8f, 0.95f, 0, 17};
   auto run = [&](const std::vector<size_t>& which) {
     engine::Engine eng(*qwen3().model, *be, budgeted("random_pp"));
@@ -223,7 +235,8 @@ TEST(CudaEngine, GraphReplayEqualsEagerSteps) {
     for (const auto& r : out) tokens.push_back(r.tokens);
   }
   ASSERT_EQ(tokens.size(), 6u);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(tokens[static_cast<size_t>(i)], tokens[static_cast<size_t>(i + 3)]) << i;
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(tokens[static_cast<size_t>(i)], tokens[static_cast<size_t>(i + 3)]) << i;
 }
 
 // Checkpoints made on the GPU machine under .gpu/<name>/ with golden.json beside them.
@@ -240,7 +253,8 @@ std::vector<std::string> golden_checkpoints() {
 TEST(TransformersParity, RandomWeightCheckpointsAgainstTransformersBf16) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (or a build without CUDA)";
   const auto names = golden_checkpoints();
-  if (names.empty()) GTEST_SKIP() << "no .gpu/*/golden.json: made on the GPU machine by tools/gpu/run-parity.sh";
+  if (names.empty())
+    GTEST_SKIP() << "no .gpu/*/golden.json: made on the GPU machine by tools/gpu/run-parity.sh";
   auto cuda = backend::make_backend({"cuda"});
   for (const std::string& name : names) {
     const fs::path dir = fs::path(KVDICE_SOURCE_DIR) / ".gpu" / name;
@@ -258,7 +272,8 @@ TEST(TransformersParity, RandomWeightCheckpointsAgainstTransformersBf16) {
     double worst = 0, worst_abs = 0;
     for (size_t r = 0; r < got.size(); ++r) {
       std::vector<float> want(static_cast<size_t>(vocab));
-      lf.read(reinterpret_cast<char*>(want.data()), static_cast<std::streamsize>(want.size() * sizeof(float)));
+      lf.read(reinterpret_cast<char*>(want.data()),
+              static_cast<std::streamsize>(want.size() * sizeof(float)));
       ASSERT_TRUE(lf) << "golden_logits.f32 too short at row " << r;
       const RowDiff d = compare(got[r], want);
       top1 += d.top1_equal ? 1 : 0;
@@ -272,10 +287,12 @@ TEST(TransformersParity, RandomWeightCheckpointsAgainstTransformersBf16) {
                         {"relative", d.relative},
                         {"max_abs", d.max_abs}});
     }
-    std::ofstream(dir / ("kvdice_parity_" + name + ".json")) << Json{{"checkpoint", name}, {"rows", report}}.dump(1);
-    std::printf("[transformers-parity] %s: %zu rows (prefill + %zu decode), top-1 agreement %d/%zu, worst relative "
-                "error %.3e, worst max-abs %.3e, near-ties %d\n",
-                name.c_str(), got.size(), got.size() - 1, top1, got.size(), worst, worst_abs, ties);
+    std::ofstream(dir / ("kvdice_parity_" + name + ".json"))
+        << Json{{"checkpoint", name}, {"rows", report}}.dump(1);
+    std::printf(
+        "[transformers-parity] %s: %zu rows (prefill + %zu decode), top-1 agreement %d/%zu, worst relative "
+        "error %.3e, worst max-abs %.3e, near-ties %d\n",
+        name.c_str(), got.size(), got.size() - 1, top1, got.size(), worst, worst_abs, ties);
     EXPECT_LT(worst, 5e-2) << name;
   }
 }

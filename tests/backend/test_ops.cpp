@@ -561,7 +561,8 @@ TEST(CudaEvictPolicies, PoliciesWithoutACudaSelectionAreRefused) {
 #else
   // The policies of the CUDA backend issue have device selections; a policy without one (the CPU-first
   // baselines) is refused with an error naming it, never run wrongly.
-  for (const std::string name : {"random_pp", "random", "random_shared", "recency_pp", "recency", "streaming"})
+  for (const std::string name :
+       {"random_pp", "random", "random_shared", "recency_pp", "recency", "streaming"})
     EXPECT_NE(policy::cuda_selection(name), nullptr) << name;
   for (const std::string& name : policy::policy_names()) {
     if (!policy::make_policy(name)->evicts() || policy::cuda_selection(name) != nullptr) {

@@ -1,10 +1,9 @@
 #include <gtest/gtest.h>
 
-#include "backend/backend.h"
-
 #include <filesystem>
 #include <fstream>
 
+#include "backend/backend.h"
 #include "cli/run_command.h"
 #include "core/json.h"
 
@@ -190,13 +189,15 @@ TEST(Cli, UnknownChatTemplateFails) {
 
 TEST(Cli, CudaBackendWithoutAGpuIsAClearError) {
   if (backend::cuda_available()) GTEST_SKIP() << "a GPU is visible: --backend cuda is valid here";
-  expect_failure({"generate", "--model", kModel, "-p", "hi", "--policy", "full", "--backend", "cuda"}, "--backend cuda");
-  expect_failure({"generate", "--model", kModel, "-p", "hi", "--policy", "full", "--backend", "tpu"}, "--backend");
+  expect_failure({"generate", "--model", kModel, "-p", "hi", "--policy", "full", "--backend", "cuda"},
+                 "--backend cuda");
+  expect_failure({"generate", "--model", kModel, "-p", "hi", "--policy", "full", "--backend", "tpu"},
+                 "--backend");
 }
 
 TEST(Cli, InspectMemoryPlanOnTheCpuBackend) {
-  const CommandResult r = run_kvdice({"inspect", "--model", kModel, "--json", "--backend", "cpu", "--budget", "32",
-                                      "--window", "8", "--prompt-len", "20", "--max-batch", "4"});
+  const CommandResult r = run_kvdice({"inspect", "--model", kModel, "--json", "--backend", "cpu", "--budget",
+                                      "32", "--window", "8", "--prompt-len", "20", "--max-batch", "4"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json plan = Json::parse(r.out).at("memory_plan");
   EXPECT_GT(plan["weights_gib"].get<double>(), 0.0);
@@ -207,16 +208,17 @@ TEST(Cli, InspectMemoryPlanOnTheCpuBackend) {
 
 TEST(Cli, RawPromptsParseSpecialTokensUnlessAskedForText) {
   auto prompt_ids = [](const char* mode) {
-    const CommandResult r = run_kvdice({"generate", "--model", kModel, "-p", "<|im_start|>", "--policy", "full", "-n",
-                                        "1", "--json", "--special-tokens", mode});
+    const CommandResult r = run_kvdice({"generate", "--model", kModel, "-p", "<|im_start|>", "--policy",
+                                        "full", "-n", "1", "--json", "--special-tokens", mode});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return Json::parse(r.out)["prompt_ids"].get<std::vector<int>>();
   };
   const auto parsed = prompt_ids("parse");
-  ASSERT_EQ(parsed.size(), 1u);  // the one special token
+  ASSERT_EQ(parsed.size(), 1u);              // the one special token
   EXPECT_GT(prompt_ids("text").size(), 1u);  // its characters as plain text
-  expect_failure({"generate", "--model", kModel, "-p", "hi", "--chat", "--special-tokens", "text", "--policy", "full"},
-                 "--special-tokens");
+  expect_failure(
+      {"generate", "--model", kModel, "-p", "hi", "--chat", "--special-tokens", "text", "--policy", "full"},
+      "--special-tokens");
 }
 
 TEST(Cli, InspectPrintsConfigAndKvBytes) {

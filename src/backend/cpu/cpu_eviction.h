@@ -36,6 +36,7 @@ int64_t evict_sequence_host(const HostSequencePages& seq, const RoundParams& par
 
 // Compaction of one (layer, head): `keep` has one flag per resident slot and exactly `target` ones;
 // afterwards slots [0, target) hold the kept entries. Returns the number of moves.
-int compact_head_host(const HostSequencePages& seq, int layer, int head, std::span<const uint8_t> keep, int target);
+int compact_head_host(const HostSequencePages& seq, int layer, int head, std::span<const uint8_t> keep,
+                      int target);
 
 }  // namespace kvdice::backend

@@ -6,8 +6,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <map>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <vector>
 
