@@ -53,7 +53,9 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// The effective budget of a policy: unbounded when it keeps everything; validated otherwise.
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+}  // namespace
+
 kv::BudgetSpec effective_budget(const policy::EvictionPolicy& policy, kv::BudgetSpec budget) {
   if (!policy.evicts()) {
     budget.budget = 0;
@@ -63,9 +65,6 @@ kv::BudgetSpec effective_budget(const policy::EvictionPolicy& policy, kv::Budget
   budget.validate();
   return budget;
 }
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-}  // namespace
 
 Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfig config)
     : model_(model), backend_(backend), config_(std::move(config)) {

@@ -54,6 +54,9 @@ struct MemoryPlan {
   int64_t kv_bytes_per_slot = 0;  // all layers and heads, K, V and position
 };
 
+// The budget a policy runs under: unbounded when it keeps everything; validated (Error) otherwise.
+kv::BudgetSpec effective_budget(const policy::EvictionPolicy& policy, kv::BudgetSpec budget);
+
 class Engine {
  public:
   Engine(const model::Model& model, backend::Backend& backend, EngineConfig config);

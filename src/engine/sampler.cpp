@@ -1,9 +1,6 @@
 #include "engine/sampler.h"
 
-#include <algorithm>
 #include <cmath>
-#include <numeric>
-#include <vector>
 
 #include "backend/sampling_rule.h"
 #include "core/error.h"

@@ -10,13 +10,6 @@ namespace {
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// The budget the engine will apply: unbounded when the policy keeps everything.
-kv::BudgetSpec effective_spec(const KvSettings& kv) {
-  kv::BudgetSpec spec = kv.spec();
-  if (!policy::make_policy(kv.policy)->evicts()) spec.budget = 0;
-  return spec;
-}
-
 }  // namespace
 
 EngineHost::EngineHost(const model::Model& model, backend::Backend& backend, HostOptions options,
@@ -163,7 +156,8 @@ void EngineHost::admit_locked() {
     }
     if (running_ + n > options_.max_batch || reserved_slots_ + job->reserved_slots > options_.kv_slots) break;
     const int64_t per_choice = job->reserved_slots / n;
-    const kv::BudgetSpec spec = effective_spec(job->kv);
+    const kv::BudgetSpec spec =
+        engine::effective_budget(*policy::make_policy(job->kv.policy), job->kv.spec());
     try {
       for (int i = 0; i < n; ++i) {
         engine::GenerationRequest request = job->requests[static_cast<size_t>(i)];

@@ -220,3 +220,33 @@ TEST(Engine, NonFiniteLogitsStopTheRunWithAClearError) {
 
 }  // namespace
 }  // namespace kvdice::engine
+
+namespace kvdice::engine {
+namespace {
+
+TEST(Engine, ReservationsBeyondTheLongestContextAreRefusedWithTheNumbers) {
+  auto backend = backend::make_cpu_backend(1);
+  EngineConfig full = budgeted("full", 0, 64);
+  full.max_context = 256;
+  Engine e(*bundle().model, *backend, full);
+  try {
+    e.submit(request("long", 300));
+    FAIL() << "a reservation beyond the longest context was accepted";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("more than the longest context of 256 slots"), std::string::npos)
+        << error.what();
+  }
+  EXPECT_NO_THROW(e.submit(request("fits", 200)));
+  EngineConfig big = budgeted("random_pp", 512, 64);
+  big.max_context = 256;
+  Engine b(*bundle().model, *backend, big);
+  try {
+    b.submit(request("budget", 5));
+    FAIL() << "a budget beyond the longest context was accepted";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("lower --budget"), std::string::npos) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace kvdice::engine
