@@ -101,6 +101,11 @@ TEST(CudaOps, Matmul) {
   const Case cases[] = {
       {"small+bias", 1, 64, 96, true, false, 1e-5},
       {"small accumulate+bias", 6, 64, 32, true, true, 1e-5},
+      // Rows 1..8 take gemv.cu, the rest (and odd `in`) cuBLASLt.
+      {"decode batch 1 o_proj (residual)", 1, 4096, 2560, false, true, 1e-4},
+      {"decode batch 8 gate_up", 8, 2560, 19456, false, false, 1e-4},
+      {"batch 9 (cuBLASLt)", 9, 2560, 512, false, true, 1e-4},
+      {"odd in (cuBLASLt)", 2, 36, 40, true, false, 1e-5},
       {"qwen3-4b qkv", 7, 2560, 6144, false, false, 1e-4},
       {"qwen3-4b gate_up", 5, 2560, 19456, false, false, 1e-4},
       {"qwen3-4b down (residual)", 5, 9728, 2560, false, true, 1e-4},

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Per-kernel GPU time of a few decode steps (ncu, one metric, one pass), batch 1 and batch 128, on a
-# random-weight checkpoint of SHAPE (default qwen3-4b). Results under $OUT.
+# random-weight checkpoint of SHAPE (default qwen3-4b), prompt PROMPT, budget BUDGET. Results under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/kvdice-out}; mkdir -p "$OUT" .gpu
@@ -11,11 +11,11 @@ M=.gpu/$SHAPE
 [ -f $M/config.json ] || python3 tools/gpu/make_checkpoint.py --shape configs/shapes/$SHAPE.json --out $M 2>&1 | tail -1
 for batch in ${BATCHES:-1 128}; do
   ncu --metrics gpu__time_duration.sum --launch-skip ${SKIP:-800} --launch-count ${COUNT:-1200} --print-summary per-kernel \
-    .gpu-bin/kvdice generate --backend cuda -m $M -p "hello world" --samples $batch -n 16 --ignore-eos \
-    --policy ${POLICY:-random_pp} --budget 256 --window 64 > "$OUT/ncu_b$batch.txt" 2>&1
+    .gpu-bin/kvdice generate --backend cuda -m $M -p "${PROMPT:-hello world}" --samples $batch -n 16 --ignore-eos \
+    --policy ${POLICY:-random_pp} --budget ${BUDGET:-256} --window 64 > "$OUT/ncu_b$batch.txt" 2>&1
   python3 - "$OUT/ncu_b$batch.txt" <<'PY'
 import re, sys
-text = open(sys.argv[1]).read()
+text = open(sys.argv[1], errors="replace").read()
 rows = []
 for block in re.split(r"\n  (?=\S)", text):
     name = block.strip().splitlines()[0] if block.strip() else ""

@@ -341,7 +341,27 @@ int rows_per_tile_for(int head_dim, int group) {
 }
 
 template <int HD>
+void launch_merge(const AttentionArgs& args, cudaStream_t stream) {
+  if (args.n_splits <= 1) return;
+  const int threads = std::clamp(HD, 32, kMergeThreads);
+  merge_kernel<HD><<<dim3(static_cast<unsigned>(args.batch.n_rows), static_cast<unsigned>(args.n_heads)), threads,
+                     sizeof(float) * static_cast<size_t>(args.n_splits + kMergeWeightPad), stream>>>(
+      args.partial_acc, args.partial_ml, args.n_heads, args.n_splits, args.out, args.out_ld);
+  CUDA_CHECK_LAUNCH("attention merge_kernel");
+}
+
+// Decode steps at the head dims and groups decode_attention.cu takes run on tensor cores; prefill and
+// the rest run the SIMT kernel above. Both feed the same merge.
+template <int HD>
 void launch_for_head_dim(const AttentionArgs& args, cudaStream_t stream) {
+  if (decode_attention_supports(args.batch, HD, args.group, args.page_slots) && args.q_ld % 2 == 0 &&
+      reinterpret_cast<uintptr_t>(args.q) % 4 == 0) {
+    launch_decode_attention(args.batch, args.q, args.q_ld, args.keys, args.values, args.n_kv_heads, HD, args.out,
+                            args.out_ld, args.n_heads, args.scale, args.n_splits, args.partial_acc,
+                            args.partial_ml, stream);
+    launch_merge<HD>(args, stream);
+    return;
+  }
   constexpr size_t shared = AttentionShape<HD>::kSharedBytes;
   static const bool configured = [] {
     CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -356,13 +376,7 @@ void launch_for_head_dim(const AttentionArgs& args, cudaStream_t stream) {
                   static_cast<unsigned>(args.n_kv_heads), static_cast<unsigned>(args.n_splits));
   attention_kernel<HD><<<grid, kThreads, shared, stream>>>(args);
   CUDA_CHECK_LAUNCH("attention_kernel");
-  if (args.n_splits > 1) {
-    const int threads = std::clamp(HD, 32, kMergeThreads);
-    merge_kernel<HD><<<dim3(static_cast<unsigned>(args.batch.n_rows), static_cast<unsigned>(args.n_heads)),
-                       threads, sizeof(float) * static_cast<size_t>(args.n_splits + kMergeWeightPad), stream>>>(
-        args.partial_acc, args.partial_ml, args.n_heads, args.n_splits, args.out, args.out_ld);
-    CUDA_CHECK_LAUNCH("attention merge_kernel");
-  }
+  launch_merge<HD>(args, stream);
 }
 
 }  // namespace

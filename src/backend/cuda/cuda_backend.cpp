@@ -210,7 +210,11 @@ class CudaBackend final : public Backend {
     require_dtype(y, DType::F32, "matmul", "y");
     KVDICE_CHECK(w.w.cols == x.cols && y.cols == w.w.rows && y.rows == x.rows,
                  "matmul [{}x{}]·[{}x{}]^T into [{}x{}]", x.rows, x.cols, w.w.rows, w.w.cols, y.rows, y.cols);
-    gemm_->run(x, w.w, y, accumulate, stream_);
+    if (cuda::gemv_supports(x, w.w, y)) {
+      cuda::launch_gemv(x, w.w, y, accumulate, stream_);
+    } else {
+      gemm_->run(x, w.w, y, accumulate, stream_);
+    }
     if (!w.bias.empty()) {
       require_dtype(w.bias, DType::F32, "matmul", "bias");
       cuda::launch_add_bias(w.bias, y, stream_);

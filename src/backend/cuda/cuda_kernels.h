@@ -36,6 +36,22 @@ size_t attention_scratch_bytes(const StepBatch& batch, const KvLayer& kv, int n_
 void launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
                       float scale, int n_splits, void* scratch, cudaStream_t stream);
 
+// ---- decode_attention.cu (tensor cores; launch_attention dispatches to it) ----
+// Whether the tensor-core decode kernel takes this step: one row per sequence, head_dim 64 or 128, a
+// GQA group of at most 16, pages of 16 slots.
+bool decode_attention_supports(const StepBatch& batch, int head_dim, int group, int page_slots);
+// Writes out (n_splits == 1) or the split partials in the layout attention.cu's merge kernel reads.
+void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld, const void* keys,
+                             const void* values, int n_kv_heads, int head_dim, void* out, int64_t out_ld,
+                             int n_heads, float scale, int n_splits, float* partial_acc, float* partial_ml,
+                             cudaStream_t stream);
+
+// ---- gemv.cu (small-M matmul; CudaBackend::matmul takes it over cuBLASLt where it applies) ----
+inline constexpr int kGemvMaxRows = 8;
+// bf16 x of at most kGemvMaxRows rows, bf16 W with 16-byte aligned rows, fp32 y.
+bool gemv_supports(const View& x, const View& w, const View& y);
+void launch_gemv(const View& x, const View& w, const View& y, bool accumulate, cudaStream_t stream);
+
 // ---- sample.cu ----
 // Per-row weight scratch of the sample kernel.
 size_t sample_scratch_bytes(int n_seqs, int64_t vocab);

@@ -1,0 +1,367 @@
+// Decode attention on tensor cores: one query row per sequence, the GQA group's query heads (up to 16)
+// as the 16 rows of an mma.sync m16n8k16 tile, keys as its columns. A CTA takes one (sequence, KV head,
+// split); each of its 4 warps streams whole KV pages (16 slots: one contiguous [16][head_dim] block of
+// K and one of V per KV head) through its own cp.async ring of shared-memory stages, so a warp never
+// waits on another warp and the DRAM reads of the next pages overlap the math of this one. Per page:
+// S = Q K^T (ldmatrix on XOR-swizzled rows), an fp32 online softmax in the exp2 domain, O += P V with P
+// rounded to bf16 (ldmatrix.trans of V). The 4 warps' (max, sum, O) are merged in shared memory into
+// the normalised bf16 output, or into the split partials that attention.cu's merge kernel combines.
+// Slots past the split's range are zero-filled by cp.async (never read), and their scores masked.
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.h"
+
+namespace kvdice::backend::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kPageSlots = 16;  // one page = one m16n8k16 k-step of P V
+constexpr int kRows = 16;       // mma rows: query heads of the group (the rest are zero)
+
+template <int HD>
+struct DecodeShape {
+  static constexpr int kChunks = HD / 8;                         // 16-byte chunks per K or V row
+  static constexpr int kPageBytes = kPageSlots * HD * 2;         // one page of K (or of V), bf16
+  static constexpr int kStages = HD >= 128 ? 3 : 4;              // pages in flight per warp
+  static constexpr int kWarpBytes = kStages * 2 * kPageBytes;    // K and V stages of one warp
+  static constexpr int kMergeBytes = kWarps * kRows * (HD + 2) * 4;  // per warp: m, l, O rows
+  static constexpr int kSharedBytes = kWarps * kWarpBytes > kMergeBytes ? kWarps * kWarpBytes : kMergeBytes;
+};
+
+struct DecodeArgs {
+  StepBatch batch;
+  const __nv_bfloat16* q;
+  int64_t q_ld;
+  const __nv_bfloat16* keys;
+  const __nv_bfloat16* values;
+  int n_kv_heads;
+  __nv_bfloat16* out;
+  int64_t out_ld;
+  int n_heads, group, n_splits;
+  float scale_log2;    // softmax scale times log2(e): scores live in the exp2 domain
+  float* partial_acc;  // [n_rows][n_heads][n_splits][HD] when n_splits > 1
+  float* partial_ml;   // [n_rows][n_heads][n_splits][2], max in the natural-log domain
+};
+
+__device__ inline uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Every asm below clobbers "memory": the shared-memory reads (ldmatrix) must not move across the
+// __syncwarp() that publishes the other lanes' cp.async writes, nor the cp.async that refills a stage.
+
+// 16 bytes global -> shared, or 16 zero bytes when !valid (src-size 0: nothing is read).
+__device__ inline void cp_async_16(uint32_t dst, const void* src, bool valid) {
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ inline void ldmatrix_x4(uint32_t address, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address)
+               : "memory");
+}
+__device__ inline void ldmatrix_x4_trans(uint32_t address, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address)
+               : "memory");
+}
+
+// d += a * b, m16n8k16, bf16 inputs, fp32 accumulators.
+__device__ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ inline uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Byte offset of (row, 16-byte chunk) in a page stage: chunks XOR-swizzled by row so the 8 rows an
+// ldmatrix reads at one logical chunk fall in 8 different bank groups.
+template <int HD>
+__device__ inline uint32_t swizzled(int row, int chunk) {
+  return static_cast<uint32_t>((row * DecodeShape<HD>::kChunks + (chunk ^ (row & 7))) * 16);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeArgs a) {
+  using Shape = DecodeShape<HD>;
+  constexpr int kStages = Shape::kStages;
+  extern __shared__ __align__(128) unsigned char shared_raw[];
+  const int s = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const StepBatch& batch = a.batch;
+  const int row = batch.seq_row_begin[s];
+  if (batch.seq_row_begin[s + 1] == row) return;  // no row of this sequence in the step
+  const int visible = batch.length[s] + 1;        // resident slots plus the one appended this step
+
+  // This split's share of the visible slots, in whole groups of kWarps pages (a function of the
+  // actual length, read on the device; splits past the end report an empty partial).
+  int range_begin = 0, range_end = visible;
+  if (a.n_splits > 1) {
+    constexpr int kUnit = kWarps * kPageSlots;
+    const int per_split = ((visible + a.n_splits - 1) / a.n_splits + kUnit - 1) / kUnit * kUnit;
+    range_begin = min(split * per_split, visible);
+    range_end = min(range_begin + per_split, visible);
+  }
+  // range_begin is a multiple of the unit unless the split is empty (clamped to `visible`, which may
+  // sit inside a page: that page belongs to an earlier split, so an empty split takes no page).
+  const int first_page = range_begin / kPageSlots;
+  const int end_page = range_begin < range_end ? (range_end + kPageSlots - 1) / kPageSlots : first_page;
+  const int32_t* pages = batch.page_table + static_cast<int64_t>(s) * batch.max_pages;
+
+  // This warp's stages: [stage][K page | V page].
+  unsigned char* warp_shared = shared_raw + warp * Shape::kWarpBytes;
+  const uint32_t warp_base = shared_address(warp_shared);
+  auto stage_k = [&](int stage) { return warp_base + stage * 2 * Shape::kPageBytes; };
+  auto stage_v = [&](int stage) { return warp_base + stage * 2 * Shape::kPageBytes + Shape::kPageBytes; };
+
+  // The warp's pages are first_page + warp, + kWarps, ...; load_page(i) fetches its i-th.
+  const int n_own = end_page - first_page > warp ? (end_page - first_page - warp + kWarps - 1) / kWarps : 0;
+  auto load_page = [&](int i) {
+    const int page = first_page + warp + i * kWarps;
+    const int stage = i % kStages;
+    const int64_t block = (static_cast<int64_t>(pages[page]) * a.n_kv_heads + g) * kPageSlots * HD;
+    const __nv_bfloat16* k_src = a.keys + block;
+    const __nv_bfloat16* v_src = a.values + block;
+#pragma unroll
+    for (int j = 0; j < kPageSlots * Shape::kChunks / 32; ++j) {
+      const int c = lane + 32 * j;
+      const int r = c / Shape::kChunks, chunk = c % Shape::kChunks;
+      const bool valid = page * kPageSlots + r < range_end;
+      const uint32_t offset = swizzled<HD>(r, chunk);
+      cp_async_16(stage_k(stage) + offset, k_src + r * HD + chunk * 8, valid);
+      cp_async_16(stage_v(stage) + offset, v_src + r * HD + chunk * 8, valid);
+    }
+  };
+  // Prologue: kStages - 1 pages in flight (empty groups keep the wait count uniform).
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < n_own) load_page(i);
+    cp_async_commit();
+  }
+
+  // Q as the mma's A operand, held in registers for the whole range: row r = query head g*group + r.
+  const int r0 = lane / 4, c0 = 2 * (lane % 4);
+  uint32_t q_frag[HD / 16][4];
+  {
+    const __nv_bfloat16* q_row = a.q + static_cast<int64_t>(row) * a.q_ld + static_cast<int64_t>(g) * a.group * HD;
+    auto q_word = [&](int r, int col) -> uint32_t {
+      if (r >= a.group) return 0u;
+      return *reinterpret_cast<const uint32_t*>(q_row + static_cast<int64_t>(r) * HD + col);
+    };
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      q_frag[kk][0] = q_word(r0, kk * 16 + c0);
+      q_frag[kk][1] = q_word(r0 + 8, kk * 16 + c0);
+      q_frag[kk][2] = q_word(r0, kk * 16 + c0 + 8);
+      q_frag[kk][3] = q_word(r0 + 8, kk * 16 + c0 + 8);
+    }
+  }
+
+  // Online softmax state for rows r0 and r0 + 8 (l is this lane's partial sum; reduced at the end).
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float o[HD / 8][4];
+#pragma unroll
+  for (int n = 0; n < HD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+  for (int i = 0; i < n_own; ++i) {
+    // Keep kStages - 1 pages in flight: issue page i + kStages - 1, then wait for page i.
+    if (i + kStages - 1 < n_own) load_page(i + kStages - 1);
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();
+    __syncwarp();
+    const int stage = i % kStages;
+    const int page_slot0 = (first_page + warp + i * kWarps) * kPageSlots;
+
+    // S = Q K^T for the page's 16 keys: two n-tiles of 8 keys.
+    float sc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int kk = 0; kk < HD / 16; kk += 2) {
+        // Matrices: (keys nt*8.., chunks 2kk, 2kk+1, 2kk+2, 2kk+3) -> b0, b1 of k-steps kk and kk+1.
+        uint32_t b[4];
+        const int key = nt * 8 + lane % 8;
+        ldmatrix_x4(stage_k(stage) + swizzled<HD>(key, 2 * kk + lane / 8), b);
+        mma_bf16(sc[nt], q_frag[kk], b[0], b[1]);
+        mma_bf16(sc[nt], q_frag[kk + 1], b[2], b[3]);
+      }
+    }
+    // Mask slots past the range, scale into the exp2 domain, update the running max.
+    float page_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int slot = page_slot0 + nt * 8 + c0 + (e & 1);
+        sc[nt][e] = slot < range_end ? sc[nt][e] * a.scale_log2 : -INFINITY;
+        page_max[e / 2] = fmaxf(page_max[e / 2], sc[nt][e]);
+      }
+    }
+    float correction[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      page_max[h] = fmaxf(page_max[h], __shfl_xor_sync(0xffffffffu, page_max[h], 1));
+      page_max[h] = fmaxf(page_max[h], __shfl_xor_sync(0xffffffffu, page_max[h], 2));
+      const float m_new = fmaxf(m[h], page_max[h]);  // finite: the page's first slot is in range
+      correction[h] = exp2f(m[h] - m_new);
+      m[h] = m_new;
+      l[h] *= correction[h];
+    }
+    // P (bf16) as the A operand of P V: the S accumulators of keys 0-7 and 8-15 are its two k halves.
+    uint32_t p_frag[4];
+    {
+      float p[2][4];
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          p[nt][e] = exp2f(sc[nt][e] - m[e / 2]);
+          l[e / 2] += p[nt][e];
+        }
+      }
+      p_frag[0] = pack_bf16(p[0][0], p[0][1]);
+      p_frag[1] = pack_bf16(p[0][2], p[0][3]);
+      p_frag[2] = pack_bf16(p[1][0], p[1][1]);
+      p_frag[3] = pack_bf16(p[1][2], p[1][3]);
+    }
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) {
+      o[n][0] *= correction[0];
+      o[n][1] *= correction[0];
+      o[n][2] *= correction[1];
+      o[n][3] *= correction[1];
+    }
+    // O += P V: per 16 channels one ldmatrix.trans gives b0, b1 of two n-tiles.
+#pragma unroll
+    for (int n = 0; n < HD / 8; n += 2) {
+      uint32_t b[4];
+      const int key = (lane / 8 % 2) * 8 + lane % 8;
+      ldmatrix_x4_trans(stage_v(stage) + swizzled<HD>(key, n + lane / 16), b);
+      mma_bf16(o[n], p_frag, b[0], b[1]);
+      mma_bf16(o[n + 1], p_frag, b[2], b[3]);
+    }
+    __syncwarp();  // every lane has read this stage before a later iteration refills it
+  }
+  cp_async_wait<0>();
+
+  // Merge the warps: each publishes its rows' (m, l, O) in shared memory (over the drained stages).
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+  __syncthreads();
+  float* merge = reinterpret_cast<float*>(shared_raw);  // [warp][row][HD + 2]: O, then m, l
+  auto merge_row = [&](int w, int r) { return merge + (w * kRows + r) * (HD + 2); };
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float* dst = merge_row(warp, r0 + 8 * h);
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) {
+      dst[n * 8 + c0] = o[n][2 * h];
+      dst[n * 8 + c0 + 1] = o[n][2 * h + 1];
+    }
+    if (lane % 4 == 0) {
+      dst[HD] = m[h];
+      dst[HD + 1] = l[h];
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < a.group * HD; idx += kThreads) {
+    const int r = idx / HD, c = idx % HD;
+    float best = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) best = fmaxf(best, merge_row(w, r)[HD]);
+    float sum = 0.0f, value = 0.0f;
+    if (best != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float weight = exp2f(merge_row(w, r)[HD] - best);
+        sum += merge_row(w, r)[HD + 1] * weight;
+        value += merge_row(w, r)[c] * weight;
+      }
+    }
+    const int head = g * a.group + r;
+    if (a.n_splits == 1) {
+      a.out[static_cast<int64_t>(row) * a.out_ld + static_cast<int64_t>(head) * HD + c] =
+          __float2bfloat16_rn(value / sum);
+    } else {
+      const int64_t part = (static_cast<int64_t>(row) * a.n_heads + head) * a.n_splits + split;
+      if (sum > 0.0f) a.partial_acc[part * HD + c] = value;
+      if (c == 0) {
+        a.partial_ml[part * 2] = best * 0.69314718055994531f;  // exp2 domain -> natural log
+        a.partial_ml[part * 2 + 1] = sum;
+      }
+    }
+  }
+}
+
+template <int HD>
+void launch_for(const DecodeArgs& args, cudaStream_t stream) {
+  constexpr int shared = DecodeShape<HD>::kSharedBytes;
+  static const bool configured = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    shared));
+    CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<HD>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid(static_cast<unsigned>(args.batch.n_seqs), static_cast<unsigned>(args.n_kv_heads),
+                  static_cast<unsigned>(args.n_splits));
+  decode_attention_kernel<HD><<<grid, kThreads, shared, stream>>>(args);
+  CUDA_CHECK_LAUNCH("decode_attention_kernel");
+}
+
+}  // namespace
+
+bool decode_attention_supports(const StepBatch& batch, int head_dim, int group, int page_slots) {
+  return batch.max_rows_per_seq == 1 && (head_dim == 64 || head_dim == 128) && group >= 1 &&
+         group <= kRows && page_slots == kPageSlots;
+}
+
+void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld, const void* keys,
+                             const void* values, int n_kv_heads, int head_dim, void* out, int64_t out_ld,
+                             int n_heads, float scale, int n_splits, float* partial_acc, float* partial_ml,
+                             cudaStream_t stream) {
+  DecodeArgs a{};
+  a.batch = batch;
+  a.q = static_cast<const __nv_bfloat16*>(q);
+  a.q_ld = q_ld;
+  a.keys = static_cast<const __nv_bfloat16*>(keys);
+  a.values = static_cast<const __nv_bfloat16*>(values);
+  a.n_kv_heads = n_kv_heads;
+  a.out = static_cast<__nv_bfloat16*>(out);
+  a.out_ld = out_ld;
+  a.n_heads = n_heads;
+  a.group = n_heads / n_kv_heads;
+  a.n_splits = n_splits;
+  a.scale_log2 = scale * 1.4426950408889634f;
+  a.partial_acc = partial_acc;
+  a.partial_ml = partial_ml;
+  if (head_dim == 128) {
+    launch_for<128>(a, stream);
+  } else {
+    launch_for<64>(a, stream);
+  }
+}
+
+}  // namespace kvdice::backend::cuda

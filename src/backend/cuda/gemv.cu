@@ -1,0 +1,104 @@
+// Small-M matmul for decode (batch of at most kGemvMaxRows rows): y[m, n] (=|+=) x[m, :] · W[n, :], bf16
+// x and W, fp32 y and accumulation. Decode at small batch is a pure weight stream, and cuBLASLt's kernels
+// measured 1.5-3.1 TB/s at M = 1 on Qwen3-4B's shapes (split-K plus a separate reduce kernel for the
+// narrow ones) against ~4.3 TB/s of copy bandwidth, so these shapes take this kernel instead: one warp
+// per output row, 16-byte streaming loads of the weight row (several in flight per lane, no split-K,
+// no reduce kernel), x read through L1 (it is tiny and shared by every warp), a warp reduction, and the
+// residual add fused (accumulate).
+#include <cuda_bf16.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.h"
+
+namespace kvdice::backend::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane
+
+// Sum over the 8 bf16 pairs of w and x (a bf16 is the high half of an fp32).
+__device__ inline float dot8(const uint4& w, const uint4& x, float acc) {
+  const uint32_t ws[4] = {w.x, w.y, w.z, w.w}, xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    acc = fmaf(__uint_as_float(ws[i] << 16), __uint_as_float(xs[i] << 16), acc);
+    acc = fmaf(__uint_as_float(ws[i] & 0xffff0000u), __uint_as_float(xs[i] & 0xffff0000u), acc);
+  }
+  return acc;
+}
+
+template <int M>
+__global__ void __launch_bounds__(kWarps * 32)
+    gemv_kernel(const __nv_bfloat16* x, int64_t x_ld, const __nv_bfloat16* w, int64_t w_ld, float* y,
+                int64_t y_ld, int n_out, int chunks, bool accumulate) {
+  const int lane = threadIdx.x % 32;
+  const int n = blockIdx.x * kWarps + threadIdx.x / 32;
+  if (n >= n_out) return;
+  const uint4* w_row = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(n) * w_ld);
+  float acc[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+  auto x_chunk = [&](int m, int c) { return __ldg(reinterpret_cast<const uint4*>(x + m * x_ld) + c); };
+  int c = lane;
+  for (; c + 32 * (kUnroll - 1) < chunks; c += 32 * kUnroll) {
+    uint4 wv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) wv[u] = __ldcs(w_row + c + 32 * u);  // streamed: never reused
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int m = 0; m < M; ++m) acc[m] = dot8(wv[u], x_chunk(m, c + 32 * u), acc[m]);
+    }
+  }
+  for (; c < chunks; c += 32) {
+    const uint4 wv = __ldcs(w_row + c);
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = dot8(wv, x_chunk(m, c), acc[m]);
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    for (int offset = 16; offset > 0; offset /= 2) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], offset);
+  }
+  // Lane m writes row m (every lane holds every sum after the butterfly).
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    if (lane == m) {
+      float* dst = y + m * y_ld + n;
+      *dst = accumulate ? *dst + acc[m] : acc[m];
+    }
+  }
+}
+
+template <int M>
+void launch_rows(const View& x, const View& w, const View& y, bool accumulate, cudaStream_t stream) {
+  const int n_out = static_cast<int>(w.rows);
+  const unsigned blocks = static_cast<unsigned>((n_out + kWarps - 1) / kWarps);
+  gemv_kernel<M><<<blocks, kWarps * 32, 0, stream>>>(x.as<const __nv_bfloat16>(), x.ld, w.as<const __nv_bfloat16>(),
+                                                     w.ld, y.as<float>(), y.ld, n_out, static_cast<int>(w.cols / 8),
+                                                     accumulate);
+  CUDA_CHECK_LAUNCH("gemv_kernel");
+}
+
+}  // namespace
+
+bool gemv_supports(const View& x, const View& w, const View& y) {
+  const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return x.rows >= 1 && x.rows <= kGemvMaxRows && x.dtype == DType::BF16 && w.dtype == DType::BF16 &&
+         y.dtype == DType::F32 && w.cols % 8 == 0 && x.ld % 8 == 0 && w.ld % 8 == 0 && aligned16(x.data) &&
+         aligned16(w.data);
+}
+
+void launch_gemv(const View& x, const View& w, const View& y, bool accumulate, cudaStream_t stream) {
+  switch (x.rows) {
+    case 1: return launch_rows<1>(x, w, y, accumulate, stream);
+    case 2: return launch_rows<2>(x, w, y, accumulate, stream);
+    case 3: return launch_rows<3>(x, w, y, accumulate, stream);
+    case 4: return launch_rows<4>(x, w, y, accumulate, stream);
+    case 5: return launch_rows<5>(x, w, y, accumulate, stream);
+    case 6: return launch_rows<6>(x, w, y, accumulate, stream);
+    case 7: return launch_rows<7>(x, w, y, accumulate, stream);
+    default: return launch_rows<8>(x, w, y, accumulate, stream);
+  }
+}
+
+}  // namespace kvdice::backend::cuda
