@@ -33,3 +33,28 @@ for t, n, a, name in rows[:14]:
     print(f"{t/1e3:9.2f} ms {100*t/max(total,1e-9):5.1f}%  {n:5d} x {a:9.2f} us  {name}")
 PY
 done
+
+# Real (unserialised) kernel times inside the decode graphs, and how much of the step the GPU idles:
+# nsys traces every graph node; the kernel-sum table against the run's decode time gives the gap share.
+if [ "${NSYS:-0}" = 1 ] && command -v nsys >/dev/null; then
+  for batch in ${BATCHES:-1 128}; do
+    nsys profile -q --cuda-graph-trace=node -o "$OUT/nsys_b$batch" --force-overwrite true \
+      .gpu-bin/kvdice generate --backend cuda -m $M -p "${PROMPT:-hello world}" --samples $batch -n ${STEPS:-256} \
+      --ignore-eos --policy ${POLICY:-random_pp} --budget ${BUDGET:-256} --window 64 --json > "$OUT/nsys_b$batch.json" 2>/dev/null
+    nsys stats -q -r cuda_gpu_kern_sum --format csv -o "$OUT/nsys_b$batch" "$OUT/nsys_b$batch.nsys-rep" >/dev/null 2>&1
+    python3 - "$OUT/nsys_b${batch}_cuda_gpu_kern_sum.csv" "$OUT/nsys_b$batch.json" <<'PY'
+import csv, json, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+total_ns = sum(float(r["Total Time (ns)"]) for r in rows)
+print(f"{sys.argv[1]}: kernels {total_ns/1e6:.1f} ms in all")
+for r in sorted(rows, key=lambda r: -float(r["Total Time (ns)"]))[:12]:
+    print(f'{float(r["Total Time (ns)"])/1e6:9.2f} ms {float(r["Time (%)"]):5.1f}% {int(r["Instances"]):7d} x {float(r["Avg (ns)"])/1e3:8.2f} us  {r["Name"][:90]}')
+try:
+    res = json.load(open(sys.argv[2])); res = res if isinstance(res, list) else [res]
+    decode = max(x["stats"]["decode_seconds"] for x in res)
+    print(f"decode wall {decode*1e3:.1f} ms (kernel time includes prefill)")
+except Exception as e:
+    print("no decode time:", e)
+PY
+  done
+fi

@@ -16,6 +16,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/dependent_launch.cuh"
 
 namespace kvdice::backend::cuda {
 namespace {
@@ -300,6 +301,7 @@ template <int HD>
 __global__ void __launch_bounds__(kMergeThreads)
     merge_kernel(const float* partial_acc, const float* partial_ml, int n_heads, int n_splits,
                  __nv_bfloat16* out, int64_t out_ld) {
+  enter_dependent();
   extern __shared__ float weights[];  // [n_splits + kMergeWeightPad], the pad zero
   __shared__ float reduce_shared[kMergeThreads / 32];
   const int row = blockIdx.x, head = blockIdx.y;
@@ -344,9 +346,10 @@ template <int HD>
 void launch_merge(const AttentionArgs& args, cudaStream_t stream) {
   if (args.n_splits <= 1) return;
   const int threads = std::clamp(HD, 32, kMergeThreads);
-  merge_kernel<HD><<<dim3(static_cast<unsigned>(args.batch.n_rows), static_cast<unsigned>(args.n_heads)), threads,
-                     sizeof(float) * static_cast<size_t>(args.n_splits + kMergeWeightPad), stream>>>(
-      args.partial_acc, args.partial_ml, args.n_heads, args.n_splits, args.out, args.out_ld);
+  launch_dependent(merge_kernel<HD>, dim3(static_cast<unsigned>(args.batch.n_rows), static_cast<unsigned>(args.n_heads)),
+                   dim3(threads), sizeof(float) * static_cast<size_t>(args.n_splits + kMergeWeightPad), stream,
+                   static_cast<const float*>(args.partial_acc), static_cast<const float*>(args.partial_ml),
+                   args.n_heads, args.n_splits, args.out, args.out_ld);
   CUDA_CHECK_LAUNCH("attention merge_kernel");
 }
 

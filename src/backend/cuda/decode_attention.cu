@@ -13,6 +13,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/dependent_launch.cuh"
 
 namespace kvdice::backend::cuda {
 namespace {
@@ -101,6 +102,7 @@ __device__ inline uint32_t swizzled(int row, int chunk) {
 
 template <int HD>
 __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeArgs a) {
+  enter_dependent();
   using Shape = DecodeShape<HD>;
   constexpr int kStages = Shape::kStages;
   extern __shared__ __align__(128) unsigned char shared_raw[];
@@ -327,7 +329,7 @@ void launch_for(const DecodeArgs& args, cudaStream_t stream) {
   (void)configured;
   const dim3 grid(static_cast<unsigned>(args.batch.n_seqs), static_cast<unsigned>(args.n_kv_heads),
                   static_cast<unsigned>(args.n_splits));
-  decode_attention_kernel<HD><<<grid, kThreads, shared, stream>>>(args);
+  launch_dependent(decode_attention_kernel<HD>, grid, dim3(kThreads), shared, stream, args);
   CUDA_CHECK_LAUNCH("decode_attention_kernel");
 }
 

@@ -10,6 +10,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/device_convert.cuh"
 
 namespace kvdice::backend::cuda {
@@ -50,6 +51,7 @@ template <int V>
 __global__ void __launch_bounds__(kNormThreads)
     rmsnorm_vec4_kernel(const float* x, int64_t x_ld, const float* w, void* y, DType y_dtype, int64_t y_ld,
                         int cols, float eps) {
+  enter_dependent();
   __shared__ float warp_sums[kNormThreads / 32];
   const float4* xr = reinterpret_cast<const float4*>(x + blockIdx.x * x_ld);
   const int groups = cols / 4;
@@ -113,6 +115,7 @@ __device__ inline float silu_times(float g, float u) { return g / (1.0f + expf(-
 template <typename Out>
 __global__ void silu_mul_vec4_kernel(const float* gate_up, int64_t gu_ld, Out* out, int64_t out_ld, int64_t n,
                                      int64_t total_groups) {
+  enter_dependent();
   const int64_t groups_per_row = n / 4;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total_groups;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -170,9 +173,9 @@ void launch_rmsnorm(const View& x, const View& w, const View& y, float eps, cuda
   if (vec) {
     const unsigned grid = static_cast<unsigned>(x.rows);
     const int cols = static_cast<int>(x.cols);
-#define KVDICE_RMSNORM_VEC(V)                                                                           \
-  rmsnorm_vec4_kernel<V><<<grid, kNormThreads, 0, stream>>>(x.as<float>(), x.ld, w.as<float>(), y.data, \
-                                                            y.dtype, y.ld, cols, eps)
+#define KVDICE_RMSNORM_VEC(V)                                                                      \
+  launch_dependent(rmsnorm_vec4_kernel<V>, dim3(grid), dim3(kNormThreads), 0, stream, x.as<const float>(), \
+                   x.ld, w.as<const float>(), y.data, y.dtype, y.ld, cols, eps)
     if (per_thread <= 2)
       KVDICE_RMSNORM_VEC(2);
     else if (per_thread <= 4)
@@ -208,11 +211,11 @@ void launch_silu_mul(const View& gate_up, const View& out, cudaStream_t stream) 
     // At most ~16 CTAs per SM of a 132-SM part; the grid-stride loop covers the rest.
     const unsigned grid = static_cast<unsigned>(std::min<int64_t>((total + kThreads - 1) / kThreads, 2048));
     if (out_bf16) {
-      silu_mul_vec4_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(
-          gate_up.as<float>(), gate_up.ld, out.as<__nv_bfloat16>(), out.ld, out.cols, total);
+      launch_dependent(silu_mul_vec4_kernel<__nv_bfloat16>, dim3(grid), dim3(kThreads), 0, stream,
+                       gate_up.as<const float>(), gate_up.ld, out.as<__nv_bfloat16>(), out.ld, out.cols, total);
     } else {
-      silu_mul_vec4_kernel<float><<<grid, kThreads, 0, stream>>>(gate_up.as<float>(), gate_up.ld,
-                                                                 out.as<float>(), out.ld, out.cols, total);
+      launch_dependent(silu_mul_vec4_kernel<float>, dim3(grid), dim3(kThreads), 0, stream, gate_up.as<const float>(),
+                       gate_up.ld, out.as<float>(), out.ld, out.cols, total);
     }
     CUDA_CHECK_LAUNCH("silu_mul_vec4_kernel");
     return;

@@ -9,6 +9,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/dependent_launch.cuh"
 
 namespace kvdice::backend::cuda {
 namespace {
@@ -31,6 +32,7 @@ template <int M>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_kernel(const __nv_bfloat16* x, int64_t x_ld, const __nv_bfloat16* w, int64_t w_ld, float* y,
                 int64_t y_ld, int n_out, int chunks, bool accumulate) {
+  enter_dependent();
   const int lane = threadIdx.x % 32;
   const int n = blockIdx.x * kWarps + threadIdx.x / 32;
   if (n >= n_out) return;
@@ -73,9 +75,9 @@ template <int M>
 void launch_rows(const View& x, const View& w, const View& y, bool accumulate, cudaStream_t stream) {
   const int n_out = static_cast<int>(w.rows);
   const unsigned blocks = static_cast<unsigned>((n_out + kWarps - 1) / kWarps);
-  gemv_kernel<M><<<blocks, kWarps * 32, 0, stream>>>(x.as<const __nv_bfloat16>(), x.ld, w.as<const __nv_bfloat16>(),
-                                                     w.ld, y.as<float>(), y.ld, n_out, static_cast<int>(w.cols / 8),
-                                                     accumulate);
+  launch_dependent(gemv_kernel<M>, dim3(blocks), dim3(kWarps * 32), 0, stream, x.as<const __nv_bfloat16>(), x.ld,
+                   w.as<const __nv_bfloat16>(), w.ld, y.as<float>(), y.ld, n_out, static_cast<int>(w.cols / 8),
+                   accumulate);
   CUDA_CHECK_LAUNCH("gemv_kernel");
 }
 

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/device_convert.cuh"
 
 namespace kvdice::backend::cuda {
@@ -33,6 +34,7 @@ struct RopeArgs {
 };
 
 __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_append_kernel(RopeArgs a) {
+  enter_dependent();
   __shared__ float buffer[kWarps][kMaxHeadDim];
   __shared__ float cos_table[kMaxHeadDim / 2], sin_table[kMaxHeadDim / 2];
   const int row = blockIdx.x;
@@ -128,7 +130,7 @@ void launch_qk_norm_rope_append(const StepBatch& batch, const View& qkv, const V
   const int n_items = n_heads + 2 * kv.n_kv_heads;
   const dim3 grid(static_cast<unsigned>(batch.n_rows),
                   static_cast<unsigned>((n_items + kWarps - 1) / kWarps));
-  qk_norm_rope_append_kernel<<<grid, kWarps * 32, 0, stream>>>(a);
+  launch_dependent(qk_norm_rope_append_kernel, grid, dim3(kWarps * 32), 0, stream, a);
   CUDA_CHECK_LAUNCH("qk_norm_rope_append_kernel");
 }
 

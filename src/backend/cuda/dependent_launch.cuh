@@ -1,0 +1,40 @@
+// Programmatic dependent launch (Hopper) for the decode step's chain of small kernels: a kernel
+// launched with launch_dependent() may be scheduled while its predecessor in the stream drains, so the
+// launch latency and ramp-up of one kernel overlap the tail of the previous (at batch 1 a step is ~360
+// kernels of a few microseconds each, and those gaps were a large share of it). Every kernel launched
+// this way starts with enter_dependent(): it waits until the predecessor grid has completed and its
+// writes are visible (so nothing is read or written early), then lets its own dependents launch.
+// Without the launch attribute both instructions are no-ops, so these kernels may also be launched
+// plainly.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace kvdice::backend::cuda {
+
+__device__ inline void enter_dependent() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                      Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace kvdice::backend::cuda
