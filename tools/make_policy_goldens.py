@@ -275,7 +275,7 @@ def triattention(case, max_offset=65536):
     return out
 
 
-def make_tri_case(rng, L, H, g, d, n, keep, pl, appended, freq_scale=1.0, theta=10000.0):
+def make_tri_case(rng, L, H, g, d, n, keep, pl, appended, freq_scale=1.0, theta=10000.0, prompt_scale=1.0):
     F = d // 2
     positions = []
     for _ in range(H):   # prompt at slots [0, pl); the rest scrambled, distinct per head
@@ -288,7 +288,8 @@ def make_tri_case(rng, L, H, g, d, n, keep, pl, appended, freq_scale=1.0, theta=
     return {
         "n_layers": L, "n_kv_heads": H, "group": g, "head_dim": d, "n_candidates": n, "keep": keep,
         "n_protected": pl, "appended": appended, "positions": positions,
-        "keys": np.round(rng.normal(size=(L, H, n, d)), 3).ravel().tolist(),
+        "keys": np.round(rng.normal(size=(L, H, n, d)) * np.where(np.arange(n) < pl, prompt_scale, 1.0)[:, None],
+                         3).ravel().tolist(),
         "q_mean_real": np.round(eq.real, 4).ravel().tolist(),
         "q_mean_imag": np.round(eq.imag, 4).ravel().tolist(),
         "q_abs_mean": np.round(q_abs + 1e-3, 4).ravel().tolist(),
@@ -415,6 +416,8 @@ def main():
         make_tri_case(rng, 3, 2, 2, 8, 40, 24, 5, 400),
         make_tri_case(rng, 2, 2, 3, 16, 64, 40, 0, 70000, freq_scale=1.25, theta=1e6),
         make_tri_case(rng, 4, 1, 4, 8, 33, 32, 3, 100),
+        # a long prompt of large keys: z-normalising over it instead of the generated tokens shows
+        make_tri_case(rng, 3, 2, 2, 8, 48, 32, 20, 300, prompt_scale=4.0),
     ]
     tri_goldens = []
     for ci, case in enumerate(tri_cases):

@@ -142,7 +142,7 @@ TEST(PolicyGoldens, TriAttentionKeepSetsEqualTheNumpyReference) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 10);
+  EXPECT_EQ(checked, 14);
 }
 
 }  // namespace
