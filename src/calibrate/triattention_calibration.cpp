@@ -13,12 +13,15 @@
 namespace kvdice::calibrate {
 
 policy::TriAttentionStats collect_triattention_stats(const model::Model& model, backend::Backend& backend,
-                                                     std::span<const int> tokens, const CalibrationOptions& options) {
+                                                     std::span<const int> tokens,
+                                                     const CalibrationOptions& options) {
   const model::ModelConfig& c = model.config();
-  if (!backend.is_cpu()) fail("kvdice calibrate runs on the CPU backend (it reads the query ring from host memory)");
+  if (!backend.is_cpu())
+    fail("kvdice calibrate runs on the CPU backend (it reads the query ring from host memory)");
   if (tokens.empty()) fail("calibration text has no tokens");
   if (options.chunk < 1 || options.segment < options.chunk || options.segment % options.chunk != 0)
-    fail("calibration segment {} must be a positive multiple of the chunk {}", options.segment, options.chunk);
+    fail("calibration segment {} must be a positive multiple of the chunk {}", options.segment,
+         options.chunk);
   const int nf = c.head_dim / 2;
   if (static_cast<int>(model.rope_inv_freq().size()) != nf)
     fail("TriAttention needs RoPE over the whole head ({} bands); this model rotates {} (partial rotary)", nf,
@@ -71,7 +74,8 @@ policy::TriAttentionStats collect_triattention_stats(const model::Model& model, 
           const int32_t page = page_ids[static_cast<size_t>(r / page_slots)];
           const double position = at + r;
           for (int h = 0; h < c.n_heads; ++h) {
-            const float* q = L.query_ring + ((int64_t{page} * c.n_heads + h) * page_slots + r % page_slots) * c.head_dim;
+            const float* q =
+                L.query_ring + ((int64_t{page} * c.n_heads + h) * page_slots + r % page_slots) * c.head_dim;
             const size_t base = (static_cast<size_t>(layer) * c.n_heads + h) * nf;
             for (int f = 0; f < nf; ++f) {
               // Inverse rotation: (a + ib) · e^{-i p ω}.

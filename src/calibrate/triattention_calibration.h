@@ -23,6 +23,7 @@ struct CalibrationOptions {
 // do in the reference's calibration). Needs a CPU backend. Metadata holds tokens and segment; the
 // caller adds the model and text provenance.
 policy::TriAttentionStats collect_triattention_stats(const model::Model& model, backend::Backend& backend,
-                                                     std::span<const int> tokens, const CalibrationOptions& options);
+                                                     std::span<const int> tokens,
+                                                     const CalibrationOptions& options);
 
 }  // namespace kvdice::calibrate

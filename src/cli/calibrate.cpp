@@ -30,9 +30,10 @@ void run_calibrate(const CalibrateOptions& o) {
   engine::ModelBundle bundle = engine::load_model_bundle(model_path);
   std::vector<int> tokens = bundle.tokenizer->encode(text, /*parse_special=*/false);
   if (static_cast<int64_t>(tokens.size()) < o.tokens)
-    fail("--text {} holds {} tokens, fewer than --tokens {} (TriAttention calibrates on at least 50000 by "
-         "default); give a longer text or a smaller --tokens",
-         o.text, tokens.size(), o.tokens);
+    fail(
+        "--text {} holds {} tokens, fewer than --tokens {} (TriAttention calibrates on at least 50000 by "
+        "default); give a longer text or a smaller --tokens",
+        o.text, tokens.size(), o.tokens);
   tokens.resize(static_cast<size_t>(o.tokens));
   auto backend = backend::make_cpu_backend(o.threads);
   calibrate::CalibrationOptions options;
@@ -43,7 +44,8 @@ void run_calibrate(const CalibrateOptions& o) {
       options.chunk = c;
       break;
     }
-  policy::TriAttentionStats stats = calibrate::collect_triattention_stats(*bundle.model, *backend, tokens, options);
+  policy::TriAttentionStats stats =
+      calibrate::collect_triattention_stats(*bundle.model, *backend, tokens, options);
   stats.metadata["model"] = bundle.source;
   stats.metadata["architecture"] = bundle.model->config().architecture;
   stats.metadata["rope_theta"] = fmt::format("{}", bundle.model->config().rope_theta);
@@ -53,9 +55,11 @@ void run_calibrate(const CalibrateOptions& o) {
   stats.metadata["validity"] = fmt::format("{:.6f}", validity);
   write_triattention_stats(o.out, stats);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  fmt::print("calibrated {} on {} tokens of {} (sha256 {}), segments of {} tokens, in {:.1f} s\n", bundle.source,
-             stats.metadata["tokens"], o.text, stats.metadata["text_sha256"], o.segment, seconds);
-  fmt::print("validity (mean over layers of the per-head max over bands of |E q| / E|q|): {:.4f}\n", validity);
+  fmt::print("calibrated {} on {} tokens of {} (sha256 {}), segments of {} tokens, in {:.1f} s\n",
+             bundle.source, stats.metadata["tokens"], o.text, stats.metadata["text_sha256"], o.segment,
+             seconds);
+  fmt::print("validity (mean over layers of the per-head max over bands of |E q| / E|q|): {:.4f}\n",
+             validity);
   fmt::print("wrote {}\n", o.out);
 }
 
@@ -64,11 +68,14 @@ void run_calibrate(const CalibrateOptions& o) {
 void add_calibrate_command(CLI::App& app) {
   auto o = std::make_shared<CalibrateOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "calibrate", "Collect TriAttention's per-(layer, query head, RoPE band) query statistics of a model (CPU)");
-  cmd->add_option("-m,--model", o->model, "Model: HF checkpoint directory, .gguf file or known name")->required();
+      "calibrate",
+      "Collect TriAttention's per-(layer, query head, RoPE band) query statistics of a model (CPU)");
+  cmd->add_option("-m,--model", o->model, "Model: HF checkpoint directory, .gguf file or known name")
+      ->required();
   cmd->add_option("--text", o->text, "Calibration text file (plain text, tokenized without special tokens)")
       ->required();
-  cmd->add_option("--out", o->out, "Statistics file to write (safetensors; see docs/policies.md)")->required();
+  cmd->add_option("--out", o->out, "Statistics file to write (safetensors; see docs/policies.md)")
+      ->required();
   cmd->add_option("--tokens", o->tokens, "Tokens of the text to use (the first N)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 31));

@@ -105,8 +105,8 @@ void require_cuda_selection(std::string_view name) {
   for (const Entry& entry : kPolicies) {
     if (entry.name != name) continue;
     if (entry.cuda == nullptr && entry.name != "full")
-      fail("policy '{}' has no CUDA selection kernel (src/policy/cuda/{}.cu){}; run it with --backend cpu", name,
-           name, kBuild);
+      fail("policy '{}' has no CUDA selection kernel (src/policy/cuda/{}.cu){}; run it with --backend cpu",
+           name, name, kBuild);
     return;
   }
   make_policy(name);  // unknown names fail here, listing the known ones

@@ -57,9 +57,10 @@ class RkvOfficialPolicy final : public EvictionPolicy {
     const int nq = std::min(queries_, input.n_queries);  // the ring is newest first
     KVDICE_CHECK(d > 0 && group > 0 && nq > 0, "rkv_official needs head_dim, group and queries ({}, {}, {})",
                  d, group, nq);
-    KVDICE_CHECK(static_cast<int64_t>(input.keys.size()) == int64_t{n} * d &&
-                     static_cast<int64_t>(input.window_queries.size()) == int64_t{group} * input.n_queries * d,
-                 "rkv_official got {} key and {} query values", input.keys.size(), input.window_queries.size());
+    KVDICE_CHECK(
+        static_cast<int64_t>(input.keys.size()) == int64_t{n} * d &&
+            static_cast<int64_t>(input.window_queries.size()) == int64_t{group} * input.n_queries * d,
+        "rkv_official got {} key and {} query values", input.keys.size(), input.window_queries.size());
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     std::vector<double> mean(static_cast<size_t>(n), 0.0), logits(static_cast<size_t>(n));
     for (int i = 0; i < nq; ++i) {
@@ -83,7 +84,8 @@ class RkvOfficialPolicy final : public EvictionPolicy {
     const int half = pool_ / 2;
     for (int i = 0; i < n; ++i) {
       double best = -INFINITY;
-      for (int t = std::max(0, i - half); t <= std::min(n - 1, i + half); ++t) best = std::max(best, mean[order[t]]);
+      for (int t = std::max(0, i - half); t <= std::min(n - 1, i + half); ++t)
+        best = std::max(best, mean[order[t]]);
       pooled[order[i]] = best;
     }
     return pooled;

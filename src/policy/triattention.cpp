@@ -7,8 +7,8 @@
 //   amp_f = |E q_f| |k̃_f|,  φ_f = arg(E q_f · conj(k̃_f)),  extra_f = (E|q_f| − |E q_f|) |k̃_f|
 //   score = mean_{d ∈ {1, 2, 4, …, 65536}} Σ_f amp_f s_f² cos((R − p + d) ω_f + φ_f) + Σ_f extra_f s_f²
 // with R = tokens appended so far. Since amp_f e^{iφ_f} = E q_f · conj(k̃_f) and k̃_f e^{i p ω_f} = k_f,
-// the trigonometric term equals Σ_f Re(W_f · conj(k_f)) with W_f = s_f² E q_f e^{i R ω_f} · mean_d e^{i d ω_f}:
-// a dot product of the post-RoPE key with a vector computed once per (layer, query head, round). This
+// the trigonometric term equals Σ_f Re(W_f · conj(k_f)) with W_f = s_f² E q_f e^{i R ω_f} · mean_d e^{i d
+// ω_f}: a dot product of the post-RoPE key with a vector computed once per (layer, query head, round). This
 // file uses that identity (exact in real arithmetic; one multiply-add per key element instead of 17
 // cosines per band); tools/make_policy_goldens.py evaluates the formula above literally.
 // Then per (layer, query head): z-normalise over the unprotected candidates (population std, clamped at
@@ -30,10 +30,12 @@ namespace {
 class TriAttentionPolicy final : public EvictionPolicy {
  public:
   explicit TriAttentionPolicy(PolicyOptions& options)
-      : path_(options.get_string("stats", "")), max_offset_(options.get_int("max_offset", 65536, 1, 1 << 30)) {
+      : path_(options.get_string("stats", "")),
+        max_offset_(options.get_int("max_offset", 65536, 1, 1 << 30)) {
     if (path_.empty())
-      fail("policy 'triattention' needs calibration statistics of the model: pass "
-           "--policy triattention:stats=FILE (made by kvdice calibrate --model M --text T --out FILE)");
+      fail(
+          "policy 'triattention' needs calibration statistics of the model: pass "
+          "--policy triattention:stats=FILE (made by kvdice calibrate --model M --text T --out FILE)");
     stats_ = read_triattention_stats(path_);
     for (int64_t d = 1; d <= max_offset_; d *= 2) offsets_.push_back(static_cast<double>(d));
   }
@@ -50,8 +52,8 @@ class TriAttentionPolicy final : public EvictionPolicy {
   std::vector<double> score_round(const RoundKeys& in) const override {
     const TriAttentionStats& s = stats_;
     if (in.n_layers != s.n_layers || in.n_kv_heads != s.n_kv_heads || in.head_dim != s.head_dim)
-      fail("TriAttention statistics {} are for {} layers, {} KV heads of dim {}; the cache has {}, {}, {}", path_,
-           s.n_layers, s.n_kv_heads, s.head_dim, in.n_layers, in.n_kv_heads, in.head_dim);
+      fail("TriAttention statistics {} are for {} layers, {} KV heads of dim {}; the cache has {}, {}, {}",
+           path_, s.n_layers, s.n_kv_heads, s.head_dim, in.n_layers, in.n_kv_heads, in.head_dim);
     const int n = in.n_candidates, nf = s.bands(), group = s.n_heads / s.n_kv_heads, pl = in.n_protected;
     // mean_d e^{i d ω_f}, and e^{i R ω_f} (R in double: exact positions, unlike an fp32 phase).
     std::vector<std::complex<double>> rotate(static_cast<size_t>(nf));
@@ -69,9 +71,11 @@ class TriAttentionPolicy final : public EvictionPolicy {
       for (int kv = 0; kv < s.n_kv_heads; ++kv) {
         for (int slot = 0; slot < n; ++slot)
           if (in.position(layer, kv, slot) != in.position(0, kv, slot))
-            fail("triattention: layer {} KV head {} slot {} holds position {}, layer 0 holds {}; its keep-sets are "
-                 "shared by all layers, so every layer must hold the same tokens",
-                 layer, kv, slot, in.position(layer, kv, slot), in.position(0, kv, slot));
+            fail(
+                "triattention: layer {} KV head {} slot {} holds position {}, layer 0 holds {}; its "
+                "keep-sets are "
+                "shared by all layers, so every layer must hold the same tokens",
+                layer, kv, slot, in.position(layer, kv, slot), in.position(0, kv, slot));
         std::fill(best.begin(), best.end(), -INFINITY);
         for (int g = 0; g < group; ++g) {
           const int qh = kv * group + g;
@@ -88,13 +92,15 @@ class TriAttentionPolicy final : public EvictionPolicy {
             const float* k = in.key(layer, kv, slot);
             double score = 0.0;
             for (int f = 0; f < nf; ++f)
-              score += w[f] * k[f] + w[f + nf] * k[f + nf] + extra[f] * std::hypot(double{k[f]}, double{k[f + nf]});
+              score += w[f] * k[f] + w[f + nf] * k[f + nf] +
+                       extra[f] * std::hypot(double{k[f]}, double{k[f + nf]});
             head[slot] = score;
           }
           normalise(head, pl);
           for (int slot = 0; slot < n; ++slot) best[slot] = std::max(best[slot], head[slot]);
         }
-        for (int slot = 0; slot < n; ++slot) total[static_cast<size_t>(kv) * n + slot] += best[slot] / s.n_layers;
+        for (int slot = 0; slot < n; ++slot)
+          total[static_cast<size_t>(kv) * n + slot] += best[slot] / s.n_layers;
       }
     }
     return total;
@@ -102,7 +108,8 @@ class TriAttentionPolicy final : public EvictionPolicy {
 
   void select(const SelectionInput& input, std::span<uint8_t> keep) const override {
     KVDICE_CHECK(static_cast<int>(input.round_score.size()) == input.n_candidates,
-                 "triattention got {} round scores for {} candidates", input.round_score.size(), input.n_candidates);
+                 "triattention got {} round scores for {} candidates", input.round_score.size(),
+                 input.n_candidates);
     std::fill(keep.begin(), keep.end(), uint8_t{0});
     for (int slot = 0; slot < input.n_protected; ++slot) keep[slot] = 1;
     const std::vector<int32_t> rest = chronological(input, input.n_protected);

@@ -34,7 +34,8 @@ std::vector<int64_t> expected_shape(const TriAttentionStats& s, std::string_view
   return {s.n_layers, s.n_heads, s.bands()};
 }
 
-int metadata_int(const std::map<std::string, std::string>& meta, const std::string& key, const std::string& where) {
+int metadata_int(const std::map<std::string, std::string>& meta, const std::string& key,
+                 const std::string& where) {
   auto it = meta.find(key);
   if (it == meta.end()) fail("{}: TriAttention statistics lack the metadata field '{}'", where, key);
   try {
@@ -46,7 +47,9 @@ int metadata_int(const std::map<std::string, std::string>& meta, const std::stri
   fail("{}: metadata field {}='{}' is not a positive integer", where, key, it->second);
 }
 
-bool close_rel(double a, double b, double tol) { return std::abs(a - b) <= tol * std::max(std::abs(a), std::abs(b)); }
+bool close_rel(double a, double b, double tol) {
+  return std::abs(a - b) <= tol * std::max(std::abs(a), std::abs(b));
+}
 
 }  // namespace
 
@@ -76,23 +79,24 @@ TriAttentionStats read_triattention_stats(const std::filesystem::path& path) {
   s.metadata = header.metadata;
   auto format = header.metadata.find("format");
   if (format == header.metadata.end() || format->second != kFormat)
-    fail("{}: not a TriAttention statistics file (its safetensors metadata has no format={}); make one with "
-         "kvdice calibrate",
-         where, kFormat);
+    fail(
+        "{}: not a TriAttention statistics file (its safetensors metadata has no format={}); make one with "
+        "kvdice calibrate",
+        where, kFormat);
   s.n_layers = metadata_int(s.metadata, "n_layers", where);
   s.n_heads = metadata_int(s.metadata, "n_heads", where);
   s.n_kv_heads = metadata_int(s.metadata, "n_kv_heads", where);
   s.head_dim = metadata_int(s.metadata, "head_dim", where);
   if (s.head_dim % 2 != 0 || s.n_heads % s.n_kv_heads != 0)
-    fail("{}: head_dim {} must be even and n_heads {} a multiple of n_kv_heads {}", where, s.head_dim, s.n_heads,
-         s.n_kv_heads);
+    fail("{}: head_dim {} must be even and n_heads {} a multiple of n_kv_heads {}", where, s.head_dim,
+         s.n_heads, s.n_kv_heads);
   for (const Named& t : kTensors) {
     const model::SafetensorsEntry* entry = header.find(t.name);
     if (!entry) fail("{}: TriAttention statistics lack the tensor '{}'", where, t.name);
     const std::vector<int64_t> shape = expected_shape(s, t.name);
     if (entry->dtype != "F32" || entry->shape != shape)
-      fail("{}: tensor '{}' is {} {}, expected F32 {}", where, t.name, entry->dtype, shape_string(entry->shape),
-           shape_string(shape));
+      fail("{}: tensor '{}' is {} {}, expected F32 {}", where, t.name, entry->dtype,
+           shape_string(entry->shape), shape_string(shape));
     std::vector<float>& out = s.*t.member;
     out.resize((entry->end - entry->begin) / sizeof(float));
     std::memcpy(out.data(), file.data() + header.data_start + entry->begin, entry->end - entry->begin);
@@ -123,7 +127,8 @@ void write_triattention_stats(const std::filesystem::path& path, const TriAttent
     const std::vector<int64_t> shape = expected_shape(stats, t.name);
     int64_t numel = 1;
     for (int64_t d : shape) numel *= d;
-    KVDICE_CHECK(static_cast<int64_t>(v.size()) == numel, "{} has {} values, expected {}", t.name, v.size(), numel);
+    KVDICE_CHECK(static_cast<int64_t>(v.size()) == numel, "{} has {} values, expected {}", t.name, v.size(),
+                 numel);
     const uint64_t bytes = v.size() * sizeof(float);
     header[t.name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
@@ -132,7 +137,8 @@ void write_triattention_stats(const std::filesystem::path& path, const TriAttent
   text.append((8 - text.size() % 8) % 8, ' ');  // the data buffer starts 8-byte aligned
   std::string out(8, '\0');
   const uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);  // little-endian
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);  // little-endian
   out += text;
   for (const Named& t : kTensors) {
     const std::vector<float>& v = stats.*t.member;
@@ -154,26 +160,32 @@ std::vector<float> q_weight_norms(const model::Model& model) {
 void check_stats_match(const TriAttentionStats& s, const model::Model& model, const std::string& path) {
   const model::ModelConfig& c = model.config();
   const std::string made_for = s.metadata.count("model") ? s.metadata.at("model") : std::string("?");
-  if (s.n_layers != c.n_layers || s.n_heads != c.n_heads || s.n_kv_heads != c.n_kv_heads || s.head_dim != c.head_dim)
-    fail("TriAttention statistics {} were made for another model ({}: {} layers, {}/{} heads of dim {}); this "
-         "model has {} layers, {}/{} heads of dim {}. Run kvdice calibrate for it",
-         path, made_for, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, c.n_layers, c.n_heads, c.n_kv_heads,
-         c.head_dim);
+  if (s.n_layers != c.n_layers || s.n_heads != c.n_heads || s.n_kv_heads != c.n_kv_heads ||
+      s.head_dim != c.head_dim)
+    fail(
+        "TriAttention statistics {} were made for another model ({}: {} layers, {}/{} heads of dim {}); this "
+        "model has {} layers, {}/{} heads of dim {}. Run kvdice calibrate for it",
+        path, made_for, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, c.n_layers, c.n_heads, c.n_kv_heads,
+        c.head_dim);
   const std::vector<float>& inv_freq = model.rope_inv_freq();
   if (static_cast<int>(inv_freq.size()) != s.bands())
-    fail("TriAttention needs RoPE over the whole head ({} bands), this model rotates {} (partial rotary)", s.bands(),
-         inv_freq.size());
+    fail("TriAttention needs RoPE over the whole head ({} bands), this model rotates {} (partial rotary)",
+         s.bands(), inv_freq.size());
   for (int f = 0; f < s.bands(); ++f)
     if (!close_rel(inv_freq[f], s.omega[f], 1e-5))
-      fail("TriAttention statistics {} were made for another model ({}): RoPE frequency of band {} is {} there, {} "
-           "here. Run kvdice calibrate for this model",
-           path, made_for, f, s.omega[f], inv_freq[f]);
+      fail(
+          "TriAttention statistics {} were made for another model ({}): RoPE frequency of band {} is {} "
+          "there, {} "
+          "here. Run kvdice calibrate for this model",
+          path, made_for, f, s.omega[f], inv_freq[f]);
   const std::vector<float> norms = q_weight_norms(model);
   for (int l = 0; l < s.n_layers; ++l)
     if (!close_rel(norms[l], s.q_weight_norm[l], 1e-3))
-      fail("TriAttention statistics {} were made for another model ({}): layer {}'s q projection norm is {} there, {} "
-           "here. Run kvdice calibrate for this model",
-           path, made_for, l, s.q_weight_norm[l], norms[l]);
+      fail(
+          "TriAttention statistics {} were made for another model ({}): layer {}'s q projection norm is {} "
+          "there, {} "
+          "here. Run kvdice calibrate for this model",
+          path, made_for, l, s.q_weight_norm[l], norms[l]);
 }
 
 }  // namespace kvdice::policy

@@ -85,7 +85,8 @@ TEST(Cli, GenerateJsonReportsEvictionAndBudget) {
 // Issue 7's CPU policies end to end: rounds fire, the budget holds, the options are reported.
 TEST(Cli, EveryBaselinePolicyGeneratesUnderTheBudget) {
   // TriAttention's statistics come from kvdice calibrate on a short text (a real run uses >= 50k tokens).
-  const std::string text = ::testing::TempDir() + "/calibration.txt", stats = ::testing::TempDir() + "/q3.stats";
+  const std::string text = ::testing::TempDir() + "/calibration.txt",
+                    stats = ::testing::TempDir() + "/q3.stats";
   {
     std::ofstream out(text);
     for (int i = 0; i < 200; ++i) out << "the cat sat on the mat and counted to " << i << ". ";
@@ -95,10 +96,11 @@ TEST(Cli, EveryBaselinePolicyGeneratesUnderTheBudget) {
   ASSERT_EQ(calibrated.exit_code, 0) << calibrated.err;
   EXPECT_NE(calibrated.out.find("on 600 tokens of " + text), std::string::npos) << calibrated.out;
   EXPECT_NE(calibrated.out.find("validity"), std::string::npos) << calibrated.out;
-  expect_failure({"calibrate", "--model", kModel, "--text", text, "--out", stats}, "fewer than --tokens 50000");
-  for (const std::string& policy : std::vector<std::string>{"random_block_pp:block=4", "random_pp_rec", "snapkv",
-                                                            "snapkv_pp", "h2o", "h2o_pp", "vase", "vase_pp", "rkv",
-                                                            "rkv_pp", "rkv_official", "triattention:stats=" + stats}) {
+  expect_failure({"calibrate", "--model", kModel, "--text", text, "--out", stats},
+                 "fewer than --tokens 50000");
+  for (const std::string& policy : std::vector<std::string>{
+           "random_block_pp:block=4", "random_pp_rec", "snapkv", "snapkv_pp", "h2o", "h2o_pp", "vase",
+           "vase_pp", "rkv", "rkv_pp", "rkv_official", "triattention:stats=" + stats}) {
     const CommandResult r = run_kvdice({"generate",      "--model",  kModel, "--chat",    "-p",
                                         "Count to ten.", "--policy", policy, "--budget",  "32",
                                         "--window",      "8",        "-n",   "40",        "--ignore-eos",

@@ -76,9 +76,8 @@ TEST(PolicyGoldens, KeepSetsEqualTheNumpyReference) {
   }
   // Every policy with a rule beyond "keep everything" has goldens (the random ones of issue 1 are
   // pinned by test_random_policies' documented draw).
-  for (const char* name :
-       {"random_block_pp", "random_pp_rec", "snapkv", "snapkv_pp", "h2o", "h2o_pp", "vase", "vase_pp", "rkv",
-        "rkv_pp", "rkv_official"})
+  for (const char* name : {"random_block_pp", "random_pp_rec", "snapkv", "snapkv_pp", "h2o", "h2o_pp", "vase",
+                           "vase_pp", "rkv", "rkv_pp", "rkv_official"})
     EXPECT_TRUE(seen.count(name)) << name;
 }
 
@@ -91,7 +90,8 @@ TEST(PolicyGoldens, TriAttentionKeepSetsEqualTheNumpyReference) {
   int checked = 0;
   for (const auto& g : doc["triattention_goldens"]) {
     const nlohmann::json& c = doc["triattention_cases"].at(g["case"].get<size_t>());
-    const int L = c["n_layers"], H = c["n_kv_heads"], group = c["group"], d = c["head_dim"], n = c["n_candidates"];
+    const int L = c["n_layers"], H = c["n_kv_heads"], group = c["group"], d = c["head_dim"],
+              n = c["n_candidates"];
     TriAttentionStats stats;
     stats.n_layers = L;
     stats.n_heads = H * group;
@@ -107,9 +107,9 @@ TEST(PolicyGoldens, TriAttentionKeepSetsEqualTheNumpyReference) {
     write_triattention_stats(path, stats);
     const std::string spec = g["policy"].get<std::string>();
     const size_t colon = spec.find(':');
-    auto policy = make_policy(colon == std::string::npos ? spec + ":stats=" + path
-                                                         : spec.substr(0, colon) + ":stats=" + path + "," +
-                                                               spec.substr(colon + 1));
+    auto policy = make_policy(colon == std::string::npos
+                                  ? spec + ":stats=" + path
+                                  : spec.substr(0, colon) + ":stats=" + path + "," + spec.substr(colon + 1));
     ASSERT_TRUE(policy->scores_whole_round());
     const std::vector<float> keys = c["keys"].get<std::vector<float>>();
     const std::vector<int32_t> positions = c["positions"].get<std::vector<int32_t>>();
@@ -120,7 +120,9 @@ TEST(PolicyGoldens, TriAttentionKeepSetsEqualTheNumpyReference) {
     rk.n_candidates = n;
     rk.n_protected = c["n_protected"];
     rk.appended = c["appended"];
-    rk.key = [&](int layer, int head, int slot) { return keys.data() + ((int64_t{layer} * H + head) * n + slot) * d; };
+    rk.key = [&](int layer, int head, int slot) {
+      return keys.data() + ((int64_t{layer} * H + head) * n + slot) * d;
+    };
     rk.position = [&](int, int head, int slot) { return positions[static_cast<size_t>(head) * n + slot]; };
     const std::vector<double> score = policy->score_round(rk);
     ASSERT_EQ(score.size(), static_cast<size_t>(H) * n);

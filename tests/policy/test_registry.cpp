@@ -10,11 +10,11 @@
 namespace kvdice::policy {
 namespace {
 
-const std::vector<std::string> kExpected{"full",          "random_pp", "random",    "random_shared",
-                                         "recency_pp",    "recency",   "streaming", "random_block_pp",
-                                         "random_pp_rec", "snapkv",    "snapkv_pp", "h2o",
-                                         "h2o_pp",        "vase",      "vase_pp",
-                                         "rkv",           "rkv_pp",    "rkv_official", "triattention"};
+const std::vector<std::string> kExpected{"full",          "random_pp",    "random",      "random_shared",
+                                         "recency_pp",    "recency",      "streaming",   "random_block_pp",
+                                         "random_pp_rec", "snapkv",       "snapkv_pp",   "h2o",
+                                         "h2o_pp",        "vase",         "vase_pp",     "rkv",
+                                         "rkv_pp",        "rkv_official", "triattention"};
 
 TEST(Registry, ListsEveryPolicyAndBuildsEach) {
   EXPECT_EQ(policy_names(), kExpected);
@@ -64,9 +64,8 @@ TEST(Registry, OptionsAreParsedDefaultedAndDescribed) {
 }
 
 TEST(Registry, PoliciesWithoutCudaFileAreRefusedOnCuda) {
-  for (const char* name :
-       {"random_block_pp", "random_pp_rec", "snapkv", "snapkv_pp", "h2o", "h2o_pp", "vase", "vase_pp", "rkv",
-        "rkv_pp", "rkv_official", "triattention"}) {
+  for (const char* name : {"random_block_pp", "random_pp_rec", "snapkv", "snapkv_pp", "h2o", "h2o_pp", "vase",
+                           "vase_pp", "rkv", "rkv_pp", "rkv_official", "triattention"}) {
     EXPECT_EQ(cuda_selection(name), nullptr) << name;
     try {
       require_cuda_selection(name);
@@ -85,8 +84,8 @@ TEST(Registry, RkvOptionsAndDefaults) {
   EXPECT_TRUE(make_policy("rkv_pp")->protects_prompt());
   EXPECT_FALSE(make_policy("rkv")->protects_prompt());
   EXPECT_FALSE(make_policy("rkv_official")->protects_prompt());
-  for (const char* bad : {"rkv:lambda=1.5", "rkv:pool=4", "rkv_official:queries=0", "rkv_official:threshold=2",
-                          "rkv_official:temperature=1"})
+  for (const char* bad : {"rkv:lambda=1.5", "rkv:pool=4", "rkv_official:queries=0",
+                          "rkv_official:threshold=2", "rkv_official:temperature=1"})
     EXPECT_THROW(make_policy(bad), Error) << bad;
 }
 

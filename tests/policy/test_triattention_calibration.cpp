@@ -42,7 +42,8 @@ TEST(TriAttentionCalibration, StatisticsEqualTheNumpyForward) {
   calibrate::CalibrationOptions options;
   options.segment = g["segment"];
   options.chunk = 8;  // 40-token segments in 5 steps, the 20-token tail in 3 (the last partial)
-  const TriAttentionStats s = calibrate::collect_triattention_stats(*bundle().model, *backend, tokens, options);
+  const TriAttentionStats s =
+      calibrate::collect_triattention_stats(*bundle().model, *backend, tokens, options);
   expect_close(s.q_mean_real, g["q_mean_real"].get<std::vector<double>>(), "q_mean_real");
   expect_close(s.q_mean_imag, g["q_mean_imag"].get<std::vector<double>>(), "q_mean_imag");
   expect_close(s.q_abs_mean, g["q_abs_mean"].get<std::vector<double>>(), "q_abs_mean");
@@ -66,7 +67,8 @@ TEST(TriAttentionCalibration, StatisticsOfAnotherModelAreRefused) {
   calibrate::CalibrationOptions options;
   options.segment = 16;
   options.chunk = 16;
-  TriAttentionStats s = calibrate::collect_triattention_stats(*bundle().model, *backend, std::vector<int>(16, 5), options);
+  TriAttentionStats s =
+      calibrate::collect_triattention_stats(*bundle().model, *backend, std::vector<int>(16, 5), options);
   s.q_weight_norm[1] *= 1.01f;  // a fine-tune of the same shape
   const std::string path = ::testing::TempDir() + "/other.safetensors";
   write_triattention_stats(path, s);
@@ -86,10 +88,12 @@ TEST(TriAttentionCalibration, MissingOrForeignStatisticsAreClearErrors) {
     EXPECT_NE(std::string(e.what()).find("kvdice calibrate"), std::string::npos) << e.what();
   }
   try {
-    make_policy("triattention:stats=" + kFixtures + "/qwen3/model.safetensors");  // a checkpoint, not statistics
+    make_policy("triattention:stats=" + kFixtures +
+                "/qwen3/model.safetensors");  // a checkpoint, not statistics
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("not a TriAttention statistics file"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not a TriAttention statistics file"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -143,8 +143,8 @@ int64_t evict_sequence_host(const HostSequencePages& seq, const RoundParams& par
     };
     round_score = policy.score_round(keys);
     KVDICE_CHECK(round_score.size() == static_cast<size_t>(n_kv_heads) * n_candidates,
-                 "policy '{}' scored {} candidates, expected {} heads x {}", policy.name(), round_score.size(),
-                 n_kv_heads, n_candidates);
+                 "policy '{}' scored {} candidates, expected {} heads x {}", policy.name(),
+                 round_score.size(), n_kv_heads, n_candidates);
   }
   for (int layer = 0; layer < static_cast<int>(seq.layers->size()); ++layer) {
     const KvLayer& kv = (*seq.layers)[static_cast<size_t>(layer)];
