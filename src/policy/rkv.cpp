@@ -35,13 +35,10 @@ class RkvPolicy final : public EvictionPolicy {
     return fmt::format("lambda={},pool={},temperature={}", lambda_, pool_, temperature_);
   }
   void select(const SelectionInput& input, std::span<uint8_t> keep) const override {
-    std::fill(keep.begin(), keep.end(), uint8_t{0});
     std::vector<double> score = windowed_attention(input, pool_, temperature_);
     const std::vector<double> redundancy = key_redundancy(input, std::nullopt);
     for (size_t j = 0; j < score.size(); ++j) score[j] = lambda_ * score[j] - (1.0 - lambda_) * redundancy[j];
-    for (int slot = 0; slot < input.n_protected; ++slot) keep[slot] = 1;
-    const std::vector<int32_t> rest = chronological(input, input.n_protected);
-    keep_highest<double>(input, rest, score, input.keep - input.n_protected, keep);
+    keep_prompt_and_highest<double>(input, score, keep);
   }
 
  private:

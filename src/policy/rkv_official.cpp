@@ -40,15 +40,12 @@ class RkvOfficialPolicy final : public EvictionPolicy {
   }
 
   void select(const SelectionInput& input, std::span<uint8_t> keep) const override {
-    std::fill(keep.begin(), keep.end(), uint8_t{0});
     const std::vector<double> importance = this->importance(input);
     const std::vector<double> redundancy = key_redundancy(input, threshold_);
     std::vector<double> score(importance.size());
     for (size_t j = 0; j < score.size(); ++j)
       score[j] = lambda_ * importance[j] - (1.0 - lambda_) * redundancy[j];
-    for (int slot = 0; slot < input.n_protected; ++slot) keep[slot] = 1;
-    const std::vector<int32_t> rest = chronological(input, input.n_protected);
-    keep_highest<double>(input, rest, score, input.keep - input.n_protected, keep);
+    keep_prompt_and_highest<double>(input, score, keep);
   }
 
  private:

@@ -110,10 +110,7 @@ class TriAttentionPolicy final : public EvictionPolicy {
     KVDICE_CHECK(static_cast<int>(input.round_score.size()) == input.n_candidates,
                  "triattention got {} round scores for {} candidates", input.round_score.size(),
                  input.n_candidates);
-    std::fill(keep.begin(), keep.end(), uint8_t{0});
-    for (int slot = 0; slot < input.n_protected; ++slot) keep[slot] = 1;
-    const std::vector<int32_t> rest = chronological(input, input.n_protected);
-    keep_highest<double>(input, rest, input.round_score, input.keep - input.n_protected, keep);
+    keep_prompt_and_highest<double>(input, input.round_score, keep);
   }
 
  private:
