@@ -151,6 +151,53 @@ def vase(case, protect, large=0.25, sinks=4):
     return sorted(kept)
 
 
+def redundancy(case, threshold=None):
+    """R-KV key redundancy, written in the reference's index space: candidates in age order (the
+    reference stores them chronologically), cosine matrix of k / (|k| + 1e-8) with the diagonal
+    zeroed; with a threshold, each row's largest index whose similarity exceeds it (0 when none) is
+    zeroed (retain_direction="last"); mean over rows, softmax over candidates."""
+    n, d = case["n_candidates"], case["head_dim"]
+    order = chrono(case, 0)
+    k = np.array(case["keys"], dtype=np.float32).astype(np.float64).reshape(n, d)[order]
+    kn = k / (np.linalg.norm(k, axis=-1, keepdims=True) + 1e-8)
+    cs = kn @ kn.T
+    np.fill_diagonal(cs, 0.0)
+    if threshold is not None:
+        ind = np.where(cs > threshold, np.arange(n)[None, :], 0)
+        spare = ind.max(axis=-1)
+        cs[np.arange(n), spare] = 0.0
+    m = cs.mean(axis=0)
+    e = np.exp(m - m.max())
+    red = np.zeros(n)
+    red[order] = e / e.sum()
+    return red
+
+
+def rkv(case, protect, lam=0.5, pool=5):
+    pl = case["n_protected"] if protect else 0
+    score = lam * windowed_attention(case, pool) - (1 - lam) * redundancy(case)
+    return list(range(pl)) + top(case, chrono(case, pl), score, case["keep"] - pl)
+
+
+def rkv_official(case, lam=0.1, queries=8, pool=7, threshold=0.5):
+    n, d, g, nq = case["n_candidates"], case["head_dim"], case["group"], case["n_queries"]
+    k = np.array(case["keys"], dtype=np.float32).astype(np.float64).reshape(n, d)
+    q = np.array(case["window_queries"], dtype=np.float32).astype(np.float64).reshape(g, nq, d)
+    q = q[:, :min(queries, nq)]                              # the ring is newest first
+    logits = (q @ k.T / math.sqrt(d)).max(axis=0)            # max over the GQA group: [queries, n]
+    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    imp = p.mean(axis=0)
+    order = chrono(case, 0)
+    chron = imp[order]
+    padded = np.pad(chron, (pool // 2, pool // 2), constant_values=-np.inf)
+    pooled = np.stack([padded[i:i + n] for i in range(pool)]).max(axis=0)
+    importance = np.zeros(n)
+    importance[order] = pooled
+    score = lam * importance - (1 - lam) * redundancy(case, threshold)
+    return top(case, chrono(case, 0), score, case["keep"])
+
+
 POLICIES = {
     "snapkv": lambda c: snapkv(c, False),
     "snapkv_pp": lambda c: snapkv(c, True),
@@ -165,8 +212,171 @@ POLICIES = {
     "random_block_pp:block=1": lambda c: random_block_pp(c, block=1),
     "random_pp_rec": random_pp_rec,
     "random_pp_rec:recent=0.25": lambda c: random_pp_rec(c, recent=0.25),
+    "rkv": lambda c: rkv(c, False),
+    "rkv_pp": lambda c: rkv(c, True),
+    "rkv:lambda=0.3,pool=1": lambda c: rkv(c, False, lam=0.3, pool=1),
+    "rkv_official": rkv_official,
+    "rkv_official:lambda=0.5,queries=3,pool=3,threshold=0.2": lambda c: rkv_official(
+        c, lam=0.5, queries=3, pool=3, threshold=0.2),
 }
-PROTECTS = {"random_block_pp", "random_pp_rec", "snapkv_pp", "h2o_pp", "vase_pp"}
+PROTECTS = {"random_block_pp", "random_pp_rec", "snapkv_pp", "h2o_pp", "vase_pp", "rkv_pp"}
+
+
+# ---- TriAttention (whole-model scoring; the formula of docs/policies.md, evaluated literally) ------
+def triattention_scores(case, max_offset=65536):
+    L, H, g, d, n = case["n_layers"], case["n_kv_heads"], case["group"], case["head_dim"], case["n_candidates"]
+    F, pl, R = d // 2, case["n_protected"], case["appended"]
+    keys = np.array(case["keys"], dtype=np.float32).astype(np.float64).reshape(L, H, n, d)
+    pos = np.array(case["positions"], dtype=np.float64).reshape(H, n)
+    qre = np.array(case["q_mean_real"], dtype=np.float32).astype(np.float64).reshape(L, H * g, F)
+    qim = np.array(case["q_mean_imag"], dtype=np.float32).astype(np.float64).reshape(L, H * g, F)
+    qabs = np.array(case["q_abs_mean"], dtype=np.float32).astype(np.float64).reshape(L, H * g, F)
+    omega = np.array(case["omega"], dtype=np.float32).astype(np.float64)
+    fs2 = np.array(case["freq_scale"], dtype=np.float32).astype(np.float64) ** 2
+    offsets = []
+    v = 1
+    while v <= max_offset:
+        offsets.append(float(v))
+        v *= 2
+    offsets = np.array(offsets)
+    total = np.zeros((H, n))
+    for layer in range(L):
+        for h in range(H):
+            kc = keys[layer, h, :, :F] + 1j * keys[layer, h, :, F:]
+            kpre = kc * np.exp(-1j * pos[h][:, None] * omega[None, :])        # un-rotate by position
+            best = np.full(n, -np.inf)
+            for qh in range(h * g, (h + 1) * g):
+                eq = qre[layer, qh] + 1j * qim[layer, qh]
+                rel = eq[None, :] * np.conj(kpre)
+                phi = np.arctan2(rel.imag, rel.real)
+                amp = np.abs(eq)[None, :] * np.abs(kpre)
+                extra = (qabs[layer, qh] - np.abs(eq))[None, :] * np.abs(kpre)
+                delta = R - pos[h]
+                phase = (delta[:, None, None] + offsets[None, :, None]) * omega[None, None, :] + phi[:, None, :]
+                base = (amp[:, None, :] * fs2 * np.cos(phase)).sum(-1)            # [n, offsets]
+                add = (extra * fs2).sum(-1)
+                sc = (base + add[:, None]).mean(-1)
+                dec = sc[pl:]
+                if dec.size > 1:
+                    sc = (sc - dec.mean()) / max(dec.std(), 1e-6)
+                best = np.maximum(best, sc)
+            total[h] += best / L
+    return total
+
+
+def triattention(case, max_offset=65536):
+    score = triattention_scores(case, max_offset)
+    pl, keep = case["n_protected"], case["keep"]
+    out = []
+    for h in range(case["n_kv_heads"]):
+        c = {"positions": case["positions"][h * case["n_candidates"]:(h + 1) * case["n_candidates"]],
+             "n_candidates": case["n_candidates"]}
+        out.append(sorted(list(range(pl)) + top(c, chrono(c, pl), score[h], keep - pl)))
+    return out
+
+
+def make_tri_case(rng, L, H, g, d, n, keep, pl, appended, freq_scale=1.0, theta=10000.0, prompt_scale=1.0):
+    F = d // 2
+    positions = []
+    for _ in range(H):   # prompt at slots [0, pl); the rest scrambled, distinct per head
+        hist = rng.choice(np.arange(pl, appended - 8), size=n - pl, replace=False)
+        positions += list(range(pl)) + [int(p) for p in hist]
+    eq = rng.normal(size=(L, H * g, F)) + 1j * rng.normal(size=(L, H * g, F))
+    eq *= rng.uniform(0.1, 3.0, size=(L, H * g, 1))         # heads of different scale (z-norm matters)
+    q_abs = np.abs(eq) * rng.uniform(1.0, 1.6, size=eq.shape)
+    omega = theta ** (-np.arange(F) * 2.0 / d)
+    return {
+        "n_layers": L, "n_kv_heads": H, "group": g, "head_dim": d, "n_candidates": n, "keep": keep,
+        "n_protected": pl, "appended": appended, "positions": positions,
+        "keys": np.round(rng.normal(size=(L, H, n, d)) * np.where(np.arange(n) < pl, prompt_scale, 1.0)[:, None],
+                         3).ravel().tolist(),
+        "q_mean_real": np.round(eq.real, 4).ravel().tolist(),
+        "q_mean_imag": np.round(eq.imag, 4).ravel().tolist(),
+        "q_abs_mean": np.round(q_abs + 1e-3, 4).ravel().tolist(),
+        "omega": np.float32(omega).tolist(),
+        "freq_scale": [freq_scale] * F,
+    }
+
+
+# ---- TriAttention calibration on the tests/fixtures/qwen3 model (numpy forward) -------------------
+def load_safetensors(path):
+    import struct
+    b = Path(path).read_bytes()
+    n = struct.unpack("<Q", b[:8])[0]
+    header = json.loads(b[8:8 + n])
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        assert e["dtype"] == "F32"
+        lo, hi = e["data_offsets"]
+        out[name] = np.frombuffer(b[8 + n + lo:8 + n + hi], dtype=np.float32).reshape(e["shape"]).astype(np.float64)
+    return out
+
+
+def qwen3_pre_rope_queries(weights, config, tokens):
+    """[layer][token][head][head_dim] queries after q_norm, before RoPE, of one sequence from position 0."""
+    L, H, Hkv, d = (config["num_hidden_layers"], config["num_attention_heads"], config["num_key_value_heads"],
+                    config["head_dim"])
+    eps, theta = config["rms_norm_eps"], config["rope_parameters"]["rope_theta"]
+    w = lambda name: weights[name]
+    rms = lambda x, g: x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g
+    inv = theta ** (-np.arange(d // 2) * 2.0 / d)
+    T = len(tokens)
+    ang = np.arange(T)[:, None] * inv[None, :]
+    cos, sin = np.cos(ang), np.sin(ang)
+
+    def rope(x):   # [T, heads, d], rotate-half
+        a, b = x[..., :d // 2], x[..., d // 2:]
+        c, s = cos[:, None, :], sin[:, None, :]
+        return np.concatenate([a * c - b * s, b * c + a * s], axis=-1)
+
+    x = w("model.embed_tokens.weight")[tokens]
+    out = []
+    for i in range(L):
+        p = f"model.layers.{i}."
+        h = rms(x, w(p + "input_layernorm.weight"))
+        q = (h @ w(p + "self_attn.q_proj.weight").T).reshape(T, H, d)
+        k = (h @ w(p + "self_attn.k_proj.weight").T).reshape(T, Hkv, d)
+        v = (h @ w(p + "self_attn.v_proj.weight").T).reshape(T, Hkv, d)
+        q = rms(q, w(p + "self_attn.q_norm.weight"))
+        k = rms(k, w(p + "self_attn.k_norm.weight"))
+        out.append(q.copy())
+        q, k = rope(q), rope(k)
+        att = np.zeros((T, H, d))
+        mask = np.triu(np.full((T, T), -np.inf), 1)
+        for hq in range(H):
+            kv = hq // (H // Hkv)
+            logits = q[:, hq] @ k[:, kv].T / math.sqrt(d) + mask
+            pr = np.exp(logits - logits.max(-1, keepdims=True))
+            pr /= pr.sum(-1, keepdims=True)
+            att[:, hq] = pr @ v[:, kv]
+        x = x + att.reshape(T, H * d) @ w(p + "self_attn.o_proj.weight").T
+        h = rms(x, w(p + "post_attention_layernorm.weight"))
+        gate, up = h @ w(p + "mlp.gate_proj.weight").T, h @ w(p + "mlp.up_proj.weight").T
+        x = x + (gate / (1 + np.exp(-gate)) * up) @ w(p + "mlp.down_proj.weight").T
+    return out
+
+
+def calibration_golden(root, rng):
+    config = json.loads((root / "tests/fixtures/qwen3/config.json").read_text())
+    weights = load_safetensors(root / "tests/fixtures/qwen3/model.safetensors")
+    tokens = [int(t) for t in rng.integers(0, config["vocab_size"], size=100)]
+    segment = 40   # segments of 40, 40 and 20 tokens, each from position 0
+    sums = None
+    for begin in range(0, len(tokens), segment):
+        qs = np.stack(qwen3_pre_rope_queries(weights, config, tokens[begin:begin + segment]))  # [L, T, H, d]
+        F = qs.shape[-1] // 2
+        c = qs[..., :F] + 1j * qs[..., F:]
+        part = (c.sum(axis=1), np.abs(c).sum(axis=1))
+        sums = part if sums is None else (sums[0] + part[0], sums[1] + part[1])
+    mean, mag = sums[0] / len(tokens), sums[1] / len(tokens)
+    validity = float((np.abs(mean) / mag).max(axis=-1).mean(axis=-1).mean())
+    q_norms = [float(np.linalg.norm(weights[f"model.layers.{i}.self_attn.q_proj.weight"]))
+               for i in range(config["num_hidden_layers"])]
+    return {"tokens": tokens, "segment": segment, "q_mean_real": mean.real.ravel().tolist(),
+            "q_mean_imag": mean.imag.ravel().tolist(), "q_abs_mean": mag.ravel().tolist(),
+            "validity": validity, "q_weight_norm": q_norms}
 
 
 # ---- the inputs -------------------------------------------------------------------------------
@@ -202,9 +412,24 @@ def main():
                 c["n_protected"] = 0  # what the round passes to an unprotected policy
             goldens.append({"case": ci, "policy": spec, "n_protected": c["n_protected"],
                             "expected_keep": sorted(int(s) for s in rule(c))})
-    out = Path(__file__).resolve().parent.parent / "tests/fixtures/policies/goldens.json"
+    tri_cases = [
+        make_tri_case(rng, 3, 2, 2, 8, 40, 24, 5, 400),
+        make_tri_case(rng, 2, 2, 3, 16, 64, 40, 0, 70000, freq_scale=1.25, theta=1e6),
+        make_tri_case(rng, 4, 1, 4, 8, 33, 32, 3, 100),
+        # a long prompt of large keys: z-normalising over it instead of the generated tokens shows
+        make_tri_case(rng, 3, 2, 2, 8, 48, 32, 20, 300, prompt_scale=4.0),
+    ]
+    tri_goldens = []
+    for ci, case in enumerate(tri_cases):
+        tri_goldens.append({"case": ci, "policy": "triattention", "expected_keep": triattention(case)})
+        tri_goldens.append({"case": ci, "policy": "triattention:max_offset=64",
+                            "expected_keep": triattention(case, max_offset=64)})
+    root = Path(__file__).resolve().parent.parent
+    out = root / "tests/fixtures/policies/goldens.json"
     out.write_text(json.dumps({"generator": "tools/make_policy_goldens.py", "numpy": np.__version__,
-                               "cases": cases, "goldens": goldens}, indent=None) + "\n")
+                               "cases": cases, "goldens": goldens, "triattention_cases": tri_cases,
+                               "triattention_goldens": tri_goldens,
+                               "calibration": calibration_golden(root, rng)}, indent=None) + "\n")
     print(f"wrote {out} ({len(goldens)} keep-sets)")
 
 

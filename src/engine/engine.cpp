@@ -71,6 +71,7 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
   policies_.push_back(policy::make_policy(config_.policy));
   budget_ = effective_budget(*policies_.front(), config_.budget);
   backend_.check_policy(*policies_.front());
+  policies_.front()->check_model(model_);  // TriAttention: statistics of this model (issue 7)
   if (config_.max_batch < 1 || config_.max_batch > 4096)
     fail("max batch must be in [1, 4096] (got {})", config_.max_batch);
   if (config_.prefill_chunk < 1) fail("prefill chunk must be >= 1 token (got {})", config_.prefill_chunk);
@@ -134,6 +135,7 @@ int Engine::policy_index(const std::string& name) {
   for (size_t i = 0; i < policies_.size(); ++i)
     if (policy::describe(*policies_[i]) == policy::describe(*policy)) return static_cast<int>(i);
   backend_.check_policy(*policy);
+  policy->check_model(model_);
   const policy::SignalNeeds needs = policy->needs(), recorded = pool_->signals();
   if ((needs.window_queries && !recorded.window_queries) || (needs.value_ranges && !recorded.value_ranges) ||
       (needs.accumulated_attention && !recorded.accumulated_attention))

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -11,6 +12,10 @@
 #include <vector>
 
 #include "core/philox.h"
+
+namespace kvdice::model {
+class Model;
+}
 
 namespace kvdice::policy {
 
@@ -40,9 +45,23 @@ struct SelectionInput {
   int group = 0;                          // query heads per KV head (GQA group size)
   int n_queries = 0;                      // window queries per query head (min(r, tokens appended))
   std::span<const float> keys;            // [n_candidates][head_dim] post-RoPE candidate keys
-  std::span<const float> window_queries;  // [group][n_queries][head_dim] post-RoPE, any order
+  std::span<const float> window_queries;  // [group][n_queries][head_dim] post-RoPE, newest first
   std::span<const float> value_range;     // [n_candidates] max - min over the value channels
   std::span<const float> attention_mass;  // [n_candidates] attention received since append (H2O)
+  // Row kv_head of score_round() for policies that score the whole model once per round (empty otherwise).
+  std::span<const double> round_score;  // [n_candidates]
+};
+
+// One sequence's candidates in every layer at the start of a round, before any layer is compacted:
+// what a policy whose keep-set depends on all layers at once reads (TriAttention). Keys are post-RoPE
+// fp32 [head_dim], read in place from the pool.
+struct RoundKeys {
+  int n_layers = 0, n_kv_heads = 0, head_dim = 0;
+  int n_candidates = 0;
+  int n_protected = 0;   // pl (0 for an unprotected policy)
+  int64_t appended = 0;  // tokens ever appended = the position of the next token
+  std::function<const float*(int layer, int kv_head, int slot)> key;
+  std::function<int32_t(int layer, int kv_head, int slot)> position;
 };
 
 class EvictionPolicy {
@@ -57,6 +76,14 @@ class EvictionPolicy {
   virtual std::string options() const { return {}; }
   // Sets exactly `input.keep` flags in `keep` (size n_candidates), including every protected slot.
   virtual void select(const SelectionInput& input, std::span<uint8_t> keep) const = 0;
+
+  // Whole-model scoring (TriAttention): when true, the round calls score_round() once per sequence
+  // before any layer is compacted and hands row kv_head of it ([n_kv_heads][n_candidates]) to every
+  // layer's select() as input.round_score.
+  virtual bool scores_whole_round() const { return false; }
+  virtual std::vector<double> score_round(const RoundKeys& keys) const { return {}; }
+  // Error when this policy cannot run on `model` (TriAttention: statistics of another model).
+  virtual void check_model(const model::Model& model) const {}
 };
 
 // Registry: one line per policy in registry.cpp. `spec` is a name with optional options,

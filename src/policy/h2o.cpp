@@ -25,10 +25,7 @@ class H2oPolicy final : public EvictionPolicy {
     KVDICE_CHECK(static_cast<int>(input.attention_mass.size()) == input.n_candidates,
                  "h2o got {} attention sums for {} candidates", input.attention_mass.size(),
                  input.n_candidates);
-    std::fill(keep.begin(), keep.end(), uint8_t{0});
-    for (int slot = 0; slot < input.n_protected; ++slot) keep[slot] = 1;
-    const std::vector<int32_t> rest = chronological(input, input.n_protected);
-    keep_highest<float>(input, rest, input.attention_mass, input.keep - input.n_protected, keep);
+    keep_prompt_and_highest<float>(input, input.attention_mass, keep);
   }
 
  private:

@@ -58,6 +58,14 @@ double PolicyOptions::get_double(std::string_view key, double fallback, double l
   return value;
 }
 
+std::string PolicyOptions::get_string(std::string_view key, std::string fallback) {
+  read_keys_.emplace_back(key);
+  std::string value = std::move(fallback);
+  if (auto it = given_.find(key); it != given_.end()) value = it->second;
+  used_.emplace_back(std::string(key), value);
+  return value;
+}
+
 void PolicyOptions::finish() const {
   std::vector<std::string> unknown;
   for (const auto& [key, value] : given_)

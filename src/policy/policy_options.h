@@ -21,6 +21,8 @@ class PolicyOptions {
   // The value given for `key`, or `fallback`; Error when the text is not a number in [lo, hi].
   int get_int(std::string_view key, int fallback, int lo, int hi);
   double get_double(std::string_view key, double fallback, double lo, double hi);
+  // The text given for `key` (a file path: no ',' possible), or `fallback`.
+  std::string get_string(std::string_view key, std::string fallback);
   // Error naming every given key that no get_* call read.
   void finish() const;
   // "key=value,..." of every option read, in reading order (empty without options).

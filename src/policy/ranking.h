@@ -40,4 +40,15 @@ void keep_highest(const SelectionInput& input, std::span<const int32_t> pool, st
   for (int i = 0; i < n; ++i) keep[order[i]] = 1;
 }
 
+// The top-n rules: clears `keep`, pins the protected prompt [0, n_protected), then keeps the
+// K_sel - n_protected other candidates with the highest score (ties: older first).
+template <class Score>
+void keep_prompt_and_highest(const SelectionInput& input, std::span<const Score> score,
+                             std::span<uint8_t> keep) {
+  std::fill(keep.begin(), keep.end(), uint8_t{0});
+  for (int slot = 0; slot < input.n_protected; ++slot) keep[slot] = 1;
+  const std::vector<int32_t> rest = chronological(input, input.n_protected);
+  keep_highest<Score>(input, rest, score, input.keep - input.n_protected, keep);
+}
+
 }  // namespace kvdice::policy

@@ -26,6 +26,10 @@ std::unique_ptr<EvictionPolicy> make_h2o_policy(PolicyOptions& options);
 std::unique_ptr<EvictionPolicy> make_h2o_pp_policy(PolicyOptions& options);
 std::unique_ptr<EvictionPolicy> make_vase_policy(PolicyOptions& options);
 std::unique_ptr<EvictionPolicy> make_vase_pp_policy(PolicyOptions& options);
+std::unique_ptr<EvictionPolicy> make_rkv_policy(PolicyOptions& options);
+std::unique_ptr<EvictionPolicy> make_rkv_pp_policy(PolicyOptions& options);
+std::unique_ptr<EvictionPolicy> make_rkv_official_policy(PolicyOptions& options);
+std::unique_ptr<EvictionPolicy> make_triattention_policy(PolicyOptions& options);
 
 namespace {
 
@@ -58,6 +62,10 @@ constexpr std::array kPolicies{
     Entry{"h2o_pp", make_h2o_pp_policy, nullptr},
     Entry{"vase", make_vase_policy, nullptr},
     Entry{"vase_pp", make_vase_pp_policy, nullptr},
+    Entry{"rkv", make_rkv_policy, nullptr},
+    Entry{"rkv_pp", make_rkv_pp_policy, nullptr},
+    Entry{"rkv_official", make_rkv_official_policy, nullptr},
+    Entry{"triattention", make_triattention_policy, nullptr},
 };
 
 }  // namespace
@@ -92,11 +100,16 @@ void require_cuda_selection(std::string_view name) {
 #else
   constexpr std::string_view kBuild = " in this build without CUDA";
 #endif
-  const std::unique_ptr<EvictionPolicy> policy = make_policy(name);  // unknown names fail here
-  if (policy->evicts() && cuda_selection(name) == nullptr) {
-    fail("policy '{}' has no CUDA selection kernel (src/policy/cuda/{}.cu){}; run it with --backend cpu",
-         policy->name(), policy->name(), kBuild);
+  // By registry entry, not by constructing the policy: a policy whose construction needs options
+  // (triattention's statistics file) is still refused by name.
+  for (const Entry& entry : kPolicies) {
+    if (entry.name != name) continue;
+    if (entry.cuda == nullptr && entry.name != "full")
+      fail("policy '{}' has no CUDA selection kernel (src/policy/cuda/{}.cu){}; run it with --backend cpu",
+           name, name, kBuild);
+    return;
   }
+  make_policy(name);  // unknown names fail here, listing the known ones
 }
 
 std::vector<std::string> policy_names() {

@@ -30,11 +30,8 @@ class SnapKvPolicy final : public EvictionPolicy {
   SignalNeeds needs() const override { return {.window_queries = true}; }
   std::string options() const override { return fmt::format("pool={},temperature={}", pool_, temperature_); }
   void select(const SelectionInput& input, std::span<uint8_t> keep) const override {
-    std::fill(keep.begin(), keep.end(), uint8_t{0});
     const std::vector<double> score = windowed_attention(input, pool_, temperature_);
-    for (int slot = 0; slot < input.n_protected; ++slot) keep[slot] = 1;
-    const std::vector<int32_t> rest = chronological(input, input.n_protected);
-    keep_highest<double>(input, rest, score, input.keep - input.n_protected, keep);
+    keep_prompt_and_highest<double>(input, score, keep);
   }
 
  private:

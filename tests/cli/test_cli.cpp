@@ -84,8 +84,23 @@ TEST(Cli, GenerateJsonReportsEvictionAndBudget) {
 
 // Issue 7's CPU policies end to end: rounds fire, the budget holds, the options are reported.
 TEST(Cli, EveryBaselinePolicyGeneratesUnderTheBudget) {
-  for (const std::string policy : {"random_block_pp:block=4", "random_pp_rec", "snapkv", "snapkv_pp", "h2o",
-                                   "h2o_pp", "vase", "vase_pp"}) {
+  // TriAttention's statistics come from kvdice calibrate on a short text (a real run uses >= 50k tokens).
+  const std::string text = ::testing::TempDir() + "/calibration.txt",
+                    stats = ::testing::TempDir() + "/q3.stats";
+  {
+    std::ofstream out(text);
+    for (int i = 0; i < 200; ++i) out << "the cat sat on the mat and counted to " << i << ". ";
+  }
+  const CommandResult calibrated = run_kvdice({"calibrate", "--model", kModel, "--text", text, "--out", stats,
+                                               "--tokens", "600", "--segment", "256"});
+  ASSERT_EQ(calibrated.exit_code, 0) << calibrated.err;
+  EXPECT_NE(calibrated.out.find("on 600 tokens of " + text), std::string::npos) << calibrated.out;
+  EXPECT_NE(calibrated.out.find("validity"), std::string::npos) << calibrated.out;
+  expect_failure({"calibrate", "--model", kModel, "--text", text, "--out", stats},
+                 "fewer than --tokens 50000");
+  for (const std::string& policy : std::vector<std::string>{
+           "random_block_pp:block=4", "random_pp_rec", "snapkv", "snapkv_pp", "h2o", "h2o_pp", "vase",
+           "vase_pp", "rkv", "rkv_pp", "rkv_official", "triattention:stats=" + stats}) {
     const CommandResult r = run_kvdice({"generate",      "--model",  kModel, "--chat",    "-p",
                                         "Count to ten.", "--policy", policy, "--budget",  "32",
                                         "--window",      "8",        "-n",   "40",        "--ignore-eos",
@@ -95,6 +110,7 @@ TEST(Cli, EveryBaselinePolicyGeneratesUnderTheBudget) {
     EXPECT_EQ(policy.substr(0, policy.find(':')), j["policy"].get<std::string>());
     if (policy.starts_with("random_block_pp")) EXPECT_EQ(j["policy_options"], "block=4");
     if (policy == "vase") EXPECT_EQ(j["policy_options"], "large=0.25,sinks=4,pool=5,temperature=1");
+    if (policy == "rkv_official") EXPECT_EQ(j["policy_options"], "lambda=0.1,queries=8,pool=7,threshold=0.5");
     const Json& s = j["stats"];
     EXPECT_GT(s["eviction_rounds"].get<int>(), 1) << policy;
     EXPECT_EQ(s["peak_resident_slots"].get<int>(), 32 + 8) << policy;
@@ -104,6 +120,9 @@ TEST(Cli, EveryBaselinePolicyGeneratesUnderTheBudget) {
   expect_failure({"generate", "--model", kModel, "-p", "hi", "--policy", "vase:sinks=-1", "--budget", "32",
                   "--window", "8", "-n", "4", "--backend", "cpu"},
                  "sinks");
+  expect_failure({"generate", "--model", kModel, "-p", "hi", "--policy", "triattention", "--budget", "32",
+                  "--window", "8", "-n", "4", "--backend", "cpu"},
+                 "kvdice calibrate");
 }
 
 TEST(Cli, RetentionLogRecordsEveryRound) {

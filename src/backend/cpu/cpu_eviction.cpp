@@ -123,6 +123,29 @@ int64_t evict_sequence_host(const HostSequencePages& seq, const RoundParams& par
   std::vector<uint8_t> flags(static_cast<size_t>(len));
   const policy::SignalNeeds needs = policy.needs();
   HeadSignals signals;
+  // Whole-model scoring (TriAttention, issue 7): one score per (KV head, candidate) read from every
+  // layer's keys before any layer is compacted, handed to each layer's selection.
+  std::vector<double> round_score;
+  const int n_kv_heads = seq.layers->empty() ? 0 : seq.layers->front().n_kv_heads;
+  if (policy.scores_whole_round()) {
+    policy::RoundKeys keys;
+    keys.n_layers = static_cast<int>(seq.layers->size());
+    keys.n_kv_heads = n_kv_heads;
+    keys.head_dim = seq.layers->front().head_dim;
+    keys.n_candidates = n_candidates;
+    keys.n_protected = params.n_protected;
+    keys.appended = seq.appended;
+    keys.key = [&](int layer, int head, int slot) -> const float* {
+      return HeadAccess{(*seq.layers)[static_cast<size_t>(layer)], seq.page_table, head}.key(slot);
+    };
+    keys.position = [&](int layer, int head, int slot) {
+      return HeadAccess{(*seq.layers)[static_cast<size_t>(layer)], seq.page_table, head}.position(slot);
+    };
+    round_score = policy.score_round(keys);
+    KVDICE_CHECK(round_score.size() == static_cast<size_t>(n_kv_heads) * n_candidates,
+                 "policy '{}' scored {} candidates, expected {} heads x {}", policy.name(),
+                 round_score.size(), n_kv_heads, n_candidates);
+  }
   for (int layer = 0; layer < static_cast<int>(seq.layers->size()); ++layer) {
     const KvLayer& kv = (*seq.layers)[static_cast<size_t>(layer)];
     for (int head = 0; head < kv.n_kv_heads; ++head) {
@@ -146,6 +169,9 @@ int64_t evict_sequence_host(const HostSequencePages& seq, const RoundParams& par
       input.round = params.round;
       input.budget = target;
       input.appended = seq.appended;
+      if (!round_score.empty())
+        input.round_score = std::span<const double>(round_score.data() + int64_t{head} * n_candidates,
+                                                    static_cast<size_t>(n_candidates));
       if (needs.any()) {
         signals.gather(h, needs, n_candidates, window, seq.appended);
         signals.hand_to(input, kv);

@@ -1,0 +1,119 @@
+#include "calibrate/triattention_calibration.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "backend/step_storage.h"
+#include "core/error.h"
+#include "kv/kv_pool.h"
+#include "kv/sequence_kv.h"
+#include "model/forward.h"
+
+namespace kvdice::calibrate {
+
+policy::TriAttentionStats collect_triattention_stats(const model::Model& model, backend::Backend& backend,
+                                                     std::span<const int> tokens,
+                                                     const CalibrationOptions& options) {
+  const model::ModelConfig& c = model.config();
+  if (!backend.is_cpu())
+    fail("kvdice calibrate runs on the CPU backend (it reads the query ring from host memory)");
+  if (tokens.empty()) fail("calibration text has no tokens");
+  if (options.chunk < 1 || options.segment < options.chunk || options.segment % options.chunk != 0)
+    fail("calibration segment {} must be a positive multiple of the chunk {}", options.segment,
+         options.chunk);
+  const int nf = c.head_dim / 2;
+  if (static_cast<int>(model.rope_inv_freq().size()) != nf)
+    fail("TriAttention needs RoPE over the whole head ({} bands); this model rotates {} (partial rotary)", nf,
+         model.rope_inv_freq().size());
+  for (int t : tokens)
+    if (t < 0 || t >= c.vocab) fail("token id {} is outside the vocabulary ({})", t, c.vocab);
+
+  const int page_slots = kv::KvPool::kDefaultPageSlots;
+  const int64_t pages = (options.segment + page_slots - 1) / page_slots;
+  kv::KvPool pool(backend, model.kv_shape(), pages, page_slots, policy::SignalNeeds{.window_queries = true},
+                  c.n_heads);
+  model::ForwardPass pass(model, backend, options.chunk, 1, 1);
+  backend::StepStorage storage(backend, 1, options.chunk, static_cast<int>(pages));
+
+  // Sums in double: [layer][head][band] of Re, Im and |.| of the pre-RoPE query.
+  const size_t cells = static_cast<size_t>(c.n_layers) * c.n_heads * nf;
+  std::vector<double> sum_re(cells, 0.0), sum_im(cells, 0.0), sum_abs(cells, 0.0);
+  const std::vector<float>& inv_freq = model.rope_inv_freq();
+  int64_t counted = 0;
+  for (size_t begin = 0; begin < tokens.size(); begin += static_cast<size_t>(options.segment)) {
+    const int seg_len = static_cast<int>(std::min<size_t>(options.segment, tokens.size() - begin));
+    std::vector<int32_t> page_ids = pool.allocate(pages * page_slots);
+    KVDICE_CHECK(!page_ids.empty(), "calibration pool has no room for a segment");
+    kv::SequenceKv kv(pool, page_ids, static_cast<int>(pages * page_slots));
+    for (int at = 0; at < seg_len; at += options.chunk) {
+      const int n = std::min(options.chunk, seg_len - at);
+      backend::StepBatch& b = storage.host();
+      b.n_seqs = 1;
+      b.n_rows = n;
+      b.max_rows_per_seq = n;
+      b.seq_row_begin[0] = 0;
+      b.seq_row_begin[1] = n;
+      b.length[0] = kv.length();
+      b.appended[0] = static_cast<int32_t>(kv.appended());
+      // A budget makes the backend record queries into ring slot position % window; no eviction runs here.
+      b.budget[0] = static_cast<int32_t>(pages * page_slots);
+      b.window[0] = options.chunk;
+      std::copy(page_ids.begin(), page_ids.end(), b.page_table);
+      for (int r = 0; r < n; ++r) {
+        b.tokens[r] = tokens[begin + static_cast<size_t>(at + r)];
+        b.row_seq[r] = 0;
+      }
+      storage.upload_all();
+      pass.run(storage.device(), pool, /*all_positions=*/false);
+      kv.commit(n);
+      // `at` is a multiple of the chunk, so ring slot r holds the query of position at + r.
+      for (int layer = 0; layer < c.n_layers; ++layer) {
+        const backend::KvLayer& L = pool.layer(layer);
+        for (int r = 0; r < n; ++r) {
+          const int32_t page = page_ids[static_cast<size_t>(r / page_slots)];
+          const double position = at + r;
+          for (int h = 0; h < c.n_heads; ++h) {
+            const float* q =
+                L.query_ring + ((int64_t{page} * c.n_heads + h) * page_slots + r % page_slots) * c.head_dim;
+            const size_t base = (static_cast<size_t>(layer) * c.n_heads + h) * nf;
+            for (int f = 0; f < nf; ++f) {
+              // Inverse rotation: (a + ib) · e^{-i p ω}.
+              const double angle = position * static_cast<double>(inv_freq[f]);
+              const double cs = std::cos(angle), sn = std::sin(angle), a = q[f], bb = q[f + nf];
+              const double re = a * cs + bb * sn, im = bb * cs - a * sn;
+              sum_re[base + f] += re;
+              sum_im[base + f] += im;
+              sum_abs[base + f] += std::hypot(re, im);
+            }
+          }
+        }
+      }
+      counted += n;
+    }
+    pool.release(page_ids);
+  }
+
+  policy::TriAttentionStats s;
+  s.n_layers = c.n_layers;
+  s.n_heads = c.n_heads;
+  s.n_kv_heads = c.n_kv_heads;
+  s.head_dim = c.head_dim;
+  s.q_mean_real.resize(cells);
+  s.q_mean_imag.resize(cells);
+  s.q_abs_mean.resize(cells);
+  for (size_t i = 0; i < cells; ++i) {
+    s.q_mean_real[i] = static_cast<float>(sum_re[i] / counted);
+    s.q_mean_imag[i] = static_cast<float>(sum_im[i] / counted);
+    s.q_abs_mean[i] = static_cast<float>(sum_abs[i] / counted);
+  }
+  s.omega = inv_freq;
+  // HF's default and llama3 RoPE have attention scaling 1: the rotation keeps each band's magnitude.
+  s.freq_scale.assign(static_cast<size_t>(nf), 1.0f);
+  s.q_weight_norm = policy::q_weight_norms(model);
+  s.metadata["tokens"] = std::to_string(counted);
+  s.metadata["segment"] = std::to_string(options.segment);
+  return s;
+}
+
+}  // namespace kvdice::calibrate
