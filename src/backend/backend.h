@@ -95,13 +95,15 @@ struct KvLayer {
   int n_kv_heads = 0, head_dim = 0, page_slots = 0;
   int layer = 0;
   // Signals for scoring policies (docs/policies.md), fp32, recorded only when a policy of the engine
-  // needs them (nullptr otherwise; CPU backend only: no CUDA selection needs them yet).
+  // needs them (nullptr otherwise). Both backends record the query ring and value ranges; the attention
+  // mass (H2O) only the CPU backend.
   // Per slot, indexed like positions, moved with K/V by compaction:
   float* value_range = nullptr;     // max - min over the slot's value channels, written at append
   float* attention_mass = nullptr;  // attention the slot received from every query since its append
   // Per sequence: the post-RoPE query of absolute position p, query head h, sits in ring slot
   // j = p % r at [page_table[j / page_slots]][h][j % page_slots][head_dim] (the sequence's own pages,
-  // so a ring of r queries needs r <= reserved slots); n_heads query heads per page.
+  // so a ring of r queries needs r <= reserved slots); n_heads query heads per page. Only the step's
+  // last r rows of a sequence write it (a longer prefill chunk leaves its last r queries).
   float* query_ring = nullptr;
   int n_heads = 0;
   // Element offset of (page, head, offset-in-page) for keys/values; positions use it / head_dim.

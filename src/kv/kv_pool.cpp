@@ -39,7 +39,8 @@ KvPool::KvPool(backend::Backend& backend, KvShape shape, int64_t n_pages, int pa
   positions_ = backend.alloc(static_cast<size_t>(slots_per_layer * shape.n_layers) * 4, "KV pool positions");
   const size_t layer_kv_bytes = kv_bytes / shape.n_layers;
   if (signals.window_queries && n_query_heads <= 0) fail("the query ring needs the number of query heads");
-  // Signals are fp32 host-side arrays read by CPU selections (backend.h KvLayer).
+  // Signals are fp32 arrays in backend memory (device memory on CUDA), written by qk_norm_rope_append /
+  // attention and read by the policies' selections (backend.h KvLayer).
   const size_t slot_signal_bytes = static_cast<size_t>(slots_per_layer * shape.n_layers) * 4;
   const int64_t ring_per_layer = n_pages * n_query_heads * page_slots * shape.head_dim;
   if (signals.value_ranges) value_range_ = backend.alloc(slot_signal_bytes, "KV pool value ranges");

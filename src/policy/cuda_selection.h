@@ -11,6 +11,33 @@
 
 namespace kvdice::policy {
 
+// One layer of the KV pool as a scoring selection reads it (device pointers; a signal is nullptr when
+// the pool does not record it). Keys are bf16, [page][KV head][page slot][head_dim] (backend.h KvLayer).
+struct SelectionLayer {
+  const void* keys = nullptr;
+  const int32_t* positions = nullptr;
+  const float* value_range = nullptr;
+  const float* query_ring = nullptr;  // [page][query head][page slot][head_dim] fp32
+};
+
+// Per-(row, layer, KV head) scratch of the scoring selections for a resident capacity of `capacity`
+// slots: a sort buffer of next_pow2(capacity) (key, index) pairs, a slot-by-age table and three fp64
+// per-candidate arrays (cuda/scoring.cuh carves it). constexpr: device code calls these too.
+constexpr int64_t cuda_sort_capacity(int capacity) {
+  int64_t p = 1;
+  while (p < capacity) p *= 2;
+  return p;
+}
+constexpr int64_t cuda_head_scratch_bytes(int capacity) {
+  const int64_t bytes = 16 * cuda_sort_capacity(capacity) + 4 * int64_t{capacity} + 3 * 8 * int64_t{capacity};
+  return (bytes + 255) / 256 * 256;
+}
+// Per-(row, KV head) scratch of a round scorer (TriAttention): the head scratch plus one fp64 array per
+// query head of the GQA group.
+constexpr int64_t cuda_round_scratch_bytes(int capacity, int group) {
+  return cuda_head_scratch_bytes(capacity) + (8 * int64_t{group} * capacity + 255) / 256 * 256;
+}
+
 // Everything the selection kernels of one launch need; every pointer is device memory.
 struct CudaSelectionArgs {
   backend::StepBatch batch;                   // the step batch (lengths, budgets, keys, page tables)
@@ -25,14 +52,36 @@ struct CudaSelectionArgs {
   uint8_t* keep = nullptr;
   int capacity = 0;
   int* error = nullptr;  // set nonzero when an input violates the selection's preconditions
+
+  // Scoring selections (snapkv, triattention, ...): the pool's layers, shapes and the policy's options.
+  const SelectionLayer* layers = nullptr;  // [n_model_layers]
+  int n_model_layers = 0;
+  int head_dim = 0;
+  int n_heads = 0;  // query heads (the ring's second dimension)
+  int pool = 1;
+  double temperature = 1.0;
+  const double* table = nullptr;  // EvictionPolicy::device_params().table, uploaded once
+  // cuda_head_scratch_bytes(capacity) bytes per (row, layer of the launch, KV head), at
+  // scratch + ((s * n_layers + l) * n_kv_heads + h) * head_scratch; a round scorer uses
+  // cuda_round_scratch_bytes per (row, KV head) instead.
+  char* scratch = nullptr;
+  int64_t head_scratch = 0;
+  // Keep flags a round scorer writes once per (row, KV head) for every layer: [n_seqs][n_kv_heads][capacity].
+  uint8_t* round_keep = nullptr;
 };
 
 // Launches the selection on `stream` (a cudaStream_t).
 using CudaSelectionLauncher = void (*)(const CudaSelectionArgs& args, void* stream);
+// A whole-model scorer (policies with scores_whole_round(): TriAttention): launched once per evict call
+// with every layer (layer_begin 0, n_layers = the model's) before any layer is compacted; writes
+// round_keep, which the policy's selection launcher then copies into each layer's flags.
+using CudaRoundScorer = void (*)(const CudaSelectionArgs& args, void* stream);
 
 // The launcher registered for `name`, or nullptr when the policy has no CUDA file or the build has no
 // CUDA ("full" has none and needs none: it never evicts).
 CudaSelectionLauncher cuda_selection(std::string_view name);
+// The round scorer registered for `name` (nullptr for per-layer policies or without CUDA).
+CudaRoundScorer cuda_round_scorer(std::string_view name);
 
 // Throws kvdice::Error naming the policy when it cannot run on the CUDA backend (it evicts but has no
 // CUDA selection). The engine may call it at construction; CudaBackend::evict calls it too.
@@ -45,10 +94,16 @@ void cuda_select_random_shared(const CudaSelectionArgs& args, void* stream);
 void cuda_select_recency_pp(const CudaSelectionArgs& args, void* stream);
 void cuda_select_recency(const CudaSelectionArgs& args, void* stream);
 void cuda_select_streaming(const CudaSelectionArgs& args, void* stream);
-// The registry column: the launcher of a policy with a CUDA file, nullptr in builds without CUDA.
+void cuda_select_snapkv(const CudaSelectionArgs& args, void* stream);
+void cuda_select_snapkv_pp(const CudaSelectionArgs& args, void* stream);
+void cuda_select_triattention(const CudaSelectionArgs& args, void* stream);
+void cuda_round_triattention(const CudaSelectionArgs& args, void* stream);
+// The registry columns: the launchers of a policy with a CUDA file, nullptr in builds without CUDA.
 #define KVDICE_CUDA_SELECTION(name) ::kvdice::policy::cuda_select_##name
+#define KVDICE_CUDA_ROUND(name) ::kvdice::policy::cuda_round_##name
 #else
 #define KVDICE_CUDA_SELECTION(name) nullptr
+#define KVDICE_CUDA_ROUND(name) nullptr
 #endif
 
 }  // namespace kvdice::policy

@@ -64,6 +64,17 @@ struct RoundKeys {
   std::function<int32_t(int layer, int kv_head, int slot)> position;
 };
 
+// A policy's options as its CUDA selection reads them (policy/cuda_selection.h): numbers copied into
+// every launch, and a table the CUDA backend uploads once per policy (TriAttention's statistics).
+struct DeviceParams {
+  int pool = 1;  // smoothing kernel of the windowed attention (1 = none)
+  double temperature = 1.0;
+  std::vector<double> table;
+  // The shape the table was made for (checked against the pool by the backend): layers, query heads,
+  // KV heads and head_dim.
+  int table_layers = 0, table_heads = 0, table_kv_heads = 0, table_head_dim = 0;
+};
+
 class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
@@ -82,6 +93,8 @@ class EvictionPolicy {
   // layer's select() as input.round_score.
   virtual bool scores_whole_round() const { return false; }
   virtual std::vector<double> score_round(const RoundKeys& keys) const { return {}; }
+  // What the policy's CUDA selection reads besides the pool (default: nothing).
+  virtual DeviceParams device_params() const { return {}; }
   // Error when this policy cannot run on `model` (TriAttention: statistics of another model).
   virtual void check_model(const model::Model& model) const {}
 };

@@ -42,7 +42,8 @@ std::unique_ptr<EvictionPolicy> no_options(PolicyOptions&) {
 struct Entry {
   std::string_view name;
   std::unique_ptr<EvictionPolicy> (*make)(PolicyOptions& options);
-  CudaSelectionLauncher cuda;  // src/policy/cuda/<name>.cu; nullptr without CUDA or for "full"
+  CudaSelectionLauncher cuda;            // src/policy/cuda/<name>.cu; nullptr without CUDA or for "full"
+  CudaRoundScorer cuda_round = nullptr;  // whole-model scorer of the same file (TriAttention)
 };
 
 constexpr std::array kPolicies{
@@ -53,11 +54,12 @@ constexpr std::array kPolicies{
     Entry{"recency_pp", no_options<make_recency_pp_policy>, KVDICE_CUDA_SELECTION(recency_pp)},
     Entry{"recency", no_options<make_recency_policy>, KVDICE_CUDA_SELECTION(recency)},
     Entry{"streaming", no_options<make_streaming_policy>, KVDICE_CUDA_SELECTION(streaming)},
-    // Ablations and baselines with CPU selections only (REFERENCE.md §1-2): refused on --backend cuda.
+    // Ablations and baselines (REFERENCE.md §1-2); those with a nullptr CUDA column are refused on
+    // --backend cuda.
     Entry{"random_block_pp", make_random_block_pp_policy, nullptr},
     Entry{"random_pp_rec", make_random_pp_rec_policy, nullptr},
-    Entry{"snapkv", make_snapkv_policy, nullptr},
-    Entry{"snapkv_pp", make_snapkv_pp_policy, nullptr},
+    Entry{"snapkv", make_snapkv_policy, KVDICE_CUDA_SELECTION(snapkv)},
+    Entry{"snapkv_pp", make_snapkv_pp_policy, KVDICE_CUDA_SELECTION(snapkv_pp)},
     Entry{"h2o", make_h2o_policy, nullptr},
     Entry{"h2o_pp", make_h2o_pp_policy, nullptr},
     Entry{"vase", make_vase_policy, nullptr},
@@ -65,7 +67,8 @@ constexpr std::array kPolicies{
     Entry{"rkv", make_rkv_policy, nullptr},
     Entry{"rkv_pp", make_rkv_pp_policy, nullptr},
     Entry{"rkv_official", make_rkv_official_policy, nullptr},
-    Entry{"triattention", make_triattention_policy, nullptr},
+    Entry{"triattention", make_triattention_policy, KVDICE_CUDA_SELECTION(triattention),
+          KVDICE_CUDA_ROUND(triattention)},
 };
 
 }  // namespace
@@ -90,6 +93,14 @@ CudaSelectionLauncher cuda_selection(std::string_view spec) {
   const std::string_view name = spec.substr(0, spec.find(':'));
   for (const Entry& entry : kPolicies) {
     if (entry.name == name) return entry.cuda;
+  }
+  return nullptr;
+}
+
+CudaRoundScorer cuda_round_scorer(std::string_view spec) {
+  const std::string_view name = spec.substr(0, spec.find(':'));
+  for (const Entry& entry : kPolicies) {
+    if (entry.name == name) return entry.cuda_round;
   }
   return nullptr;
 }

@@ -64,8 +64,8 @@ TEST(Registry, OptionsAreParsedDefaultedAndDescribed) {
 }
 
 TEST(Registry, PoliciesWithoutCudaFileAreRefusedOnCuda) {
-  for (const char* name : {"random_block_pp", "random_pp_rec", "snapkv", "snapkv_pp", "h2o", "h2o_pp", "vase",
-                           "vase_pp", "rkv", "rkv_pp", "rkv_official", "triattention"}) {
+  for (const char* name : {"random_block_pp", "random_pp_rec", "h2o", "h2o_pp", "vase", "vase_pp", "rkv",
+                           "rkv_pp", "rkv_official"}) {
     EXPECT_EQ(cuda_selection(name), nullptr) << name;
     try {
       require_cuda_selection(name);
@@ -75,6 +75,26 @@ TEST(Registry, PoliciesWithoutCudaFileAreRefusedOnCuda) {
       EXPECT_NE(std::string(e.what()).find("no CUDA selection"), std::string::npos) << e.what();
     }
   }
+}
+
+// Scoring policies with a CUDA file (issue 7): launchers in a CUDA build, refused by name without one.
+TEST(Registry, ScoringPoliciesWithCudaFiles) {
+  for (const char* name : {"snapkv", "snapkv_pp", "triattention"}) {
+#ifdef KVDICE_WITH_CUDA
+    EXPECT_NE(cuda_selection(name), nullptr) << name;
+    EXPECT_NO_THROW(require_cuda_selection(name)) << name;
+#else
+    EXPECT_EQ(cuda_selection(name), nullptr) << name;
+    EXPECT_THROW(require_cuda_selection(name), Error) << name;
+#endif
+  }
+  // Only the whole-model policy has a round scorer.
+#ifdef KVDICE_WITH_CUDA
+  EXPECT_NE(cuda_round_scorer("triattention"), nullptr);
+  EXPECT_NE(cuda_round_scorer("triattention:stats=x"), nullptr);
+#endif
+  EXPECT_EQ(cuda_round_scorer("snapkv"), nullptr);
+  EXPECT_EQ(cuda_round_scorer("random_pp"), nullptr);
 }
 
 TEST(Registry, RkvOptionsAndDefaults) {

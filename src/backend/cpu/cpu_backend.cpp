@@ -143,7 +143,10 @@ class CpuBackend final : public Backend {
         if (kv.attention_mass) kv.attention_mass[index] = 0.0f;
       }
       // A budget reserves at least 2r slots, so ring slots [0, r) lie in the sequence's own pages.
-      if (kv.query_ring && batch.budget[s] > 0)
+      // Only a sequence's last r rows of the step write, so rows r apart in a long prefill chunk never
+      // race for one ring slot (the CUDA twin has the same rule).
+      const int n_new = batch.seq_row_begin[s + 1] - batch.seq_row_begin[s];
+      if (kv.query_ring && batch.budget[s] > 0 && i >= n_new - batch.window[s])
         record_query(kv, pages, position % batch.window[s], q_out, n_heads);
     }
   }

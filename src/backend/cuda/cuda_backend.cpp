@@ -27,6 +27,8 @@ using cuda::DeviceKvLayer;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // Keep-flag scratch of one evict launch; layers are processed in chunks that fit.
 constexpr size_t kKeepScratchBytes = size_t{64} << 20;
+// Score scratch of one evict launch of a scoring policy (sort buffers and fp64 per-candidate arrays).
+constexpr size_t kScoreScratchBytes = size_t{512} << 20;
 
 void require_dtype(const View& v, DType dtype, const char* op, const char* what) {
   if (v.dtype != dtype)
@@ -63,7 +65,9 @@ class CudaBackend final : public Backend {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
     gemm_.reset();
-    for (Scratch* s : {&attention_scratch_, &sample_scratch_, &keep_scratch_, &layer_table_})
+    params_.clear();  // device tables, freed while the device is current
+    for (Scratch* s : {&attention_scratch_, &sample_scratch_, &keep_scratch_, &layer_table_, &score_scratch_,
+                       &round_keep_scratch_})
       if (s->data != nullptr) cudaFree(s->data);
     if (error_host_ != nullptr) cudaFreeHost(error_host_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -170,6 +174,11 @@ class CudaBackend final : public Backend {
             "CUDA evict on device {}: a due row's budget, window, protected prompt or length was outside the "
             "policy's preconditions (need n_protected <= T - r <= length - r and length <= max_pages * "
             "page_slots)",
+            device_);
+      if (code == cuda::kErrorLayersDiffer)
+        fail(
+            "CUDA evict on device {}: a policy with one keep-set for all layers (triattention) found layers "
+            "holding different tokens in the same slots",
             device_);
       fail("CUDA evict on device {}: a policy's keep flags did not hold exactly T slots (error code {})",
            device_, code);
@@ -312,11 +321,47 @@ class CudaBackend final : public Backend {
     const int capacity = batch.max_pages * first.page_slots;
     const size_t per_layer =
         static_cast<size_t>(batch.n_seqs) * first.n_kv_heads * static_cast<size_t>(capacity);
-    const int chunk = static_cast<int>(std::clamp<size_t>(kKeepScratchBytes / std::max<size_t>(per_layer, 1),
-                                                          1, static_cast<size_t>(n_layers)));
+    int chunk = static_cast<int>(std::clamp<size_t>(kKeepScratchBytes / std::max<size_t>(per_layer, 1), 1,
+                                                    static_cast<size_t>(n_layers)));
+    // Scoring policies (issue 7): signals, options, statistics table and per-head scratch.
+    const policy::CudaRoundScorer round_scorer = policy::cuda_round_scorer(policy.name());
+    const policy::SignalNeeds needs = policy.needs();
+    const bool scoring = needs.any() || round_scorer != nullptr;
+    const CachedParams* params = scoring ? &device_params(policy) : nullptr;
+    int n_heads = first.n_heads;
+    int64_t head_scratch = 0;
+    if (scoring) {
+      check_scoring_inputs(layers, policy, needs, *params);
+      if (params->params.table_heads > 0) n_heads = params->params.table_heads;
+      head_scratch = policy::cuda_head_scratch_bytes(capacity);
+      const size_t per_layer_scratch = static_cast<size_t>(batch.n_seqs) * first.n_kv_heads * head_scratch;
+      chunk = std::min(chunk, static_cast<int>(std::clamp<size_t>(kScoreScratchBytes / per_layer_scratch, 1,
+                                                                  static_cast<size_t>(n_layers))));
+    }
     auto* keep = static_cast<uint8_t*>(grow(keep_scratch_, per_layer * chunk, "eviction keep flags"));
 
     policy::CudaSelectionArgs args;
+    args.layers = table->selection;
+    args.n_model_layers = n_layers;
+    args.head_dim = first.head_dim;
+    args.n_heads = n_heads;
+    if (scoring) {
+      args.pool = params->params.pool;
+      args.temperature = params->params.temperature;
+      args.table = static_cast<const double*>(params->table.data());
+      const int group = n_heads / first.n_kv_heads;
+      const size_t per_head_round =
+          round_scorer != nullptr ? static_cast<size_t>(policy::cuda_round_scratch_bytes(capacity, group))
+                                  : 0;
+      const size_t rows_heads = static_cast<size_t>(batch.n_seqs) * first.n_kv_heads;
+      args.scratch = static_cast<char*>(
+          grow(score_scratch_, std::max(rows_heads * head_scratch * chunk, rows_heads * per_head_round),
+               "eviction score scratch"));
+      if (round_scorer != nullptr) {
+        args.round_keep = static_cast<uint8_t*>(
+            grow(round_keep_scratch_, rows_heads * static_cast<size_t>(capacity), "eviction round flags"));
+      }
+    }
     args.batch = batch;
     args.positions = table->positions;
     args.n_kv_heads = first.n_kv_heads;
@@ -325,6 +370,14 @@ class CudaBackend final : public Backend {
     args.keep = keep;
     args.capacity = capacity;
     args.error = error_device_;
+    if (round_scorer != nullptr) {
+      // Whole-model keep-sets: every layer is scored before any is compacted.
+      args.layer_begin = 0;
+      args.n_layers = n_layers;
+      args.head_scratch = policy::cuda_round_scratch_bytes(capacity, n_heads / first.n_kv_heads);
+      round_scorer(args, stream_);
+    }
+    args.head_scratch = head_scratch;
     for (int begin = 0; begin < n_layers; begin += chunk) {
       args.layer_begin = begin;
       args.n_layers = std::min(chunk, n_layers - begin);
@@ -364,34 +417,110 @@ class CudaBackend final : public Backend {
   struct LayerTable {
     DeviceKvLayer* layers;
     const int32_t* const* positions;
+    const policy::SelectionLayer* selection;
   };
 
   const LayerTable* upload_layer_table(const std::vector<KvLayer>& layers) {
     std::vector<DeviceKvLayer> host(layers.size());
-    for (size_t l = 0; l < layers.size(); ++l)
-      host[l] = {layers[l].keys, layers[l].values, layers[l].positions};
-    const bool same =
-        host.size() == table_host_.size() &&
-        std::equal(host.begin(), host.end(), table_host_.begin(), [](const auto& a, const auto& b) {
-          return a.keys == b.keys && a.values == b.values && a.positions == b.positions;
-        });
+    std::vector<policy::SelectionLayer> selection(layers.size());
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const KvLayer& kv = layers[l];
+      host[l] = {kv.keys, kv.values, kv.positions, kv.value_range, kv.attention_mass};
+      selection[l] = {kv.keys, kv.positions, kv.value_range, kv.query_ring};
+    }
+    const bool same = host.size() == table_host_.size() &&
+                      std::equal(host.begin(), host.end(), table_host_.begin(),
+                                 [](const auto& a, const auto& b) {
+                                   return a.keys == b.keys && a.values == b.values &&
+                                          a.positions == b.positions && a.value_range == b.value_range &&
+                                          a.attention_mass == b.attention_mass;
+                                 }) &&
+                      std::equal(selection.begin(), selection.end(), selection_host_.begin(),
+                                 [](const auto& a, const auto& b) { return a.query_ring == b.query_ring; });
     if (!same) {
       // Rare (once per KV pool), so a synchronous copy is fine; a captured graph never reaches it.
-      const size_t layer_bytes = (sizeof(DeviceKvLayer) * host.size() + 255) / 256 * 256;
-      char* base =
-          static_cast<char*>(grow(layer_table_, layer_bytes + sizeof(int32_t*) * host.size(), "layer table"));
+      auto round_up = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+      const size_t layer_bytes = round_up(sizeof(DeviceKvLayer) * host.size());
+      const size_t position_bytes = round_up(sizeof(int32_t*) * host.size());
+      char* base = static_cast<char*>(
+          grow(layer_table_, layer_bytes + position_bytes + sizeof(policy::SelectionLayer) * host.size(),
+               "layer table"));
       std::vector<const int32_t*> positions(host.size());
       for (size_t l = 0; l < host.size(); ++l) positions[l] = host[l].positions;
       CUDA_CHECK(cudaMemcpyAsync(base, host.data(), sizeof(DeviceKvLayer) * host.size(),
                                  cudaMemcpyHostToDevice, stream_));
       CUDA_CHECK(cudaMemcpyAsync(base + layer_bytes, positions.data(), sizeof(int32_t*) * host.size(),
                                  cudaMemcpyHostToDevice, stream_));
+      CUDA_CHECK(cudaMemcpyAsync(base + layer_bytes + position_bytes, selection.data(),
+                                 sizeof(policy::SelectionLayer) * host.size(), cudaMemcpyHostToDevice,
+                                 stream_));
       CUDA_CHECK(cudaStreamSynchronize(stream_));
       table_ = {reinterpret_cast<DeviceKvLayer*>(base),
-                reinterpret_cast<const int32_t* const*>(base + layer_bytes)};
+                reinterpret_cast<const int32_t* const*>(base + layer_bytes),
+                reinterpret_cast<const policy::SelectionLayer*>(base + layer_bytes + position_bytes)};
       table_host_ = std::move(host);
+      selection_host_ = std::move(selection);
     }
     return &table_;
+  }
+
+  // A scoring policy's device options, its table uploaded once (keyed by the policy object and its
+  // full spec, so a new policy at a recycled address is uploaded again).
+  struct CachedParams {
+    std::string spec;
+    policy::DeviceParams params;  // table emptied once uploaded
+    Buffer table;
+  };
+  const CachedParams& device_params(const policy::EvictionPolicy& policy) {
+    const std::string spec = policy::describe(policy);
+    CachedParams& cached = params_[&policy];
+    if (cached.spec != spec || cached.spec.empty()) {
+      cached.spec = spec;
+      cached.params = policy.device_params();
+      const std::vector<double> table = std::move(cached.params.table);
+      cached.params.table.clear();
+      cached.table =
+          alloc(table.size() * sizeof(double), fmt::format("policy '{}' device table", policy.name()));
+      if (!table.empty()) {
+        upload(cached.table.data(), table.data(), table.size() * sizeof(double));
+        CUDA_CHECK(cudaStreamSynchronize(stream_));  // `table` dies here
+      }
+    }
+    return cached;
+  }
+
+  // What a scoring selection reads must be there, in the shapes its kernels take (errors name the policy).
+  static void check_scoring_inputs(const std::vector<KvLayer>& layers, const policy::EvictionPolicy& policy,
+                                   const policy::SignalNeeds& needs, const CachedParams& cached) {
+    const KvLayer& first = layers.front();
+    if (first.dtype != DType::BF16)
+      fail("CUDA evict: policy '{}' reads a bf16 KV pool, got {}", policy.name(), dtype_name(first.dtype));
+    if (first.head_dim % 8 != 0 || first.head_dim > 256)
+      fail("CUDA evict: policy '{}' needs head_dim a multiple of 8 and at most 256, got {}", policy.name(),
+           first.head_dim);
+    if (needs.accumulated_attention)
+      fail("CUDA evict: policy '{}' needs attention mass, which the CUDA backend does not record",
+           policy.name());
+    for (const KvLayer& layer : layers) {
+      if (needs.window_queries &&
+          (layer.query_ring == nullptr || layer.n_heads <= 0 || layer.n_heads % layer.n_kv_heads != 0))
+        fail("CUDA evict: policy '{}' needs window queries but the KV pool records none", policy.name());
+      if (needs.value_ranges && layer.value_range == nullptr)
+        fail("CUDA evict: policy '{}' needs value ranges but the KV pool records none", policy.name());
+    }
+    const policy::DeviceParams& p = cached.params;
+    if (p.table_heads > 0) {
+      if (p.table_layers != static_cast<int>(layers.size()) || p.table_kv_heads != first.n_kv_heads ||
+          p.table_head_dim != first.head_dim || p.table_heads % first.n_kv_heads != 0)
+        fail(
+            "CUDA evict: policy '{}' has a table for {} layers, {} query / {} KV heads of dim {}; the cache "
+            "has {} layers, {} KV heads of dim {}",
+            policy.name(), p.table_layers, p.table_heads, p.table_kv_heads, p.table_head_dim, layers.size(),
+            first.n_kv_heads, first.head_dim);
+      if (p.table_heads / first.n_kv_heads * (first.head_dim / 2) > 1024)
+        fail("CUDA evict: policy '{}' takes GQA group x bands up to 1024, got {} x {}", policy.name(),
+             p.table_heads / first.n_kv_heads, first.head_dim / 2);
+    }
   }
 
   // Grows `s` to at least `bytes` (waiting for the stream first: kernels may still read the old one).
@@ -421,8 +550,11 @@ class CudaBackend final : public Backend {
   int* error_host_ = nullptr;    // pinned, mapped: written by the eviction kernels
   int* error_device_ = nullptr;  // the same word as the device sees it
   std::unique_ptr<cuda::LtGemm> gemm_;
-  Scratch attention_scratch_, sample_scratch_, keep_scratch_, layer_table_;
+  Scratch attention_scratch_, sample_scratch_, keep_scratch_, layer_table_, score_scratch_,
+      round_keep_scratch_;
   std::vector<DeviceKvLayer> table_host_;
+  std::vector<policy::SelectionLayer> selection_host_;
+  std::map<const policy::EvictionPolicy*, CachedParams> params_;
   LayerTable table_{};
 };
 

@@ -58,11 +58,14 @@ size_t sample_scratch_bytes(int n_seqs, int64_t vocab);
 void launch_sample(const StepBatch& batch, const View& logits, void* scratch, cudaStream_t stream);
 
 // ---- evict.cu ----
-// One layer's K/V/positions arrays as the compaction kernel reads them (a device array of these).
+// One layer's K/V/positions arrays as the compaction kernel reads them (a device array of these),
+// with the per-slot signals that move with them (nullptr when the pool records none).
 struct DeviceKvLayer {
   void* keys = nullptr;
   void* values = nullptr;
   int32_t* positions = nullptr;
+  float* value_range = nullptr;
+  float* attention_mass = nullptr;
 };
 // Moves survivors at or above T into the holes below T for every due (sequence, layer of the chunk,
 // KV head), reading the keep flags the policy wrote (layout of policy::CudaSelectionArgs::keep).
@@ -75,5 +78,6 @@ void launch_finish_eviction(const StepBatch& batch, int policy_id, cudaStream_t 
 // Error codes the eviction kernels set in the backend's device-visible error word.
 inline constexpr int kErrorSelectionInput = 1;   // keep/protected/capacity outside the policy's preconditions
 inline constexpr int kErrorCompactionCount = 2;  // keep flags do not hold exactly T kept slots
+inline constexpr int kErrorLayersDiffer = 3;     // a whole-model keep-set met layers holding other tokens
 
 }  // namespace kvdice::backend::cuda

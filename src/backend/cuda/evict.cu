@@ -2,7 +2,8 @@
 // Due rows only (tested on the device, the same predicate as the selection kernels); others return at
 // once, so the launch count never depends on how many rows are due. Holes (evicted slots below T) and
 // survivors (kept slots at or above T) are ranked in ascending slot order by block prefix sums and
-// equal ranks are paired: exactly compact_head_host's pairing. K, V and position move together.
+// equal ranks are paired: exactly compact_head_host's pairing. K, V, position and the per-slot signals
+// (value range, attention mass) move together.
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
@@ -102,8 +103,13 @@ __global__ void __launch_bounds__(kThreads) compaction_kernel(CompactionArgs a) 
       keys[dst * words + word] = keys[src * words + word];
       values[dst * words + word] = values[src * words + word];
     }
-    for (int pair = threadIdx.x; pair < count; pair += kThreads)
-      layer.positions[index_of(holes[pair])] = layer.positions[index_of(survivors[pair])];
+    for (int pair = threadIdx.x; pair < count; pair += kThreads) {
+      const int64_t dst = index_of(holes[pair]), src = index_of(survivors[pair]);
+      layer.positions[dst] = layer.positions[src];
+      // Per-slot signals travel with their slot (compact_head_host's rule).
+      if (layer.value_range != nullptr) layer.value_range[dst] = layer.value_range[src];
+      if (layer.attention_mass != nullptr) layer.attention_mass[dst] = layer.attention_mass[src];
+    }
     __syncthreads();
   }
 }

@@ -33,6 +33,40 @@ struct RopeArgs {
   int n_heads;
 };
 
+// Signals of scoring policies (docs/policies.md), written only when the pool records them.
+// The fp32 query of absolute position `position`, query head `head`, goes to ring slot position % r in
+// the sequence's own pages (backend.h KvLayer). Only the step's last r rows of a sequence write, so a
+// prefill chunk longer than r leaves exactly the last r queries and no slot is written twice.
+__device__ inline float* query_ring_slot(const RopeArgs& a, int s, int i, int32_t position, int head) {
+  const StepBatch& batch = a.batch;
+  if (a.kv.query_ring == nullptr || batch.budget[s] <= 0) return nullptr;
+  const int window = batch.window[s];
+  if (i < batch.seq_row_begin[s + 1] - batch.seq_row_begin[s] - window) return nullptr;
+  const int ring_slot = position % window;
+  const int64_t page =
+      batch.page_table[static_cast<int64_t>(s) * batch.max_pages + ring_slot / a.kv.page_slots];
+  return a.kv.query_ring +
+         ((page * a.kv.n_heads + head) * a.kv.page_slots + ring_slot % a.kv.page_slots) * a.kv.head_dim;
+}
+
+// max - min over the value channels (fp32, before the bf16 store, like the CPU twin) and a zero
+// attention mass for the new slot. Collective over the warp.
+__device__ inline void record_value_signals(const KvLayer& kv, int64_t kv_index, const float* v, int lane) {
+  if (kv.value_range != nullptr) {
+    float lo = INFINITY, hi = -INFINITY;
+    for (int c = lane; c < kv.head_dim; c += 32) {
+      lo = fminf(lo, v[c]);
+      hi = fmaxf(hi, v[c]);
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+      lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, offset));
+      hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, offset));
+    }
+    if (lane == 0) kv.value_range[kv_index] = hi - lo;
+  }
+  if (kv.attention_mass != nullptr && lane == 0) kv.attention_mass[kv_index] = 0.0f;
+}
+
 __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_append_kernel(RopeArgs a) {
   enter_dependent();
   __shared__ float buffer[kWarps][kMaxHeadDim];
@@ -73,6 +107,7 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_append_kernel(RopeAr
     if (is_v) {
       for (int c = lane; c < hd; c += 32) store_float(a.kv.values, a.kv.dtype, kv_index * hd + c, src[c]);
       if (lane == 0) a.kv.positions[kv_index] = position;
+      record_value_signals(a.kv, kv_index, src, lane);
       return;
     }
     const float* norm = is_q ? a.q_norm : a.k_norm;
@@ -98,13 +133,23 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_append_kernel(RopeAr
       dst_dtype = a.kv.dtype;
       base = kv_index * hd;
     }
+    float* ring = is_q ? query_ring_slot(a, s, i, position, item) : nullptr;
     for (int c = lane; c < half; c += 32) {
       const float cs = cos_table[c], sn = sin_table[c];
       const float x0 = v[c], x1 = v[c + half];
-      store_float(dst, dst_dtype, base + c, __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn)));
-      store_float(dst, dst_dtype, base + c + half, __fadd_rn(__fmul_rn(x1, cs), __fmul_rn(x0, sn)));
+      const float y0 = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
+      const float y1 = __fadd_rn(__fmul_rn(x1, cs), __fmul_rn(x0, sn));
+      store_float(dst, dst_dtype, base + c, y0);
+      store_float(dst, dst_dtype, base + c + half, y1);
+      if (ring != nullptr) {
+        ring[c] = y0;
+        ring[c + half] = y1;
+      }
     }
-    for (int c = a.rotary_dim + lane; c < hd; c += 32) store_float(dst, dst_dtype, base + c, v[c]);
+    for (int c = a.rotary_dim + lane; c < hd; c += 32) {
+      store_float(dst, dst_dtype, base + c, v[c]);
+      if (ring != nullptr) ring[c] = v[c];
+    }
   }
 }
 

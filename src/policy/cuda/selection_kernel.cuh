@@ -42,14 +42,10 @@ struct HeadSelect {
   }
 };
 
-template <class Policy>
-__global__ void __launch_bounds__(kSelectionThreads) selection_kernel(CudaSelectionArgs args) {
-  const int s = blockIdx.y;
-  const int local_layer = static_cast<int>(blockIdx.x) / args.n_kv_heads;
-  const int head = static_cast<int>(blockIdx.x) % args.n_kv_heads;
+// The HeadSelect of row s, layer layer_begin + local_layer, KV head `head` (the row must be due).
+__device__ inline HeadSelect make_head_select(const CudaSelectionArgs& args, int s, int local_layer,
+                                              int head) {
   const backend::StepBatch& batch = args.batch;
-  if (!eviction_due(batch, s, args.policy_id)) return;
-
   HeadSelect h;
   h.layer = args.layer_begin + local_layer;
   h.kv_head = head;
@@ -63,14 +59,32 @@ __global__ void __launch_bounds__(kSelectionThreads) selection_kernel(CudaSelect
   h.page_table = batch.page_table + static_cast<int64_t>(s) * batch.max_pages;
   h.n_kv_heads = args.n_kv_heads;
   h.page_slots = args.page_slots;
+  return h;
+}
+
+// Whether h violates the preconditions the CPU round checks before selecting (cpu_eviction.cpp).
+__device__ inline bool selection_input_invalid(const CudaSelectionArgs& args, const HeadSelect& h, int len) {
+  return h.keep < 0 || h.n_protected < 0 || h.n_protected > h.keep || h.keep > h.n_candidates ||
+         len > args.capacity;
+}
+
+template <class Policy>
+__global__ void __launch_bounds__(kSelectionThreads) selection_kernel(CudaSelectionArgs args) {
+  const int s = blockIdx.y;
+  const int local_layer = static_cast<int>(blockIdx.x) / args.n_kv_heads;
+  const int head = static_cast<int>(blockIdx.x) % args.n_kv_heads;
+  const backend::StepBatch& batch = args.batch;
+  if (!eviction_due(batch, s, args.policy_id)) return;
+
+  const HeadSelect h = make_head_select(args, s, local_layer, head);
+  const int len = batch.length[s];
   uint8_t* keep =
       args.keep + ((static_cast<int64_t>(s) * args.n_layers + local_layer) * args.n_kv_heads + head) *
                       static_cast<int64_t>(args.capacity);
 
   // The CPU round checks these before selecting (cpu_eviction.cpp); here a violation flags an error
   // that the backend raises at the next synchronisation, and the head is left untouched.
-  if (h.keep < 0 || h.n_protected < 0 || h.n_protected > h.keep || h.keep > h.n_candidates ||
-      len > args.capacity) {
+  if (selection_input_invalid(args, h, len)) {
     if (threadIdx.x == 0) atomicExch(args.error, 1);
     return;
   }

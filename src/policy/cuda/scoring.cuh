@@ -1,0 +1,151 @@
+// Device helpers of the scoring selections (snapkv, triattention, ...): the per-head scratch, an exact
+// block-wide sort of (key, index) pairs, candidates in age order and the top-n rule of
+// policy/ranking.h (prompt pinned, then the highest scores, equal scores keeping the smaller absolute
+// position first). Sorting whole keys instead of comparing floating-point scores with a tolerance makes
+// the kept set a pure function of the scores and positions, as std::sort's is on the CPU.
+#pragma once
+
+#include <cub/block/block_reduce.cuh>
+
+#include "policy/cuda/selection_kernel.cuh"
+
+namespace kvdice::policy::cuda {
+
+struct SortPair {
+  uint64_t key;
+  uint32_t index;
+  uint32_t unused;
+};
+
+// One (row, layer, KV head)'s scratch, carved in cuda_head_scratch_bytes' order.
+struct HeadScratch {
+  SortPair* sort = nullptr;  // [sort_n], sort_n = next power of two >= capacity
+  int sort_n = 0;
+  int32_t* slot_of_age = nullptr;  // [capacity]: the candidate slot of the a-th oldest
+  double* a = nullptr;             // [capacity] x 3, the policy's per-candidate arrays
+  double* b = nullptr;
+  double* c = nullptr;
+
+  __device__ HeadScratch(char* base, int capacity) {
+    sort_n = static_cast<int>(cuda_sort_capacity(capacity));
+    sort = reinterpret_cast<SortPair*>(base);
+    char* p = base + 16 * static_cast<int64_t>(sort_n);
+    a = reinterpret_cast<double*>(p);
+    b = a + capacity;
+    c = b + capacity;
+    slot_of_age = reinterpret_cast<int32_t*>(c + capacity);
+  }
+};
+
+// Ascending (key, index) bitonic sort of v[0, n), n a power of two, in global memory. Collective over
+// the CTA (__syncthreads orders the global accesses of the block's threads between stages).
+__device__ inline void block_sort(SortPair* v, int n) {
+  for (int k = 2; k <= n; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const int partner = i ^ j;
+        if (partner <= i) continue;
+        const SortPair x = v[i], y = v[partner];
+        const bool greater = x.key > y.key || (x.key == y.key && x.index > y.index);
+        if (greater == ((i & k) == 0)) {
+          v[i] = y;
+          v[partner] = x;
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// A key whose unsigned order is the numeric order of d (-0 and +0 equal, as the CPU's comparison).
+__device__ inline uint64_t orderable(double d) {
+  const uint64_t bits = static_cast<uint64_t>(__double_as_longlong(d + 0.0));
+  return (bits >> 63) != 0 ? ~bits : (bits | (uint64_t{1} << 63));
+}
+
+// w.slot_of_age[a] = the slot of the a-th oldest candidate of [0, n_candidates) (positions are unique
+// per head, so this is policy/ranking.h's chronological()). Collective.
+__device__ inline void age_order(const HeadSelect& h, HeadScratch& w) {
+  for (int i = threadIdx.x; i < w.sort_n; i += blockDim.x) {
+    SortPair p{~uint64_t{0}, ~0u, 0};
+    if (i < h.n_candidates)
+      p = {static_cast<uint64_t>(static_cast<uint32_t>(h.position(i)) ^ 0x80000000u),
+           static_cast<uint32_t>(i), 0};
+    w.sort[i] = p;
+  }
+  __syncthreads();
+  block_sort(w.sort, w.sort_n);
+  for (int a = threadIdx.x; a < h.n_candidates; a += blockDim.x)
+    w.slot_of_age[a] = static_cast<int32_t>(w.sort[a].index);
+  __syncthreads();
+}
+
+// ranking.h's keep_prompt_and_highest: flags the protected prompt [0, n_protected) and the
+// keep - n_protected other candidates with the highest score_by_age[a] (a = age rank; ties: the older
+// first). Needs w.slot_of_age; `keep` must be zero on entry. Collective.
+__device__ inline void keep_prompt_and_highest_device(const HeadSelect& h, HeadScratch& w,
+                                                      const double* score_by_age, uint8_t* keep) {
+  for (int i = threadIdx.x; i < w.sort_n; i += blockDim.x) {
+    SortPair p{~uint64_t{0}, ~0u, 0};
+    if (i < h.n_candidates && w.slot_of_age[i] >= h.n_protected)
+      p = {~orderable(score_by_age[i]), static_cast<uint32_t>(i), 0};
+    w.sort[i] = p;
+  }
+  __syncthreads();
+  block_sort(w.sort, w.sort_n);
+  for (int slot = threadIdx.x; slot < h.n_protected; slot += blockDim.x) keep[slot] = 1;
+  for (int r = threadIdx.x; r < h.keep - h.n_protected; r += blockDim.x)
+    keep[w.slot_of_age[w.sort[r].index]] = 1;
+  __syncthreads();
+}
+
+// Deterministic CTA sum (CUB's fixed reduction tree); the result is broadcast to every thread.
+__device__ inline double block_sum(double x) {
+  using Reduce = cub::BlockReduce<double, kSelectionThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+  __shared__ double result;
+  const double total = Reduce(temp).Sum(x);
+  if (threadIdx.x == 0) result = total;
+  __syncthreads();
+  const double out = result;
+  __syncthreads();
+  return out;
+}
+
+// Element index of (slot, KV head) of layer `layer` in the pool (KvLayer::slot_index).
+__device__ inline int64_t pool_index(const HeadSelect& h, int slot) {
+  const int64_t page = h.page_table[slot / h.page_slots];
+  return (page * h.n_kv_heads + h.kv_head) * h.page_slots + slot % h.page_slots;
+}
+
+// A scoring selection: one CTA per (row, layer of the launch, KV head) like selection_kernel, but the
+// policy also gets the launch's arguments, the row and its scratch:
+//   Policy::select(args, h, s, scratch, keep)
+template <class Policy>
+__global__ void __launch_bounds__(kSelectionThreads) scoring_selection_kernel(CudaSelectionArgs args) {
+  const int s = blockIdx.y;
+  const int local_layer = static_cast<int>(blockIdx.x) / args.n_kv_heads;
+  const int head = static_cast<int>(blockIdx.x) % args.n_kv_heads;
+  if (!eviction_due(args.batch, s, args.policy_id)) return;
+  const HeadSelect h = make_head_select(args, s, local_layer, head);
+  const int64_t item = (static_cast<int64_t>(s) * args.n_layers + local_layer) * args.n_kv_heads + head;
+  uint8_t* keep = args.keep + item * static_cast<int64_t>(args.capacity);
+  if (selection_input_invalid(args, h, args.batch.length[s])) {
+    if (threadIdx.x == 0) atomicExch(args.error, 1);
+    return;
+  }
+  for (int slot = threadIdx.x; slot < h.n_candidates; slot += blockDim.x) keep[slot] = 0;
+  __syncthreads();
+  Policy::select(args, h, s, args.scratch + item * args.head_scratch, keep);
+}
+
+template <class Policy>
+void launch_scoring_selection(const CudaSelectionArgs& args, void* stream) {
+  if (args.batch.n_seqs == 0 || args.n_layers == 0 || args.n_kv_heads == 0) return;
+  const dim3 grid(static_cast<unsigned>(args.n_layers * args.n_kv_heads),
+                  static_cast<unsigned>(args.batch.n_seqs));
+  scoring_selection_kernel<Policy><<<grid, kSelectionThreads, 0, static_cast<cudaStream_t>(stream)>>>(args);
+  CUDA_CHECK_LAUNCH("scoring_selection_kernel");
+}
+
+}  // namespace kvdice::policy::cuda

@@ -1,0 +1,377 @@
+// The scoring policies' CUDA selections (issue 7) against the CPU round on identical inputs: the same
+// bf16-exact keys and values, positions, fp32 query rings and value ranges in both pools, one evict
+// call each, then the kept absolute positions of every (row, layer, KV head) must be identical. Also
+// the signals the CUDA forward records (query ring, value range) against the CPU's. Skips without a GPU.
+//
+// Near-ties: the CUDA scores are computed in fp64 like the CPU's (window_attention.cuh, triattention.cu:
+// logits bit-identical, exp and sums differing only in summation order, about 1e-16 relative), so a
+// keep-set can differ only where two candidates' scores lie within ~1e-15 of each other at the
+// selection boundary. The inputs are continuous random values (no two keys, queries or statistics
+// equal), which makes such a near-tie improbable (well below 1e-6 per run over all heads here); exact
+// ties do not occur in these inputs and would be broken by position on both sides.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "backend/op_harness.h"
+#include "core/error.h"
+#include "policy/cuda_selection.h"
+#include "policy/eviction_policy.h"
+#include "policy/triattention_stats.h"
+
+namespace kvdice::test {
+namespace {
+
+using backend::Backend;
+
+constexpr int kPageSlots = 16;
+
+struct Shape {
+  const char* name;
+  int n_layers, n_kv, group, head_dim;
+};
+
+struct Row {
+  int budget, window, length, appended, n_protected;
+};
+
+// Both pools' contents: candidates hold unique older positions in scrambled slot order (as after
+// earlier rounds), the window the newest r positions in order; positions are shared by all layers
+// (TriAttention's keep-sets are, so its cache always is) or drawn per layer.
+struct ScoringWorld {
+  Shape shape;
+  HostBatch h;
+  int n_pages = 0;
+  std::vector<std::vector<float>> k, v, ring, range;
+  std::vector<std::vector<int32_t>> pos;
+
+  ScoringWorld(const Shape& s, const std::vector<Row>& rows, uint64_t seed, bool same_positions_in_layers)
+      : shape(s) {
+    int max_slots = 0;
+    for (const Row& r : rows) max_slots = std::max(max_slots, r.length + r.window);
+    const int max_pages = (max_slots + kPageSlots - 1) / kPageSlots;
+    h = HostBatch::make(std::vector<int>(rows.size(), 1), max_pages);
+    h.page_table.resize(size_t(h.n_seqs) * max_pages);
+    std::iota(h.page_table.begin(), h.page_table.end(), 0);
+    std::shuffle(h.page_table.begin(), h.page_table.end(), std::mt19937_64(seed));
+    n_pages = h.n_seqs * max_pages;
+    const size_t slots = size_t(n_pages) * s.n_kv * kPageSlots;
+    const size_t ring_floats = size_t(n_pages) * s.n_kv * s.group * kPageSlots * s.head_dim;
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> uniform(0.5f, 4.0f);
+    for (int l = 0; l < s.n_layers; ++l) {
+      k.push_back(random_values(slots * s.head_dim, seed + 10 * l + 1));
+      v.push_back(random_values(slots * s.head_dim, seed + 10 * l + 2));
+      ring.push_back(std::vector<float>(ring_floats, 0.0f));
+      range.emplace_back(slots);
+      for (float& x : range.back()) x = uniform(rng);
+      pos.emplace_back(slots, -1);
+    }
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (int s_ = 0; s_ < h.n_seqs; ++s_) {
+      const Row& r = rows[size_t(s_)];
+      h.budget[s_] = r.budget;
+      h.window[s_] = r.window;
+      h.length[s_] = r.length;
+      h.appended[s_] = r.appended;
+      h.n_protected[s_] = r.n_protected;
+      h.evict_key[s_] = philox_key(7, uint64_t(s_), RngDomain::Eviction);
+      h.round[s_] = s_ + 3;
+      for (int g = 0; g < s.n_kv; ++g) {
+        std::vector<int32_t> slot_positions;
+        for (int l = 0; l < s.n_layers; ++l) {
+          if (l == 0 || !same_positions_in_layers) slot_positions = draw_positions(r, rng);
+          for (int slot = 0; slot < r.length; ++slot)
+            pos[l][index(s_, g, slot)] = slot_positions[size_t(slot)];
+        }
+      }
+      // Ring slots [0, r) in the row's own pages hold fp32 queries (not bf16-rounded: the ring is fp32).
+      for (int l = 0; l < s.n_layers; ++l)
+        for (int j = 0; j < r.window; ++j)
+          for (int qh = 0; qh < s.n_kv * s.group; ++qh) {
+            const size_t page = size_t(h.page_table[size_t(s_) * h.max_pages + j / kPageSlots]);
+            const size_t at = ((page * s.n_kv * s.group + qh) * kPageSlots + j % kPageSlots) * s.head_dim;
+            for (int c = 0; c < s.head_dim; ++c) ring[l][at + c] = normal(rng);
+          }
+    }
+  }
+  static std::vector<int32_t> draw_positions(const Row& r, std::mt19937_64& rng) {
+    std::vector<int32_t> older(size_t(r.appended - r.window - r.n_protected));
+    std::iota(older.begin(), older.end(), r.n_protected);
+    std::shuffle(older.begin(), older.end(), rng);
+    std::vector<int32_t> p(size_t(r.length));
+    const int n_cand = r.length - r.window;
+    for (int slot = 0; slot < r.length; ++slot)
+      p[size_t(slot)] = slot < r.n_protected ? slot
+                        : slot < n_cand      ? older[size_t(slot - r.n_protected)]
+                                             : r.appended - (r.length - slot);
+    return p;
+  }
+  size_t index(int s, int g, int slot) const {
+    const int page = h.page_table[size_t(s) * h.max_pages + slot / kPageSlots];
+    return (size_t(page) * shape.n_kv + g) * kPageSlots + slot % kPageSlots;
+  }
+};
+
+// One backend's pool after one evict call.
+struct AfterRound {
+  std::vector<std::vector<int32_t>> pos;
+  std::vector<std::vector<float>> k, range;
+  std::vector<int32_t> length, round;
+};
+
+AfterRound run_round(Backend& b, const ScoringWorld& w, const policy::EvictionPolicy& policy, bool* ok) {
+  const Shape& s = w.shape;
+  std::vector<std::unique_ptr<KvLayerMemory>> layers;
+  std::vector<std::unique_ptr<Guarded>> rings, ranges;
+  std::vector<backend::KvLayer> views;
+  for (int l = 0; l < s.n_layers; ++l) {
+    layers.push_back(std::make_unique<KvLayerMemory>(b, w.n_pages, s.n_kv, kPageSlots, s.head_dim, l));
+    layers.back()->upload(w.k[l], w.v[l], w.pos[l]);
+    rings.push_back(std::make_unique<Guarded>(b, w.ring[l].size() * sizeof(float), "query ring"));
+    b.upload(rings.back()->data(), w.ring[l].data(), w.ring[l].size() * sizeof(float));
+    ranges.push_back(std::make_unique<Guarded>(b, w.range[l].size() * sizeof(float), "value range"));
+    b.upload(ranges.back()->data(), w.range[l].data(), w.range[l].size() * sizeof(float));
+    backend::KvLayer view = layers.back()->layer;
+    view.query_ring = static_cast<float*>(rings.back()->data());
+    view.n_heads = s.n_kv * s.group;
+    view.value_range = static_cast<float*>(ranges.back()->data());
+    views.push_back(view);
+  }
+  DeviceBatch d(b, w.h);
+  b.evict(d.batch, views, policy, 0);
+  b.synchronize();
+  AfterRound out;
+  for (int l = 0; l < s.n_layers; ++l) {
+    out.pos.push_back(layers[l]->download_positions());
+    out.k.push_back(layers[l]->keys.download());
+    std::vector<float> range(w.range[l].size());
+    b.download(range.data(), ranges[l]->data(), range.size() * sizeof(float));
+    out.range.push_back(std::move(range));
+    *ok = *ok && layers[l]->sentinels_intact() && rings[l]->sentinel_intact() && ranges[l]->sentinel_intact();
+  }
+  out.length = d.get(d.batch.length, size_t(w.h.n_seqs));
+  out.round = d.get(d.batch.round, size_t(w.h.n_seqs));
+  *ok = *ok && d.sentinels_intact();
+  return out;
+}
+
+std::string list(const std::vector<int32_t>& v) {
+  std::ostringstream out;
+  for (size_t i = 0; i < v.size() && i < 12; ++i) out << (i ? " " : "") << v[i];
+  if (v.size() > 12) out << " ... (" << v.size() << ")";
+  return out.str();
+}
+
+// Kept positions (slots [0, T) after the round) per (row, layer, KV head), CPU against CUDA; each
+// mismatch names the policy, row, layer and head and the positions only one side kept.
+void expect_same_keep_sets(const std::string& spec, const ScoringWorld& w, const AfterRound& cpu,
+                           const AfterRound& gpu) {
+  int mismatches = 0;
+  for (int s = 0; s < w.h.n_seqs; ++s) {
+    for (int l = 0; l < w.shape.n_layers; ++l)
+      for (int g = 0; g < w.shape.n_kv; ++g) {
+        std::vector<int32_t> a, b;
+        for (int slot = 0; slot < cpu.length[s]; ++slot) {
+          a.push_back(cpu.pos[l][w.index(s, g, slot)]);
+          b.push_back(gpu.pos[l][w.index(s, g, slot)]);
+        }
+        std::sort(a.begin(), a.end());
+        std::sort(b.begin(), b.end());
+        if (a == b) continue;
+        std::vector<int32_t> only_cpu, only_gpu;
+        std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(only_cpu));
+        std::set_difference(b.begin(), b.end(), a.begin(), a.end(), std::back_inserter(only_gpu));
+        if (++mismatches <= 20)
+          ADD_FAILURE() << spec << ": row " << s << " layer " << l << " KV head " << g
+                        << ": kept only by the CPU: [" << list(only_cpu) << "], only by CUDA: ["
+                        << list(only_gpu) << "]";
+      }
+  }
+  EXPECT_EQ(mismatches, 0) << spec << ": (row, layer, KV head) keep-sets that differ";
+  if (mismatches == 0) {
+    // Same keep flags, same compaction: the pools agree slot for slot, signals included.
+    for (int l = 0; l < w.shape.n_layers; ++l) {
+      EXPECT_EQ(gpu.pos[l], cpu.pos[l]) << spec << ": positions of layer " << l;
+      EXPECT_EQ(gpu.k[l], cpu.k[l]) << spec << ": keys of layer " << l;
+      EXPECT_EQ(gpu.range[l], cpu.range[l]) << spec << ": value ranges (moved by compaction) of layer " << l;
+    }
+  }
+  EXPECT_EQ(gpu.length, cpu.length) << spec;
+  EXPECT_EQ(gpu.round, cpu.round) << spec;
+}
+
+const Shape kSmall{"small", 2, 2, 2, 32};
+const Shape kQwen3_4b{"qwen3-4b", 36, 8, 4, 128};
+
+// Rows of the small shape: due rows of several geometries, a row that is not due, a long-prompt round.
+std::vector<Row> small_rows(int pl) {
+  return {
+      {48, 16, 64, 200, pl},           // due
+      {48, 16, 60, 60, pl},            // not at a round boundary: untouched
+      {32, 8, 40, 40, pl},             // due, positions in slot order before scrambling
+      {100, 4, 200, 300, pl ? 3 : 0},  // due with 100 victims (a long prompt's first round)
+      {40, 20, 60, 1000, pl},          // due, the window is a third of the budget
+  };
+}
+
+// Qwen3-4B at T = 2048, r = 64: one due row and one row far from its budget.
+std::vector<Row> qwen_rows(int pl) { return {{2048, 64, 2112, 6000, pl}, {2048, 64, 200, 200, pl ? 50 : 0}}; }
+
+void check_policy(const std::string& spec, const Shape& shape, const std::vector<Row>& rows, uint64_t seed) {
+  BackendPair pair = make_pair();
+  KVDICE_REQUIRE_GPU(pair);
+  SCOPED_TRACE(std::string(shape.name) + " " + spec);
+  const auto policy = policy::make_policy(spec);
+  ASSERT_NE(policy::cuda_selection(spec), nullptr) << spec << " has no CUDA selection";
+  const ScoringWorld world(shape, rows, seed, policy->scores_whole_round());
+  bool ok = true;
+  const AfterRound cpu = run_round(*pair.cpu, world, *policy, &ok);
+  const AfterRound gpu = run_round(*pair.gpu, world, *policy, &ok);
+  EXPECT_TRUE(ok) << "a sentinel after a buffer was overwritten";
+  expect_same_keep_sets(spec, world, cpu, gpu);
+  // The round did something: due rows are back at their budget.
+  for (int s = 0; s < world.h.n_seqs; ++s) {
+    const Row& r = rows[size_t(s)];
+    const bool due = r.budget > 0 && r.length > r.budget && r.length % r.window == 0;
+    EXPECT_EQ(cpu.length[s], due ? r.budget : r.length) << "row " << s;
+  }
+}
+
+class CudaScoringPolicy : public testing::TestWithParam<std::string> {};
+
+TEST_P(CudaScoringPolicy, SmallShapesKeepWhatTheCpuKeeps) {
+  const auto policy = policy::make_policy(GetParam());
+  check_policy(GetParam(), kSmall, small_rows(policy->protects_prompt() ? 5 : 0), 1001);
+}
+
+TEST_P(CudaScoringPolicy, Qwen3FourBKeepsWhatTheCpuKeeps) {
+  const auto policy = policy::make_policy(GetParam());
+  check_policy(GetParam(), kQwen3_4b, qwen_rows(policy->protects_prompt() ? 100 : 0), 2002);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, CudaScoringPolicy,
+                         testing::Values("snapkv", "snapkv_pp", "snapkv:pool=1",
+                                         "snapkv_pp:pool=7,temperature=2"));
+
+// Random calibration statistics in the real file format (|E q| < E|q|, RoPE frequencies of theta 1e6).
+std::string write_random_stats(const Shape& shape, uint64_t seed) {
+  policy::TriAttentionStats stats;
+  stats.n_layers = shape.n_layers;
+  stats.n_heads = shape.n_kv * shape.group;
+  stats.n_kv_heads = shape.n_kv;
+  stats.head_dim = shape.head_dim;
+  const int nf = shape.head_dim / 2;
+  const size_t n = size_t(stats.n_layers) * stats.n_heads * nf;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> extra(0.05f, 1.0f);
+  for (size_t i = 0; i < n; ++i) {
+    const float re = normal(rng), im = normal(rng);
+    stats.q_mean_real.push_back(re);
+    stats.q_mean_imag.push_back(im);
+    stats.q_abs_mean.push_back(static_cast<float>(std::hypot(double(re), double(im))) + extra(rng));
+  }
+  for (int f = 0; f < nf; ++f) {
+    stats.omega.push_back(static_cast<float>(1.0 / std::pow(1e6, 2.0 * f / shape.head_dim)));
+    stats.freq_scale.push_back(1.0f);
+  }
+  stats.q_weight_norm.assign(size_t(shape.n_layers), 1.0f);
+  const std::string path = ::testing::TempDir() + "/cuda_tri_" + shape.name + ".safetensors";
+  policy::write_triattention_stats(path, stats);
+  return path;
+}
+
+TEST(CudaTriAttention, SmallShapesKeepWhatTheCpuKeeps) {
+  check_policy("triattention:stats=" + write_random_stats(kSmall, 31), kSmall, small_rows(5), 3003);
+  check_policy("triattention:stats=" + write_random_stats(kSmall, 32) + ",max_offset=4", kSmall,
+               small_rows(0), 3004);
+}
+
+TEST(CudaTriAttention, Qwen3FourBKeepsWhatTheCpuKeeps) {
+  check_policy("triattention:stats=" + write_random_stats(kQwen3_4b, 33), kQwen3_4b, qwen_rows(100), 4004);
+}
+
+// ---- signals recorded by the forward ---------------------------------------------------------------
+
+TEST(CudaSignals, QueryRingAndValueRangeMatchTheCpu) {
+  BackendPair pair = make_pair();
+  KVDICE_REQUIRE_GPU(pair);
+  struct Case {
+    const char* name;
+    int n_heads, n_kv, head_dim;
+    bool norms;
+  };
+  for (const Case& c : {Case{"small", 4, 2, 32, false}, Case{"qwen3-4b", 32, 8, 128, true}}) {
+    SCOPED_TRACE(c.name);
+    const int max_pages = 4;
+    // A decode row, a 7-row prefill chunk with r = 4 (only its last 4 rows may write the ring), a row
+    // without a budget (records nothing in the ring) and a 3-row chunk.
+    HostBatch h = HostBatch::make({1, 7, 2, 3}, max_pages);
+    h.length = {20, 0, 5, 9};
+    h.appended = {1000, 0, 5, 300};
+    h.budget = {32, 16, 0, 32};
+    h.window = {8, 4, 8, 16};
+    h.page_table.resize(size_t(h.n_seqs) * max_pages);
+    std::iota(h.page_table.begin(), h.page_table.end(), 0);
+    std::shuffle(h.page_table.begin(), h.page_table.end(), std::mt19937_64(61));
+    const int qkv_cols = (c.n_heads + 2 * c.n_kv) * c.head_dim;
+    const auto qkv_host = random_values(size_t(h.n_rows) * qkv_cols, 62, 2.0f);
+    const auto qn_host = random_values(size_t(c.head_dim), 63, 0.3f, 1.0f);
+    const auto kn_host = random_values(size_t(c.head_dim), 64, 0.3f, 1.0f);
+    std::vector<float> inv_freq(size_t(c.head_dim / 2));
+    for (int i = 0; i < c.head_dim / 2; ++i)
+      inv_freq[i] = static_cast<float>(1.0 / std::pow(1e6, 2.0 * i / c.head_dim));
+    const int n_pages = h.n_seqs * max_pages;
+    const size_t ring_floats = size_t(n_pages) * c.n_heads * kPageSlots * c.head_dim;
+    const size_t slots = size_t(n_pages) * c.n_kv * kPageSlots;
+    std::vector<float> ring_out[2], range_out[2];
+    int i = 0;
+    for (Backend* b : {pair.cpu.get(), pair.gpu.get()}) {
+      Matrix qkv(*b, DType::F32, h.n_rows, qkv_cols, "qkv"),
+          q(*b, b->activation_dtype(), h.n_rows, int64_t{c.n_heads} * c.head_dim, "q");
+      Matrix qn(*b, DType::F32, 1, c.head_dim, "q_norm"), kn(*b, DType::F32, 1, c.head_dim, "k_norm");
+      Matrix freq(*b, DType::F32, 1, c.head_dim / 2, "inv_freq");
+      qkv.upload(qkv_host);
+      qn.upload(qn_host);
+      kn.upload(kn_host);
+      freq.upload(inv_freq);
+      KvLayerMemory kv(*b, n_pages, c.n_kv, kPageSlots, c.head_dim, 0);
+      Guarded ring(*b, ring_floats * sizeof(float), "query ring"),
+          range(*b, slots * sizeof(float), "value range");
+      backend::KvLayer layer = kv.layer;
+      layer.query_ring = static_cast<float*>(ring.data());
+      layer.n_heads = c.n_heads;
+      layer.value_range = static_cast<float*>(range.data());
+      DeviceBatch d(*b, h);
+      const backend::Rope rope{freq.view.as<const float>(), c.head_dim};
+      b->qk_norm_rope_append(d.batch, qkv.view, c.norms ? qn.view : backend::View{},
+                             c.norms ? kn.view : backend::View{}, 1e-6f, rope, layer, q.view, c.n_heads);
+      ring_out[i].resize(ring_floats);
+      b->download(ring_out[i].data(), ring.data(), ring_floats * sizeof(float));
+      range_out[i].resize(slots);
+      b->download(range_out[i].data(), range.data(), slots * sizeof(float));
+      EXPECT_TRUE(ring.sentinel_intact() && range.sentinel_intact() && kv.sentinels_intact());
+      ++i;
+    }
+    // The ring is fp32 on both backends; only the rotation's rounding differs.
+    EXPECT_LE(relative_error(ring_out[1], ring_out[0]), 1e-5) << "query ring";
+    // Entries the CPU left zero (rows beyond the last r of a chunk, rows without a budget) stay zero.
+    size_t written_cpu = 0, written_gpu = 0;
+    for (size_t j = 0; j < ring_floats; ++j) {
+      written_cpu += ring_out[0][j] != 0.0f;
+      written_gpu += ring_out[1][j] != 0.0f;
+    }
+    EXPECT_EQ(written_gpu, written_cpu);
+    // 1 + 4 + 0 + 3 rows write one ring slot of every query head.
+    EXPECT_EQ(written_cpu, size_t(8) * c.n_heads * c.head_dim);
+    EXPECT_EQ(range_out[1], range_out[0]) << "value ranges (max - min of the fp32 values, exact on both)";
+  }
+}
+
+}  // namespace
+}  // namespace kvdice::test
