@@ -92,7 +92,8 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
 
   // The pool takes what is left: free device memory less a margin for library workspaces (CUDA), or
   // what the limits need in lazily-touched host memory (CPU).
-  // Signals are recorded only when the engine's policy needs them (issue 7; CPU selections only).
+  // Signals are recorded only when the engine's policy needs them (issue 7; both backends record the
+  // query ring and value ranges, only the CPU the attention mass).
   const policy::SignalNeeds signals = policies_.front()->needs();
   const int n_query_heads = model_.config().n_heads;
   const int64_t page_bytes =

@@ -60,6 +60,9 @@ struct CudaSelectionArgs {
   int n_heads = 0;  // query heads (the ring's second dimension)
   int pool = 1;
   double temperature = 1.0;
+  double lambda = 0.0;
+  double large = 0.0;
+  int sinks = 0;
   const double* table = nullptr;  // EvictionPolicy::device_params().table, uploaded once
   // cuda_head_scratch_bytes(capacity) bytes per (row, layer of the launch, KV head), at
   // scratch + ((s * n_layers + l) * n_kv_heads + h) * head_scratch; a round scorer uses
@@ -97,6 +100,10 @@ void cuda_select_streaming(const CudaSelectionArgs& args, void* stream);
 void cuda_select_snapkv(const CudaSelectionArgs& args, void* stream);
 void cuda_select_snapkv_pp(const CudaSelectionArgs& args, void* stream);
 void cuda_select_triattention(const CudaSelectionArgs& args, void* stream);
+void cuda_select_rkv(const CudaSelectionArgs& args, void* stream);
+void cuda_select_rkv_pp(const CudaSelectionArgs& args, void* stream);
+void cuda_select_vase(const CudaSelectionArgs& args, void* stream);
+void cuda_select_vase_pp(const CudaSelectionArgs& args, void* stream);
 void cuda_round_triattention(const CudaSelectionArgs& args, void* stream);
 // The registry columns: the launchers of a policy with a CUDA file, nullptr in builds without CUDA.
 #define KVDICE_CUDA_SELECTION(name) ::kvdice::policy::cuda_select_##name

@@ -69,6 +69,9 @@ struct RoundKeys {
 struct DeviceParams {
   int pool = 1;  // smoothing kernel of the windowed attention (1 = none)
   double temperature = 1.0;
+  double lambda = 0.0;  // R-KV's weight of attention against redundancy
+  double large = 0.0;   // VaSE: n_large = floor(large · T)
+  int sinks = 0;        // VaSE's sink tokens
   std::vector<double> table;
   // The shape the table was made for (checked against the pool by the backend): layers, query heads,
   // KV heads and head_dim.

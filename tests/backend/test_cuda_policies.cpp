@@ -249,14 +249,23 @@ TEST_P(CudaScoringPolicy, SmallShapesKeepWhatTheCpuKeeps) {
   check_policy(GetParam(), kSmall, small_rows(policy->protects_prompt() ? 5 : 0), 1001);
 }
 
-TEST_P(CudaScoringPolicy, Qwen3FourBKeepsWhatTheCpuKeeps) {
+INSTANTIATE_TEST_SUITE_P(Policies, CudaScoringPolicy,
+                         testing::Values("snapkv", "snapkv_pp", "snapkv:pool=1",
+                                         "snapkv_pp:pool=7,temperature=2", "rkv", "rkv_pp",
+                                         "rkv:lambda=0.1,pool=3", "vase", "vase_pp", "vase:large=0.5,sinks=2",
+                                         "vase_pp:large=0,sinks=0,pool=1"));
+
+// At Qwen3-4B's shape each kernel once (the CPU reference is serial: R-KV's n x n redundancy alone is
+// ~1.5e11 multiply-adds there, so the option variants run only at the small shape).
+class CudaScoringPolicyQwen : public testing::TestWithParam<std::string> {};
+
+TEST_P(CudaScoringPolicyQwen, Qwen3FourBKeepsWhatTheCpuKeeps) {
   const auto policy = policy::make_policy(GetParam());
   check_policy(GetParam(), kQwen3_4b, qwen_rows(policy->protects_prompt() ? 100 : 0), 2002);
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, CudaScoringPolicy,
-                         testing::Values("snapkv", "snapkv_pp", "snapkv:pool=1",
-                                         "snapkv_pp:pool=7,temperature=2"));
+INSTANTIATE_TEST_SUITE_P(Policies, CudaScoringPolicyQwen,
+                         testing::Values("snapkv", "snapkv_pp", "rkv_pp", "vase", "vase_pp"));
 
 // Random calibration statistics in the real file format (|E q| < E|q|, RoPE frequencies of theta 1e6).
 std::string write_random_stats(const Shape& shape, uint64_t seed) {

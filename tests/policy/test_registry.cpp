@@ -64,8 +64,7 @@ TEST(Registry, OptionsAreParsedDefaultedAndDescribed) {
 }
 
 TEST(Registry, PoliciesWithoutCudaFileAreRefusedOnCuda) {
-  for (const char* name : {"random_block_pp", "random_pp_rec", "h2o", "h2o_pp", "vase", "vase_pp", "rkv",
-                           "rkv_pp", "rkv_official"}) {
+  for (const char* name : {"random_block_pp", "random_pp_rec", "h2o", "h2o_pp", "rkv_official"}) {
     EXPECT_EQ(cuda_selection(name), nullptr) << name;
     try {
       require_cuda_selection(name);
@@ -79,7 +78,7 @@ TEST(Registry, PoliciesWithoutCudaFileAreRefusedOnCuda) {
 
 // Scoring policies with a CUDA file (issue 7): launchers in a CUDA build, refused by name without one.
 TEST(Registry, ScoringPoliciesWithCudaFiles) {
-  for (const char* name : {"snapkv", "snapkv_pp", "triattention"}) {
+  for (const char* name : {"snapkv", "snapkv_pp", "rkv", "rkv_pp", "vase", "vase_pp", "triattention"}) {
 #ifdef KVDICE_WITH_CUDA
     EXPECT_NE(cuda_selection(name), nullptr) << name;
     EXPECT_NO_THROW(require_cuda_selection(name)) << name;

@@ -348,6 +348,9 @@ class CudaBackend final : public Backend {
     if (scoring) {
       args.pool = params->params.pool;
       args.temperature = params->params.temperature;
+      args.lambda = params->params.lambda;
+      args.large = params->params.large;
+      args.sinks = params->params.sinks;
       args.table = static_cast<const double*>(params->table.data());
       const int group = n_heads / first.n_kv_heads;
       const size_t per_head_round =

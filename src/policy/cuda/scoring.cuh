@@ -112,6 +112,23 @@ __device__ inline double block_sum(double x) {
   return out;
 }
 
+struct MaxOp {
+  __device__ double operator()(double a, double b) const { return fmax(a, b); }
+};
+
+// Deterministic CTA max, broadcast to every thread.
+__device__ inline double block_max(double x) {
+  using Reduce = cub::BlockReduce<double, kSelectionThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+  __shared__ double result;
+  const double top = Reduce(temp).Reduce(x, MaxOp{});
+  if (threadIdx.x == 0) result = top;
+  __syncthreads();
+  const double out = result;
+  __syncthreads();
+  return out;
+}
+
 // Element index of (slot, KV head) of layer `layer` in the pool (KvLayer::slot_index).
 __device__ inline int64_t pool_index(const HeadSelect& h, int slot) {
   const int64_t page = h.page_table[slot / h.page_slots];

@@ -1,0 +1,11 @@
+// rkv on the device (twin of policy/rkv.cpp): λ · smoothed windowed
+// attention − (1 − λ) · key redundancy, top K_sel (rkv_select.cuh).
+#include "policy/cuda/rkv_select.cuh"
+
+namespace kvdice::policy {
+
+void cuda_select_rkv(const CudaSelectionArgs& args, void* stream) {
+  cuda::launch_scoring_selection<cuda::RkvDevice>(args, stream);
+}
+
+}  // namespace kvdice::policy

@@ -1,0 +1,153 @@
+// The device selection shared by vase and vase_pp (twin of policy/vase.cpp; they differ only in the
+// row's n_protected): the prompt, the `sinks` oldest candidates, the unpinned candidates of widest value
+// range up to n_large = floor(large · T), then the rest of K_sel drawn without replacement with
+// probability ∝ smoothed windowed attention, by vase.cpp's exact integer rule: weights
+// floor(w / max w · 2^40), draw i = counter i of the stream (key, round, layer, KV head), the pick is
+// the first remaining candidate in age order whose running weight sum exceeds mul_hi(u64, total left)
+// (the oldest remaining when no weight is left).
+//
+// The draws are sequential (each removes its pick); per draw the CTA scans the per-thread sums of the
+// remaining weights (each thread owns a contiguous run of the age-ordered pool) and one thread walks
+// its run. The fp64 attention differs from the CPU's by ~1e-16 relative, so a weight can differ by one
+// unit in 2^40 in rare cases; a pick changes only if a target lands within that of a boundary.
+#pragma once
+
+#include <cub/block/block_scan.cuh>
+
+#include "policy/cuda/window_attention.cuh"
+
+namespace kvdice::policy::cuda {
+
+struct VaseDevice {
+  __device__ static void select(const CudaSelectionArgs& args, const HeadSelect& h, int s, char* scratch,
+                                uint8_t* keep) {
+    using Scan = cub::BlockScan<unsigned long long, kSelectionThreads>;
+    using IntScan = cub::BlockScan<int, kSelectionThreads>;
+    __shared__ union {
+      typename Scan::TempStorage scan;
+      typename IntScan::TempStorage int_scan;
+    } temp;
+    __shared__ int shared_kept, shared_sinks_outside, shared_pick, shared_pool;
+    const int n = h.n_candidates;
+    HeadScratch w(scratch, args.capacity);
+    age_order(h, w);
+    const float* range = args.layers[h.layer].value_range;
+
+    // Prompt, then the sinks: the oldest candidates not already kept, while room is left (sequential,
+    // `sinks` is small).
+    for (int slot = threadIdx.x; slot < h.n_protected; slot += blockDim.x) keep[slot] = 1;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int kept = h.n_protected, outside = 0;
+      for (int i = 0; i < min(args.sinks, n) && kept < h.keep; ++i) {
+        const int slot = w.slot_of_age[i];
+        if (keep[slot]) continue;
+        keep[slot] = 1;
+        ++kept;
+        ++outside;
+      }
+      shared_kept = kept;
+      shared_sinks_outside = outside;
+    }
+    __syncthreads();
+    int kept = shared_kept;
+    const int n_large = static_cast<int>(floor(args.large * args.batch.budget[s]));
+    const int n_range = max(0, min(n_large - shared_sinks_outside, h.keep - kept));
+
+    // Widest value ranges among the unkept (float compare, ties: older first), as keep_highest<float>.
+    for (int i = threadIdx.x; i < w.sort_n; i += blockDim.x) {
+      SortPair p{~uint64_t{0}, ~0u, 0};
+      if (i < n && !keep[w.slot_of_age[i]]) {
+        const float r = range[pool_index(h, w.slot_of_age[i])];
+        p = {~orderable(static_cast<double>(r)), static_cast<uint32_t>(i), 0};
+      }
+      w.sort[i] = p;
+    }
+    __syncthreads();
+    block_sort(w.sort, w.sort_n);
+    for (int r = threadIdx.x; r < n_range; r += blockDim.x) keep[w.slot_of_age[w.sort[r].index]] = 1;
+    __syncthreads();
+    kept += n_range;
+
+    windowed_attention_device(args, h, s, w);  // w.b[a]: attention of the a-th oldest
+    // The remaining pool in age order: left[j] = age rank (in w.sort[j].index), its weight in .key.
+    double local_max = 0.0;
+    for (int a = threadIdx.x; a < n; a += blockDim.x)
+      if (!keep[w.slot_of_age[a]]) local_max = fmax(local_max, w.b[a]);
+    const double w_max = block_max(local_max);  // vase.cpp starts its max at 0.0 too
+    int base = 0;
+    for (int a0 = 0; a0 < n; a0 += blockDim.x) {
+      const int a = a0 + threadIdx.x;
+      const int flag = (a < n && !keep[w.slot_of_age[a]]) ? 1 : 0;
+      int rank, chunk_total;
+      IntScan(temp.int_scan).ExclusiveSum(flag, rank, chunk_total);
+      if (flag) {
+        const uint64_t weight =
+            w_max > 0.0 ? static_cast<uint64_t>(floor(w.b[a] / w_max * 1099511627776.0)) : 0;
+        w.sort[base + rank] = {weight, static_cast<uint32_t>(a), 0};  // .unused = taken flag
+      }
+      base += chunk_total;
+      __syncthreads();
+    }
+    const int m = base;
+    const int per_thread = (m + blockDim.x - 1) / blockDim.x;
+    const int begin = min(m, static_cast<int>(threadIdx.x) * per_thread), end = min(m, begin + per_thread);
+    unsigned long long local = 0;
+    for (int j = begin; j < end; ++j) local += w.sort[j].key;
+    unsigned long long total = 0;
+    {
+      unsigned long long prefix;
+      Scan(temp.scan).ExclusiveSum(local, prefix, total);
+      __syncthreads();
+    }
+    const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer),
+                              static_cast<uint32_t>(h.kv_head)};
+    for (int draw = 0; kept < h.keep; ++draw, ++kept) {
+      if (threadIdx.x == 0) shared_pick = -1;
+      __syncthreads();
+      if (total == 0) {
+        // No weight left: the oldest remaining (the lowest untaken index).
+        if (threadIdx.x == 0) shared_pool = m;
+        __syncthreads();
+        int first = m;
+        for (int j = begin; j < end && first == m; ++j)
+          if (!w.sort[j].unused) first = j;
+        if (first < m) atomicMin(&shared_pool, first);
+        __syncthreads();
+        if (threadIdx.x == 0) shared_pick = shared_pool < m ? shared_pool : -1;
+      } else {
+        const unsigned long long target = mul_hi_u64(stream.draw_u64(static_cast<uint32_t>(draw)), total);
+        unsigned long long prefix, sum;
+        Scan(temp.scan).ExclusiveSum(local, prefix, sum);
+        if (local > 0 && prefix <= target && target < prefix + local) {
+          unsigned long long running = prefix;
+          for (int j = begin; j < end; ++j) {
+            if (w.sort[j].unused) continue;
+            running += w.sort[j].key;
+            if (running > target) {
+              shared_pick = j;
+              break;
+            }
+          }
+        }
+      }
+      __syncthreads();
+      const int pick = shared_pick;
+      if (pick < 0) {  // cannot happen with consistent sums; flag rather than loop on
+        if (threadIdx.x == 0) atomicExch(args.error, 1);
+        return;
+      }
+      const uint64_t weight = w.sort[pick].key;
+      if (pick >= begin && pick < end) local -= weight;
+      total -= weight;
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        w.sort[pick].unused = 1;
+        keep[w.slot_of_age[w.sort[pick].index]] = 1;
+      }
+      __syncthreads();
+    }
+  }
+};
+
+}  // namespace kvdice::policy::cuda
