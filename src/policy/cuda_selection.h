@@ -65,10 +65,15 @@ struct CudaSelectionArgs {
   int sinks = 0;
   const double* table = nullptr;  // EvictionPolicy::device_params().table, uploaded once
   // cuda_head_scratch_bytes(capacity) bytes per (row, layer of the launch, KV head), at
-  // scratch + ((s * n_layers + l) * n_kv_heads + h) * head_scratch; a round scorer uses
+  // scratch + (((s - row_begin) * n_layers + l) * n_kv_heads + h) * head_scratch; a round scorer uses
   // cuda_round_scratch_bytes per (row, KV head) instead.
   char* scratch = nullptr;
   int64_t head_scratch = 0;
+  // Scoring launches cover rows [row_begin, row_begin + n_rows) of the batch (the backend splits the
+  // rows into groups whose scratch fits its cap); s in the scratch offsets is relative to row_begin.
+  // The other selections always cover every row.
+  int row_begin = 0;
+  int n_rows = 0;
   // Keep flags a round scorer writes once per (row, KV head) for every layer: [n_seqs][n_kv_heads][capacity].
   uint8_t* round_keep = nullptr;
 };

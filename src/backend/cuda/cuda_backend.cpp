@@ -329,14 +329,26 @@ class CudaBackend final : public Backend {
     const bool scoring = needs.any() || round_scorer != nullptr;
     const CachedParams* params = scoring ? &device_params(policy) : nullptr;
     int n_heads = first.n_heads;
-    int64_t head_scratch = 0;
+    // Scoring scratch is per (row, layer, KV head): rows go in groups so one group's scratch for a chunk
+    // of layers stays under kScoreScratchBytes (one row and one layer at least).
+    int64_t head_scratch = 0, round_scratch = 0;
+    int group_rows = batch.n_seqs, round_rows = batch.n_seqs;
     if (scoring) {
       check_scoring_inputs(layers, policy, needs, *params);
       if (params->params.table_heads > 0) n_heads = params->params.table_heads;
       head_scratch = policy::cuda_head_scratch_bytes(capacity);
-      const size_t per_layer_scratch = static_cast<size_t>(batch.n_seqs) * first.n_kv_heads * head_scratch;
-      chunk = std::min(chunk, static_cast<int>(std::clamp<size_t>(kScoreScratchBytes / per_layer_scratch, 1,
-                                                                  static_cast<size_t>(n_layers))));
+      const size_t per_row_layer = static_cast<size_t>(first.n_kv_heads) * head_scratch;
+      chunk = std::min(
+          chunk, static_cast<int>(std::clamp<size_t>(kScoreScratchBytes / (per_row_layer * batch.n_seqs), 1,
+                                                     static_cast<size_t>(n_layers))));
+      group_rows = static_cast<int>(std::clamp<size_t>(kScoreScratchBytes / (per_row_layer * chunk), 1,
+                                                       static_cast<size_t>(batch.n_seqs)));
+      if (round_scorer != nullptr) {
+        round_scratch = policy::cuda_round_scratch_bytes(capacity, n_heads / first.n_kv_heads);
+        round_rows = static_cast<int>(
+            std::clamp<size_t>(kScoreScratchBytes / (static_cast<size_t>(first.n_kv_heads) * round_scratch),
+                               1, static_cast<size_t>(batch.n_seqs)));
+      }
     }
     auto* keep = static_cast<uint8_t*>(grow(keep_scratch_, per_layer * chunk, "eviction keep flags"));
 
@@ -352,17 +364,15 @@ class CudaBackend final : public Backend {
       args.large = params->params.large;
       args.sinks = params->params.sinks;
       args.table = static_cast<const double*>(params->table.data());
-      const int group = n_heads / first.n_kv_heads;
-      const size_t per_head_round =
-          round_scorer != nullptr ? static_cast<size_t>(policy::cuda_round_scratch_bytes(capacity, group))
-                                  : 0;
-      const size_t rows_heads = static_cast<size_t>(batch.n_seqs) * first.n_kv_heads;
+      const size_t selection_bytes =
+          static_cast<size_t>(group_rows) * chunk * first.n_kv_heads * head_scratch;
+      const size_t round_bytes = static_cast<size_t>(round_rows) * first.n_kv_heads * round_scratch;
       args.scratch = static_cast<char*>(
-          grow(score_scratch_, std::max(rows_heads * head_scratch * chunk, rows_heads * per_head_round),
-               "eviction score scratch"));
+          grow(score_scratch_, std::max(selection_bytes, round_bytes), "eviction score scratch"));
       if (round_scorer != nullptr) {
         args.round_keep = static_cast<uint8_t*>(
-            grow(round_keep_scratch_, rows_heads * static_cast<size_t>(capacity), "eviction round flags"));
+            grow(round_keep_scratch_, static_cast<size_t>(batch.n_seqs) * first.n_kv_heads * capacity,
+                 "eviction round flags"));
       }
     }
     args.batch = batch;
@@ -373,18 +383,27 @@ class CudaBackend final : public Backend {
     args.keep = keep;
     args.capacity = capacity;
     args.error = error_device_;
+    args.n_rows = batch.n_seqs;
     if (round_scorer != nullptr) {
       // Whole-model keep-sets: every layer is scored before any is compacted.
       args.layer_begin = 0;
       args.n_layers = n_layers;
-      args.head_scratch = policy::cuda_round_scratch_bytes(capacity, n_heads / first.n_kv_heads);
-      round_scorer(args, stream_);
+      args.head_scratch = round_scratch;
+      for (int row = 0; row < batch.n_seqs; row += round_rows) {
+        args.row_begin = row;
+        args.n_rows = std::min(round_rows, batch.n_seqs - row);
+        round_scorer(args, stream_);
+      }
     }
     args.head_scratch = head_scratch;
     for (int begin = 0; begin < n_layers; begin += chunk) {
       args.layer_begin = begin;
       args.n_layers = std::min(chunk, n_layers - begin);
-      launcher(args, stream_);
+      for (int row = 0; row < batch.n_seqs; row += group_rows) {
+        args.row_begin = row;
+        args.n_rows = std::min(group_rows, batch.n_seqs - row);
+        launcher(args, stream_);
+      }
       cuda::launch_compaction(batch, table->layers, begin, args.n_layers, first.n_kv_heads, first.page_slots,
                               row_bytes, policy_id, keep, capacity, error_device_, stream_);
     }

@@ -26,6 +26,14 @@ struct HeadScratch {
   double* b = nullptr;
   double* c = nullptr;
 
+  // Sort length for n candidates: the next power of two (not the buffer's, which follows the batch's
+  // page capacity and may be far larger than a round's candidates).
+  __device__ static int sort_len(int n) {
+    int p = 1;
+    while (p < n) p *= 2;
+    return p;
+  }
+
   __device__ HeadScratch(char* base, int capacity) {
     sort_n = static_cast<int>(cuda_sort_capacity(capacity));
     sort = reinterpret_cast<SortPair*>(base);
@@ -66,7 +74,8 @@ __device__ inline uint64_t orderable(double d) {
 // w.slot_of_age[a] = the slot of the a-th oldest candidate of [0, n_candidates) (positions are unique
 // per head, so this is policy/ranking.h's chronological()). Collective.
 __device__ inline void age_order(const HeadSelect& h, HeadScratch& w) {
-  for (int i = threadIdx.x; i < w.sort_n; i += blockDim.x) {
+  const int len = HeadScratch::sort_len(h.n_candidates);
+  for (int i = threadIdx.x; i < len; i += blockDim.x) {
     SortPair p{~uint64_t{0}, ~0u, 0};
     if (i < h.n_candidates)
       p = {static_cast<uint64_t>(static_cast<uint32_t>(h.position(i)) ^ 0x80000000u),
@@ -74,7 +83,7 @@ __device__ inline void age_order(const HeadSelect& h, HeadScratch& w) {
     w.sort[i] = p;
   }
   __syncthreads();
-  block_sort(w.sort, w.sort_n);
+  block_sort(w.sort, len);
   for (int a = threadIdx.x; a < h.n_candidates; a += blockDim.x)
     w.slot_of_age[a] = static_cast<int32_t>(w.sort[a].index);
   __syncthreads();
@@ -85,14 +94,15 @@ __device__ inline void age_order(const HeadSelect& h, HeadScratch& w) {
 // first). Needs w.slot_of_age; `keep` must be zero on entry. Collective.
 __device__ inline void keep_prompt_and_highest_device(const HeadSelect& h, HeadScratch& w,
                                                       const double* score_by_age, uint8_t* keep) {
-  for (int i = threadIdx.x; i < w.sort_n; i += blockDim.x) {
+  const int len = HeadScratch::sort_len(h.n_candidates);
+  for (int i = threadIdx.x; i < len; i += blockDim.x) {
     SortPair p{~uint64_t{0}, ~0u, 0};
     if (i < h.n_candidates && w.slot_of_age[i] >= h.n_protected)
       p = {~orderable(score_by_age[i]), static_cast<uint32_t>(i), 0};
     w.sort[i] = p;
   }
   __syncthreads();
-  block_sort(w.sort, w.sort_n);
+  block_sort(w.sort, len);
   for (int slot = threadIdx.x; slot < h.n_protected; slot += blockDim.x) keep[slot] = 1;
   for (int r = threadIdx.x; r < h.keep - h.n_protected; r += blockDim.x)
     keep[w.slot_of_age[w.sort[r].index]] = 1;
@@ -140,12 +150,14 @@ __device__ inline int64_t pool_index(const HeadSelect& h, int slot) {
 //   Policy::select(args, h, s, scratch, keep)
 template <class Policy>
 __global__ void __launch_bounds__(kSelectionThreads) scoring_selection_kernel(CudaSelectionArgs args) {
-  const int s = blockIdx.y;
+  const int s = args.row_begin + static_cast<int>(blockIdx.y);
   const int local_layer = static_cast<int>(blockIdx.x) / args.n_kv_heads;
   const int head = static_cast<int>(blockIdx.x) % args.n_kv_heads;
   if (!eviction_due(args.batch, s, args.policy_id)) return;
   const HeadSelect h = make_head_select(args, s, local_layer, head);
   const int64_t item = (static_cast<int64_t>(s) * args.n_layers + local_layer) * args.n_kv_heads + head;
+  const int64_t group_item =
+      (static_cast<int64_t>(s - args.row_begin) * args.n_layers + local_layer) * args.n_kv_heads + head;
   uint8_t* keep = args.keep + item * static_cast<int64_t>(args.capacity);
   if (selection_input_invalid(args, h, args.batch.length[s])) {
     if (threadIdx.x == 0) atomicExch(args.error, 1);
@@ -153,14 +165,13 @@ __global__ void __launch_bounds__(kSelectionThreads) scoring_selection_kernel(Cu
   }
   for (int slot = threadIdx.x; slot < h.n_candidates; slot += blockDim.x) keep[slot] = 0;
   __syncthreads();
-  Policy::select(args, h, s, args.scratch + item * args.head_scratch, keep);
+  Policy::select(args, h, s, args.scratch + group_item * args.head_scratch, keep);
 }
 
 template <class Policy>
 void launch_scoring_selection(const CudaSelectionArgs& args, void* stream) {
-  if (args.batch.n_seqs == 0 || args.n_layers == 0 || args.n_kv_heads == 0) return;
-  const dim3 grid(static_cast<unsigned>(args.n_layers * args.n_kv_heads),
-                  static_cast<unsigned>(args.batch.n_seqs));
+  if (args.n_rows == 0 || args.n_layers == 0 || args.n_kv_heads == 0) return;
+  const dim3 grid(static_cast<unsigned>(args.n_layers * args.n_kv_heads), static_cast<unsigned>(args.n_rows));
   scoring_selection_kernel<Policy><<<grid, kSelectionThreads, 0, static_cast<cudaStream_t>(stream)>>>(args);
   CUDA_CHECK_LAUNCH("scoring_selection_kernel");
 }

@@ -28,7 +28,7 @@ __global__ void __launch_bounds__(cuda::kSelectionThreads) triattention_round_ke
   __shared__ double rot_re[kMaxBands], rot_im[kMaxBands];
   __shared__ double w_re[kMaxGroupBands], w_im[kMaxGroupBands], w_extra[kMaxGroupBands];
   __shared__ int layers_differ;
-  const int s = blockIdx.y, head = blockIdx.x;
+  const int s = args.row_begin + static_cast<int>(blockIdx.y), head = blockIdx.x;
   const backend::StepBatch& batch = args.batch;
   if (!cuda::eviction_due(batch, s, args.policy_id)) return;
   // Layer 0's view of the head: positions (identical in every layer, checked below) and the top-n rule.
@@ -42,7 +42,8 @@ __global__ void __launch_bounds__(cuda::kSelectionThreads) triattention_round_ke
   const int n = h.n_candidates, pl = h.n_protected, d = args.head_dim, nf = d / 2;
   const int n_layers = args.n_model_layers, group = args.n_heads / args.n_kv_heads;
   const int64_t item = static_cast<int64_t>(s) * args.n_kv_heads + head;
-  char* base = args.scratch + item * args.head_scratch;
+  char* base =
+      args.scratch + (static_cast<int64_t>(s - args.row_begin) * args.n_kv_heads + head) * args.head_scratch;
   HeadScratch w(base, args.capacity);
   double* head_score =
       reinterpret_cast<double*>(base + cuda_head_scratch_bytes(args.capacity));  // [group][capacity]
@@ -158,8 +159,8 @@ struct TriAttentionCopy {
 }  // namespace
 
 void cuda_round_triattention(const CudaSelectionArgs& args, void* stream) {
-  if (args.batch.n_seqs == 0 || args.n_kv_heads == 0) return;
-  const dim3 grid(static_cast<unsigned>(args.n_kv_heads), static_cast<unsigned>(args.batch.n_seqs));
+  if (args.n_rows == 0 || args.n_kv_heads == 0) return;
+  const dim3 grid(static_cast<unsigned>(args.n_kv_heads), static_cast<unsigned>(args.n_rows));
   triattention_round_kernel<<<grid, cuda::kSelectionThreads, 0, static_cast<cudaStream_t>(stream)>>>(args);
   CUDA_CHECK_LAUNCH("triattention_round_kernel");
 }

@@ -55,7 +55,8 @@ struct VaseDevice {
     const int n_range = max(0, min(n_large - shared_sinks_outside, h.keep - kept));
 
     // Widest value ranges among the unkept (float compare, ties: older first), as keep_highest<float>.
-    for (int i = threadIdx.x; i < w.sort_n; i += blockDim.x) {
+    const int len = HeadScratch::sort_len(n);
+    for (int i = threadIdx.x; i < len; i += blockDim.x) {
       SortPair p{~uint64_t{0}, ~0u, 0};
       if (i < n && !keep[w.slot_of_age[i]]) {
         const float r = range[pool_index(h, w.slot_of_age[i])];
@@ -64,7 +65,7 @@ struct VaseDevice {
       w.sort[i] = p;
     }
     __syncthreads();
-    block_sort(w.sort, w.sort_n);
+    block_sort(w.sort, len);
     for (int r = threadIdx.x; r < n_range; r += blockDim.x) keep[w.slot_of_age[w.sort[r].index]] = 1;
     __syncthreads();
     kept += n_range;
