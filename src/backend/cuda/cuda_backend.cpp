@@ -411,6 +411,7 @@ class CudaBackend final : public Backend {
            static_cast<double>(info.total_bytes) / kGiB);
     }
     CUDA_CHECK(status);
+    CUDA_CHECK(cudaMemsetAsync(s.data, 0, rounded, stream_));  // counters in scratch start at zero
     s.bytes = rounded;
     return s.data;
   }
