@@ -13,5 +13,6 @@ void add_probe_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_stats_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace kvdice::cli
