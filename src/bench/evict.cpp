@@ -170,6 +170,12 @@ Json run_evict(const BenchContext& ctx) {
   const BenchOptions& o = ctx.options;
   const std::vector<std::string> policies = o.policies.empty() ? default_evict_policies(ctx.backend) : o.policies;
   if (policies.empty()) fail("evict: no policy to time");
+  for (const std::string& name : policies) {  // before any timing: a bad name fails at once
+    const auto policy = policy::make_policy(name);
+    if (!policy->evicts()) fail("evict: policy '{}' never evicts; there is no round to time", name);
+    ctx.backend.check_policy(*policy);  // names the policy when this backend has no selection for it
+    load_spec(o, name);                 // validates the budget and the prompt against it
+  }
   const int repeats = std::max(o.repeats, 1);
   Json out;
   out["results"] = Json::array();
@@ -187,9 +193,7 @@ Json run_evict(const BenchContext& ctx) {
     for (size_t pi = 0; pi < policies.size(); ++pi) {
       const std::string& name = policies[pi];
       const auto policy = policy::make_policy(name);
-      if (!policy->evicts()) fail("evict: policy '{}' never evicts; there is no round to time", name);
-      ctx.backend.check_policy(*policy);  // names the policy when this backend has no selection for it
-      const LoadSpec spec = load_spec(o, name);  // validates the budget and the prompt against it
+      const LoadSpec spec = load_spec(o, name);
       FilledPool pool(ctx, *policy, batch, spec.budget.engine, o.prompt_len);
       const uint64_t key_base = (uint64_t{1} << 63) | (uint64_t{bi} << 40) | (uint64_t{pi} << 20);
       const std::vector<backend::KvLayer> one_layer{pool.layers().front()};

@@ -99,7 +99,7 @@ void append_markdown_row(const std::string& path, const Json& run) {
   const Json& p = run["parameters"];
   std::string params;
   for (const auto& [key, value] : p.items()) {
-    if (value.is_structured() && !value.is_array()) continue;
+    if ((value.is_structured() && !value.is_array()) || key == "budget_rule") continue;  // the JSON has it
     params += fmt::format("{}{}={}", params.empty() ? "" : " ", key, fmt_number(value, 2));
   }
   auto escape = [](std::string s) {

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <fstream>
 
 #include "cli/run_command.h"
@@ -29,7 +32,7 @@ class BenchCli : public ::testing::Test {
 
   // The common flags of a fast CPU run.
   static std::vector<std::string> cpu(std::vector<std::string> args) {
-    for (const char* a : {"--backend", "cpu", "--threads", "2", "--bandwidth-mib", "8", "--quick"}) args.push_back(a);
+    for (const char* a : {"--backend", "cpu", "--threads", "1", "--bandwidth-mib", "8", "--quick"}) args.push_back(a);
     return args;
   }
   fs::path dir_;
