@@ -19,7 +19,8 @@ BenchModel load_bench_model(const BenchOptions& options) {
     out.source = fmt::format("random weights (uniform, std 0.02, norms 1, seed {}) of the shape in {}",
                              options.seed, options.config_path);
   } else {
-    if (options.model_path.empty()) fail("kvdice bench needs --model PATH|default or --random-weights --config FILE");
+    if (options.model_path.empty())
+      fail("kvdice bench needs --model PATH|default or --random-weights --config FILE");
     out.bundle = engine::load_model_bundle(options.model_path);
     out.source = fmt::format("checkpoint {} ({})", out.bundle.source, out.bundle.format);
   }
@@ -38,17 +39,10 @@ std::vector<int> random_prompt(int vocab, int length, uint64_t seed, uint64_t in
 }
 
 Json model_shape_json(const model::ModelConfig& c) {
-  return Json{{"architecture", c.architecture},
-              {"layers", c.n_layers},
-              {"hidden", c.hidden},
-              {"intermediate", c.intermediate},
-              {"heads", c.n_heads},
-              {"kv_heads", c.n_kv_heads},
-              {"head_dim", c.head_dim},
-              {"vocab", c.vocab},
-              {"tied_embeddings", c.tie_embeddings},
-              {"qkv_bias", c.qkv_bias},
-              {"qk_norm", c.qk_norm}};
+  return Json{{"architecture", c.architecture}, {"layers", c.n_layers}, {"hidden", c.hidden},
+              {"intermediate", c.intermediate}, {"heads", c.n_heads},   {"kv_heads", c.n_kv_heads},
+              {"head_dim", c.head_dim},         {"vocab", c.vocab},     {"tied_embeddings", c.tie_embeddings},
+              {"qkv_bias", c.qkv_bias},         {"qk_norm", c.qk_norm}};
 }
 
 }  // namespace kvdice::bench

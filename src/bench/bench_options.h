@@ -33,8 +33,8 @@ struct BenchOptions {
   float top_p = 0.95f;
   int prefill_chunk = 2048;
 
-  double memory_gib = 0.0;  // capacity: the KV pool's size in GiB
-  std::vector<int> batches{1, 128};  // evict
+  double memory_gib = 0.0;            // capacity: the KV pool's size in GiB
+  std::vector<int> batches{1, 128};   // evict
   std::vector<std::string> policies;  // evict: empty = every evicting policy the backend runs
   int repeats = 20;                   // evict: timed rounds per measurement
   int short_context = 128;            // latency: prompt lengths

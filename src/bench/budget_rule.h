@@ -33,8 +33,8 @@ BudgetConvention map_budget(const std::string& convention, int budget, int windo
 // len % r == 0. T = 0: never.
 struct SequencePlan {
   int rounds = 0;
-  int peak_resident = 0;   // most slots resident at once
-  int final_resident = 0;  // after the last step
+  int peak_resident = 0;       // most slots resident at once
+  int final_resident = 0;      // after the last step
   int64_t attended_slots = 0;  // sum over the decode steps of the slots each attends over
 };
 SequencePlan plan_sequence(int prompt, int output, int budget, int window);

@@ -19,11 +19,11 @@ Json run_capacity(const BenchContext& ctx) {
   const auto policy = policy::make_policy(o.policy);
   const model::ModelConfig& mc = ctx.model.config();
   const int page_slots = kv::KvPool::kDefaultPageSlots;
-  const int64_t page_bytes = kv::KvPool::bytes_per_page(ctx.model.kv_shape(), ctx.backend.kv_dtype(), page_slots,
-                                                        policy->needs(), mc.n_heads);
+  const int64_t page_bytes = kv::KvPool::bytes_per_page(ctx.model.kv_shape(), ctx.backend.kv_dtype(),
+                                                        page_slots, policy->needs(), mc.n_heads);
   const kv::BudgetSpec& b = spec.budget.engine;
-  const int64_t slots = b.bounded() ? std::max(o.prompt_len, b.budget) + b.window
-                                    : int64_t{o.prompt_len} + o.output_len;
+  const int64_t slots =
+      b.bounded() ? std::max(o.prompt_len, b.budget) + b.window : int64_t{o.prompt_len} + o.output_len;
   const int64_t pages_per_seq = (slots + page_slots - 1) / page_slots;
   const int64_t pool_bytes = static_cast<int64_t>(o.memory_gib * 1073741824.0);
   const int64_t fit = pool_bytes / (pages_per_seq * page_bytes);
@@ -44,15 +44,17 @@ Json run_capacity(const BenchContext& ctx) {
   Json out;
   out["parameters"] = load_parameters(spec);
   out["parameters"]["memory_gib"] = o.memory_gib;
-  out["parameters"]["memory_counts"] = "KV pool only (K, V, positions, policy signals), not weights or activations";
+  out["parameters"]["memory_counts"] =
+      "KV pool only (K, V, positions, policy signals), not weights or activations";
   out["parameters"]["slots_per_sequence"] = slots;
   out["parameters"]["sequences_that_fit"] = fit;
   out["parameters"]["batch_capped_at_engine_limit"] = fit > batch;
   out["parameters"]["length_regime"] =
-      b.bounded() ? (o.output_len >= 32768 ? "the paper's 32k-token outputs"
-                                           : "steady state: a bounded cache makes the per-step cost stationary after "
-                                             "the first rounds, so a shorter output measures the 32k runs' rate")
-                  : "full attention at this output length (per-step cost grows with the output)";
+      b.bounded()
+          ? (o.output_len >= 32768 ? "the paper's 32k-token outputs"
+                                   : "steady state: a bounded cache makes the per-step cost stationary after "
+                                     "the first rounds, so a shorter output measures the 32k runs' rate")
+          : "full attention at this output length (per-step cost grows with the output)";
   Json metrics = result.metrics_json(ctx.bandwidth);
   metrics["batch"] = batch;
   out["results"] = Json::array({Json{{"label", fmt::format("{} x{}", spec.policy, batch)},

@@ -28,15 +28,15 @@ struct RoundTiming {
 // A pool of `batch` sequences at T + r slots each, and the decode batch that points at them.
 class FilledPool {
  public:
-  FilledPool(const BenchContext& ctx, const policy::EvictionPolicy& policy, int batch, const kv::BudgetSpec& budget,
-             int prompt_len)
+  FilledPool(const BenchContext& ctx, const policy::EvictionPolicy& policy, int batch,
+             const kv::BudgetSpec& budget, int prompt_len)
       : backend_(ctx.backend), batch_(batch), budget_(budget) {
     const model::ModelConfig& mc = ctx.model.config();
     const int page_slots = kv::KvPool::kDefaultPageSlots;
     len_ = budget.budget + budget.window;
     const int pages_per_seq = (len_ + page_slots - 1) / page_slots;
-    pool_ = std::make_unique<kv::KvPool>(backend_, ctx.model.kv_shape(), int64_t{batch} * pages_per_seq, page_slots,
-                                         policy.needs(), mc.n_heads);
+    pool_ = std::make_unique<kv::KvPool>(backend_, ctx.model.kv_shape(), int64_t{batch} * pages_per_seq,
+                                         page_slots, policy.needs(), mc.n_heads);
     storage_ = std::make_unique<backend::StepStorage>(backend_, batch, batch, pages_per_seq);
     backend::StepBatch& b = storage_->host();
     b.n_seqs = b.n_rows = batch;
@@ -73,9 +73,9 @@ class FilledPool {
       for (size_t j = 0; j < pages[static_cast<size_t>(s)].size(); ++j)
         for (int h = 0; h < shape.n_kv_heads; ++h)
           for (int o = 0; o < page_slots; ++o)
-            positions[static_cast<size_t>((int64_t{pages[static_cast<size_t>(s)][j]} * shape.n_kv_heads + h) *
-                                              page_slots +
-                                          o)] = static_cast<int32_t>(j * page_slots + o);
+            positions[static_cast<size_t>(
+                (int64_t{pages[static_cast<size_t>(s)][j]} * shape.n_kv_heads + h) * page_slots + o)] =
+                static_cast<int32_t>(j * page_slots + o);
     const size_t kv_bytes = static_cast<size_t>(n_pages) * shape.n_kv_heads * page_slots * shape.head_dim *
                             dtype_size(pool_->dtype());
     for (const backend::KvLayer& layer : pool_->layers()) {
@@ -107,16 +107,16 @@ class FilledPool {
     backend_.download(round.data(), view_.round, round.size() * sizeof(int32_t));
     for (int s = 0; s < batch_; ++s) {
       if (length[static_cast<size_t>(s)] != budget_.budget || round[static_cast<size_t>(s)] != rounds_done) {
-        problems.push_back(fmt::format("sequence {}: {} slots and {} rounds after {} rounds, expected {} slots", s,
-                                       length[static_cast<size_t>(s)], round[static_cast<size_t>(s)], rounds_done,
-                                       budget_.budget));
+        problems.push_back(fmt::format(
+            "sequence {}: {} slots and {} rounds after {} rounds, expected {} slots", s,
+            length[static_cast<size_t>(s)], round[static_cast<size_t>(s)], rounds_done, budget_.budget));
         return;
       }
     }
   }
 
-  RoundTiming time(const policy::EvictionPolicy& policy, const std::vector<backend::KvLayer>& layers, int repeats,
-                   uint64_t graph_key) {
+  RoundTiming time(const policy::EvictionPolicy& policy, const std::vector<backend::KvLayer>& layers,
+                   int repeats, uint64_t graph_key) {
     RoundTiming t;
     // Eager once first: scratch grows and the layer table uploads outside any recording.
     backend_.evict(view_, layers, policy, 0);
@@ -168,7 +168,8 @@ std::vector<std::string> default_evict_policies(const backend::Backend& backend)
 
 Json run_evict(const BenchContext& ctx) {
   const BenchOptions& o = ctx.options;
-  const std::vector<std::string> policies = o.policies.empty() ? default_evict_policies(ctx.backend) : o.policies;
+  const std::vector<std::string> policies =
+      o.policies.empty() ? default_evict_policies(ctx.backend) : o.policies;
   if (policies.empty()) fail("evict: no policy to time");
   for (const std::string& name : policies) {  // before any timing: a bad name fails at once
     const auto policy = policy::make_policy(name);
@@ -189,7 +190,8 @@ Json run_evict(const BenchContext& ctx) {
     step_options.output_len = o.window + 1;
     const LoadSpec step_spec = load_spec(step_options, "full");
     const LoadResult step = run_load(ctx.model, ctx.backend, step_spec);
-    const double step_ms = 1e3 * step.decode_seconds / static_cast<double>(std::max<int64_t>(step.decode_steps, 1));
+    const double step_ms =
+        1e3 * step.decode_seconds / static_cast<double>(std::max<int64_t>(step.decode_steps, 1));
     for (size_t pi = 0; pi < policies.size(); ++pi) {
       const std::string& name = policies[pi];
       const auto policy = policy::make_policy(name);
@@ -223,15 +225,16 @@ Json run_evict(const BenchContext& ctx) {
                                     {"validation", validation.to_json()}});
     }
   }
-  out["parameters"] = Json{{"budget", o.budget},
-                           {"window", o.window},
-                           {"budget_convention", o.convention},
-                           {"prompt_len", o.prompt_len},
-                           {"batches", o.batches},
-                           {"policies", policies},
-                           {"repeats", repeats},
-                           {"step_time_from", "full-attention decode at T+1 .. T+r resident slots, same batch"},
-                           {"decode_share_rule", "round_model / (r * step + round_model)"}};
+  out["parameters"] =
+      Json{{"budget", o.budget},
+           {"window", o.window},
+           {"budget_convention", o.convention},
+           {"prompt_len", o.prompt_len},
+           {"batches", o.batches},
+           {"policies", policies},
+           {"repeats", repeats},
+           {"step_time_from", "full-attention decode at T+1 .. T+r resident slots, same batch"},
+           {"decode_share_rule", "round_model / (r * step + round_model)"}};
   return out;
 }
 

@@ -5,6 +5,8 @@
 
 #include "bench/bench_model.h"
 #include "core/error.h"
+#include "kv/kv_pool.h"
+#include "policy/eviction_policy.h"
 
 namespace kvdice::bench {
 namespace {
@@ -52,9 +54,10 @@ Validation validate_load(const LoadSpec& spec, const std::vector<engine::Generat
     if (r.stats.eviction_rounds != plan.rounds)
       problem(fmt::format("request {}: {} eviction rounds, the budget rule predicts {}", r.id,
                           r.stats.eviction_rounds, plan.rounds));
-    if (r.stats.peak_resident_slots != plan.peak_resident || r.stats.final_resident_slots != plan.final_resident)
-      problem(fmt::format("request {}: resident slots peak {} final {}, the budget rule predicts {} and {}", r.id,
-                          r.stats.peak_resident_slots, r.stats.final_resident_slots, plan.peak_resident,
+    if (r.stats.peak_resident_slots != plan.peak_resident ||
+        r.stats.final_resident_slots != plan.final_resident)
+      problem(fmt::format("request {}: resident slots peak {} final {}, the budget rule predicts {} and {}",
+                          r.id, r.stats.peak_resident_slots, r.stats.final_resident_slots, plan.peak_resident,
                           plan.final_resident));
   }
   return v;
@@ -109,8 +112,19 @@ LoadResult run_load(const model::Model& model, backend::Backend& backend, const 
   config.kv_pool_bytes = spec.kv_pool_bytes;
   config.graphs = spec.graphs;
   // The page tables cover exactly what one sequence reserves.
-  config.max_context = config.budget.bounded() ? std::max(spec.prompt_len, config.budget.budget) + config.budget.window
-                                               : spec.prompt_len + spec.output_len;
+  config.max_context = config.budget.bounded()
+                           ? std::max(spec.prompt_len, config.budget.budget) + config.budget.window
+                           : spec.prompt_len + spec.output_len;
+  if (config.kv_pool_bytes == 0) {
+    // Exactly the load's reservations, so peak memory is what this load needs, not the whole device
+    // (left to itself, the engine gives the pool all free device memory).
+    const auto policy = policy::make_policy(spec.policy);
+    const int page_slots = kv::KvPool::kDefaultPageSlots;
+    const int64_t page_bytes = kv::KvPool::bytes_per_page(model.kv_shape(), backend.kv_dtype(), page_slots,
+                                                          policy->needs(), mc.n_heads);
+    config.kv_pool_bytes = int64_t{std::min(spec.requests, spec.max_batch)} *
+                           ((config.max_context + page_slots - 1) / page_slots) * page_bytes;
+  }
   engine::Engine engine(model, backend, config);
 
   LoadResult out;
@@ -118,7 +132,8 @@ LoadResult run_load(const model::Model& model, backend::Backend& backend, const 
   out.sequence_plan =
       plan_sequence(spec.prompt_len, spec.output_len, engine.budget().budget, engine.budget().window);
   out.weight_bytes_per_step = weight_bytes_per_step(mc, backend, out.plan.weight_bytes);
-  out.kv_bytes_per_slot = int64_t{2} * mc.n_layers * mc.n_kv_heads * mc.head_dim * engine.kv_bytes_per_element();
+  out.kv_bytes_per_slot =
+      int64_t{2} * mc.n_layers * mc.n_kv_heads * mc.head_dim * engine.kv_bytes_per_element();
 
   for (int i = 0; i < spec.requests; ++i) {
     engine::GenerationRequest request;

@@ -25,7 +25,7 @@ struct LoadSpec {
   std::string policy = "random_pp";
   BudgetConvention budget;
   int max_batch = 1;          // engine rows; the whole load fits when >= requests
-  int64_t kv_pool_bytes = 0;  // 0: the engine sizes the pool
+  int64_t kv_pool_bytes = 0;  // 0: exactly the reservations of the load's running sequences
   int prefill_chunk = 2048;
   bool graphs = true;
   float temperature = 0.0f;

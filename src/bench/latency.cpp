@@ -10,7 +10,8 @@ Json run_latency(const BenchContext& ctx) {
   Json out;
   out["results"] = Json::array();
   LoadSpec last;
-  for (const auto& [label, context] : {std::pair<std::string, int>{"short", o.short_context}, {"long", o.long_context}}) {
+  for (const auto& [label, context] :
+       {std::pair<std::string, int>{"short", o.short_context}, {"long", o.long_context}}) {
     BenchOptions one = o;
     one.requests = 1;
     one.prompt_len = context;

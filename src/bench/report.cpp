@@ -36,8 +36,10 @@ void append_json_run(const std::string& path, const Json& run) {
   if (fs::exists(path) && fs::is_regular_file(path) && fs::file_size(path) > 0) {
     doc = read_json_file(path);  // a syntax error is an Error naming the file: nothing is overwritten
     if (!doc.is_object() || !doc.contains("runs") || !doc["runs"].is_array())
-      fail("--json-out {}: exists and is not a kvdice bench file (an object with a \"runs\" list); not overwriting it",
-           path);
+      fail(
+          "--json-out {}: exists and is not a kvdice bench file (an object with a \"runs\" list); not "
+          "overwriting it",
+          path);
   }
   doc["runs"].push_back(run);
   write_file_atomically(path, doc.dump(2) + "\n");
@@ -61,17 +63,20 @@ std::vector<std::pair<std::string, std::string>> headline(const Json& run) {
     const std::string label = r.value("label", protocol);
     const Json& m = r["metrics"];
     if (m.contains("output_tok_s_decode")) {
-      out.emplace_back(label, fmt::format("{} tok/s decode ({} e2e), {} ms/step, {} GB/s = {}% of {} GB/s, peak {} GiB, rounds {}",
-                                          fmt_number(m["output_tok_s_decode"]), fmt_number(m["output_tok_s_end_to_end"]),
-                                          fmt_number(m["mean_step_ms"], 3), fmt_number(m["achieved_gb_s"]),
-                                          fmt_number(Json(100.0 * m.value("roofline_fraction", 0.0))),
-                                          fmt_number(Json(run.value("bandwidth_gb_s", 0.0))),
-                                          fmt_number(Json(run.value("peak_memory_bytes", 0) / 1073741824.0), 2),
-                                          fmt_number(m["eviction_rounds_total"])));
+      out.emplace_back(
+          label, fmt::format(
+                     "{} tok/s decode ({} e2e), {} ms/step, {} GB/s = {}% of {} GB/s, peak {} GiB, rounds {}",
+                     fmt_number(m["output_tok_s_decode"]), fmt_number(m["output_tok_s_end_to_end"]),
+                     fmt_number(m["mean_step_ms"], 3), fmt_number(m["achieved_gb_s"]),
+                     fmt_number(Json(100.0 * m.value("roofline_fraction", 0.0))),
+                     fmt_number(Json(run.value("bandwidth_gb_s", 0.0))),
+                     fmt_number(Json(run.value("peak_memory_bytes", int64_t{0}) / 1073741824.0), 2),
+                     fmt_number(m["eviction_rounds_total"])));
     } else if (m.contains("round_ms_model")) {
-      out.emplace_back(label, fmt::format("round {} ms/model, {} ms/layer call, {}% of decode", fmt_number(m["round_ms_model"], 4),
-                                          fmt_number(m["round_ms_layer"], 4),
-                                          fmt_number(Json(100.0 * m.value("decode_share", 0.0)), 3)));
+      out.emplace_back(label,
+                       fmt::format("round {} ms/model, {} ms/layer call, {}% of decode",
+                                   fmt_number(m["round_ms_model"], 4), fmt_number(m["round_ms_layer"], 4),
+                                   fmt_number(Json(100.0 * m.value("decode_share", 0.0)), 3)));
     }
   }
   return out;
@@ -92,10 +97,13 @@ void append_markdown_row(const std::string& path, const Json& run) {
     text = read_regular_file(path, uint64_t{64} << 20);
     if (text.back() != '\n') text += '\n';
   } else {
-    text = "| date | protocol | model | backend | parameters | results | valid |\n|---|---|---|---|---|---|---|\n";
+    text =
+        "| date | protocol | model | backend | parameters | results | valid "
+        "|\n|---|---|---|---|---|---|---|\n";
   }
   std::string results;
-  for (const auto& [label, cell] : headline(run)) results += (results.empty() ? "" : "<br>") + label + ": " + cell;
+  for (const auto& [label, cell] : headline(run))
+    results += (results.empty() ? "" : "<br>") + label + ": " + cell;
   const Json& p = run["parameters"];
   std::string params;
   for (const auto& [key, value] : p.items()) {
@@ -107,9 +115,10 @@ void append_markdown_row(const std::string& path, const Json& run) {
     for (char c : s) o += c == '|' ? std::string("\\|") : std::string(1, c);
     return o;
   };
-  text += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", run.value("date", ""), run.value("protocol", ""),
-                      escape(run.value("model", "")), escape(run.value("device", "")), escape(params), escape(results),
-                      run["validation"]["ok"].get<bool>() ? "yes" : "**NO**");
+  text +=
+      fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", run.value("date", ""), run.value("protocol", ""),
+                  escape(run.value("model", "")), escape(run.value("device", "")), escape(params),
+                  escape(results), run["validation"]["ok"].get<bool>() ? "yes" : "**NO**");
   write_file_atomically(path, text);
 }
 

@@ -11,7 +11,8 @@ namespace kvdice::bench {
 Json run_bench(const BenchOptions& options) {
   static const std::vector<std::string> kProtocols = {"throughput", "capacity", "evict", "latency"};
   if (std::find(kProtocols.begin(), kProtocols.end(), options.protocol) == kProtocols.end())
-    fail("unknown bench protocol '{}' (expected one of: throughput, capacity, evict, latency)", options.protocol);
+    fail("unknown bench protocol '{}' (expected one of: throughput, capacity, evict, latency)",
+         options.protocol);
   Json run = run_header();
   run["protocol"] = options.protocol;
   run["quick"] = options.quick;
@@ -22,8 +23,8 @@ Json run_bench(const BenchOptions& options) {
   run["model_shape"] = model_shape_json(model.model().config());
   run["model_parameters"] = model.model().weights().parameter_count();
   run["model_load_seconds"] = model.load_seconds;
-  run["prompts"] = fmt::format("random token ids, uniform over the vocabulary, seeded (seed {}); no tokenizer",
-                               options.seed);
+  run["prompts"] = fmt::format(
+      "random token ids, uniform over the vocabulary, seeded (seed {}); no tokenizer", options.seed);
   run["device"] = backend->name();
   const double bandwidth = backend->measure_copy_bandwidth(options.bandwidth_bytes, options.quick ? 5 : 20);
   run["bandwidth_gb_s"] = bandwidth / 1e9;
@@ -46,13 +47,15 @@ Json run_bench(const BenchOptions& options) {
   run["parameters"]["graphs"] = options.graphs;
   run["results"] = body["results"];
   run["peak_memory_bytes"] = backend->peak_memory_bytes();
-  run["peak_memory_method"] = backend->is_cpu() ? "peak resident set size of the process (getrusage)"
-                                                : "high-water mark of the device's used memory (cudaMemGetInfo)";
+  run["peak_memory_method"] = backend->is_cpu()
+                                  ? "peak resident set size of the process (getrusage)"
+                                  : "high-water mark of the device's used memory (cudaMemGetInfo)";
   bool ok = true;
   Json problems = Json::array();
   for (const Json& r : run["results"]) {
     ok = ok && r["validation"]["ok"].get<bool>();
-    for (const Json& p : r["validation"]["problems"]) problems.push_back(r.value("label", "") + ": " + p.get<std::string>());
+    for (const Json& p : r["validation"]["problems"])
+      problems.push_back(r.value("label", "") + ": " + p.get<std::string>());
   }
   run["validation"] = Json{{"ok", ok}, {"problems", problems}};
   return run;

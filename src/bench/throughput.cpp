@@ -16,9 +16,10 @@ LoadSpec load_spec(const BenchOptions& options, const std::string& policy_name) 
   spec.budget = map_budget(options.convention, options.budget, options.window, policy->evicts());
   spec.budget.engine.validate();
   if (policy->evicts() && options.prompt_len >= spec.budget.engine.selection()) {
-    fail("--prompt-len {} does not fit the budget: T={} r={} leaves T - r = {} selection slots and the prompt "
-         "must be shorter (raise --budget or shorten --prompt-len)",
-         options.prompt_len, options.budget, options.window, spec.budget.engine.selection());
+    fail(
+        "--prompt-len {} does not fit the budget: T={} r={} leaves T - r = {} selection slots and the prompt "
+        "must be shorter (raise --budget or shorten --prompt-len)",
+        options.prompt_len, options.budget, options.window, spec.budget.engine.selection());
   }
   spec.budget.engine.long_prompt = kv::LongPromptRule::Error;
   spec.max_batch = std::min(options.requests, 4096);

@@ -67,8 +67,8 @@ class RandomTensorSource final : public TensorSource {
     const int64_t blocks = (n + 7) / 8;
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < blocks; ++b) {
-      const PhiloxBlock r = philox4x32_10(
-          {{static_cast<uint32_t>(b), static_cast<uint32_t>(b >> 32), 0x52414e44u, 0u}}, key);
+      const PhiloxBlock r =
+          philox4x32_10({{static_cast<uint32_t>(b), static_cast<uint32_t>(b >> 32), 0x52414e44u, 0u}}, key);
       const int64_t begin = b * 8, end = std::min(n, begin + 8);
       for (int64_t i = begin; i < end; ++i) {
         const int k = static_cast<int>(i - begin);

@@ -1,11 +1,10 @@
 // kvdice bench end to end on the CPU: each protocol's quick form on the qwen3 fixture and on random
 // weights of a tiny shape, the JSON and markdown it writes, and bad input refused by name.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fmt/format.h>
-
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 
 #include "cli/run_command.h"
@@ -32,7 +31,8 @@ class BenchCli : public ::testing::Test {
 
   // The common flags of a fast CPU run.
   static std::vector<std::string> cpu(std::vector<std::string> args) {
-    for (const char* a : {"--backend", "cpu", "--threads", "1", "--bandwidth-mib", "8", "--quick"}) args.push_back(a);
+    for (const char* a : {"--backend", "cpu", "--threads", "1", "--bandwidth-mib", "8", "--quick"})
+      args.push_back(a);
     return args;
   }
   fs::path dir_;
@@ -43,8 +43,8 @@ Json read_runs(const std::string& file) { return read_json_file(file)["runs"]; }
 TEST_F(BenchCli, ThroughputOnTheFixtureRecordsEverything) {
   const std::string json = path("bench.json"), md = path("bench.md");
   const std::vector<std::string> args =
-      cpu({"bench", "throughput", "--model", kModel, "--requests", "4", "--prompt-len", "16", "--output-len", "80",
-           "--budget", "32", "--window", "8", "--json-out", json, "--markdown-out", md});
+      cpu({"bench", "throughput", "--model", kModel, "--requests", "4", "--prompt-len", "16", "--output-len",
+           "80", "--budget", "32", "--window", "8", "--json-out", json, "--markdown-out", md});
   const CommandResult r = run_kvdice(args);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json runs = read_runs(json);
@@ -104,9 +104,9 @@ TEST_F(BenchCli, CapacityFillsTheMemoryWithTheLargestBatch) {
   // One sequence reserves max(16, 32) + 8 = 40 slots = 3 pages of 16 slots; a page is 2 layers x 2 KV
   // heads x 16 slots x (2 x 32 fp32 + an int32 position) = 16,640 bytes: 49,920 bytes per sequence.
   const double gib = 10 * 49920.0 / (1 << 30) + 1e-9;
-  const CommandResult r = run_kvdice(cpu({"bench", "capacity", "--model", kModel, "--memory-gib", fmt::format("{:.12f}", gib),
-                                          "--prompt-len", "16", "--output-len", "60", "--budget", "32", "--window",
-                                          "8", "--json-out", json}));
+  const CommandResult r = run_kvdice(cpu({"bench", "capacity", "--model", kModel, "--memory-gib",
+                                          fmt::format("{:.12f}", gib), "--prompt-len", "16", "--output-len",
+                                          "60", "--budget", "32", "--window", "8", "--json-out", json}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json run = read_runs(json)[0];
   EXPECT_EQ(run["results"][0]["metrics"]["batch"], 10);
@@ -118,8 +118,8 @@ TEST_F(BenchCli, CapacityFillsTheMemoryWithTheLargestBatch) {
 
 TEST_F(BenchCli, EvictTimesEveryPolicyAtEachBatch) {
   const std::string json = path("e.json");
-  const CommandResult r = run_kvdice(cpu({"bench", "evict", "--model", kModel, "--budget", "64", "--window", "16",
-                                          "--prompt-len", "8", "--batches", "1,3", "--policies",
+  const CommandResult r = run_kvdice(cpu({"bench", "evict", "--model", kModel, "--budget", "64", "--window",
+                                          "16", "--prompt-len", "8", "--batches", "1,3", "--policies",
                                           "random_pp,recency,snapkv", "--repeats", "2", "--json-out", json}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json run = read_runs(json)[0];
@@ -138,8 +138,8 @@ TEST_F(BenchCli, LatencyAgainstTheWeightsOnlyRoofline) {
   const std::string json = path("l.json"), md = path("l.md");
   const CommandResult r =
       run_kvdice(cpu({"bench", "latency", "--random-weights", "--config", kFixtures + "/qwen2/config.json",
-                      "--short-context", "8", "--long-context", "300", "--output-len", "20", "--json-out", json,
-                      "--markdown-out", md}));
+                      "--short-context", "8", "--long-context", "300", "--output-len", "20", "--json-out",
+                      json, "--markdown-out", md}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json run = read_runs(json)[0];
   ASSERT_EQ(run["results"].size(), 2u);
@@ -161,16 +161,20 @@ void expect_failure(const std::vector<std::string>& args, const std::string& mes
 
 TEST_F(BenchCli, BadInputIsRefusedByName) {
   expect_failure(cpu({"bench", "warp", "--model", kModel}), "unknown bench protocol 'warp'");
-  expect_failure(cpu({"bench", "throughput", "--model", kModel, "--prompt-len", "40", "--budget", "32", "--window", "8"}),
+  expect_failure(cpu({"bench", "throughput", "--model", kModel, "--prompt-len", "40", "--budget", "32",
+                      "--window", "8"}),
                  "--prompt-len 40 does not fit the budget");
-  expect_failure(cpu({"bench", "throughput", "--random-weights", "--config", path("none.json")}), "no such file");
+  expect_failure(cpu({"bench", "throughput", "--random-weights", "--config", path("none.json")}),
+                 "no such file");
   expect_failure(cpu({"bench", "throughput", "--random-weights"}), "--config");
   expect_failure(cpu({"bench", "throughput"}), "--model");
-  expect_failure(cpu({"bench", "capacity", "--model", kModel, "--prompt-len", "8", "--budget", "32", "--window", "8"}),
-                 "--memory-gib");
-  expect_failure(cpu({"bench", "throughput", "--model", kModel, "--budget-convention", "hf"}), "budget-convention");
-  expect_failure(cpu({"bench", "evict", "--model", kModel, "--policies", "full", "--budget", "32", "--window", "8",
-                      "--prompt-len", "4"}),
+  expect_failure(
+      cpu({"bench", "capacity", "--model", kModel, "--prompt-len", "8", "--budget", "32", "--window", "8"}),
+      "--memory-gib");
+  expect_failure(cpu({"bench", "throughput", "--model", kModel, "--budget-convention", "hf"}),
+                 "budget-convention");
+  expect_failure(cpu({"bench", "evict", "--model", kModel, "--policies", "full", "--budget", "32", "--window",
+                      "8", "--prompt-len", "4"}),
                  "never evicts");
   {
     std::ofstream(path("gpt2.json")) << R"({"architectures": ["GPT2LMHeadModel"], "hidden_size": 64})";
@@ -180,9 +184,10 @@ TEST_F(BenchCli, BadInputIsRefusedByName) {
   {
     // An existing file that is not a bench record is never overwritten.
     std::ofstream(path("notes.json")) << "{\"mine\": 1}";
-    expect_failure(cpu({"bench", "throughput", "--model", kModel, "--requests", "1", "--prompt-len", "4",
-                        "--output-len", "4", "--budget", "32", "--window", "8", "--json-out", path("notes.json")}),
-                   "not overwriting");
+    expect_failure(
+        cpu({"bench", "throughput", "--model", kModel, "--requests", "1", "--prompt-len", "4", "--output-len",
+             "4", "--budget", "32", "--window", "8", "--json-out", path("notes.json")}),
+        "not overwriting");
     EXPECT_EQ(read_regular_file(path("notes.json"), 1 << 20), "{\"mine\": 1}");
   }
 }

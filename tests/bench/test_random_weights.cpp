@@ -54,7 +54,8 @@ TEST(RandomWeights, BiasesWhereTheArchitectureHasThem) {
 
 TEST(RandomWeights, ShapesInTheRepositoryLoad) {
   for (const char* name : {"qwen3-4b", "qwen3-8b", "llama-3.1-8b", "qwen2.5-0.5b"}) {
-    const ModelConfig c = read_shape_config(std::string(KVDICE_SOURCE_DIR) + "/configs/shapes/" + name + ".json");
+    const ModelConfig c =
+        read_shape_config(std::string(KVDICE_SOURCE_DIR) + "/configs/shapes/" + name + ".json");
     EXPECT_GT(c.n_layers, 0) << name;
   }
   const ModelConfig c = read_shape_config(std::string(KVDICE_SOURCE_DIR) + "/configs/shapes/qwen3-4b.json");
