@@ -27,6 +27,12 @@ void apply_defaults(bench::BenchOptions& o, const CLI::App& cmd) {
   auto set = [&](const char* flag, int& field, int full, int quick) {
     if (unset(flag)) field = q ? quick : full;
   };
+  // On the CPU (the fp32 reference) --quick also shrinks the batch, so the fixture runs in seconds.
+  const bool cpu = o.backend.name == "cpu" || (o.backend.name == "auto" && !backend::cuda_available());
+  if (q && cpu) {
+    if (unset("--requests")) o.requests = 16;
+    if (unset("--batches")) o.batches = {1, 16};
+  }
   if (o.protocol == "throughput") {
     set("--prompt-len", o.prompt_len, 1024, 256);
     set("--output-len", o.output_len, 32768, 512);
