@@ -144,6 +144,13 @@ class Backend {
   virtual void download_matrix(const View& src, float* dst) = 0;
   virtual void synchronize() = 0;
   virtual MemoryInfo memory() const = 0;
+  // Highest memory use seen so far (kvdice bench): CUDA, the device's used memory (total - free, the
+  // context included) sampled at every allocation and at this call; CPU, the process's peak RSS.
+  virtual int64_t peak_memory_bytes() const = 0;
+  // The device's copy bandwidth in bytes per second, reads plus writes (a copy of n bytes moves 2n):
+  // the best of `repeats` timed copies of a `bytes`-byte buffer (CUDA: device to device, at least
+  // 1 GiB, timed with events; CPU: memcpy). The roofline kvdice bench divides by.
+  virtual double measure_copy_bandwidth(size_t bytes, int repeats) = 0;
 
   // ---- ops (all asynchronous on CUDA, in stream order) -----------------------------------------
   // x[row, :] = table[tokens[row], :]  (x fp32 [n_rows, hidden]).

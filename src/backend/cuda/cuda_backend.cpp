@@ -92,6 +92,7 @@ class CudaBackend final : public Backend {
            static_cast<double>(info.free_bytes) / kGiB, static_cast<double>(info.total_bytes) / kGiB);
     }
     CUDA_CHECK(status);
+    note_memory_use();
     const int device = device_;
     return Buffer(p, bytes, [device](void* q) {
       cudaSetDevice(device);
@@ -181,6 +182,33 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaSetDevice(device_));
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     return {static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
+  }
+
+  int64_t peak_memory_bytes() const override {
+    note_memory_use();
+    return peak_used_bytes_;
+  }
+
+  double measure_copy_bandwidth(size_t bytes, int repeats) override {
+    bytes = std::max(bytes, size_t{1} << 30);  // smaller copies do not reach the HBM's steady state
+    Buffer src = alloc(bytes, "bandwidth probe source"), dst = alloc(bytes, "bandwidth probe target");
+    fill_zero(src.data(), bytes);
+    cudaEvent_t start = nullptr, stop = nullptr;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    double best = 0.0;
+    for (int i = 0; i <= std::max(repeats, 1); ++i) {  // the first copy is a warm-up
+      CUDA_CHECK(cudaEventRecord(start, stream_));
+      CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream_));
+      CUDA_CHECK(cudaEventRecord(stop, stream_));
+      CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0.0f;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      if (i > 0 && ms > 0.0f) best = std::max(best, 2.0 * static_cast<double>(bytes) / (ms * 1e-3));
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    return best;
   }
 
   // ---- ops --------------------------------------------------------------------------------------
@@ -413,6 +441,7 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(status);
     CUDA_CHECK(cudaMemsetAsync(s.data, 0, rounded, stream_));  // counters in scratch start at zero
     s.bytes = rounded;
+    note_memory_use();
     return s.data;
   }
 
@@ -425,6 +454,12 @@ class CudaBackend final : public Backend {
   Scratch attention_scratch_, sample_scratch_, keep_scratch_, layer_table_;
   std::vector<DeviceKvLayer> table_host_;
   LayerTable table_{};
+  mutable int64_t peak_used_bytes_ = 0;  // high-water mark of total - free (peak_memory_bytes)
+
+  void note_memory_use() const {
+    const MemoryInfo info = memory();
+    peak_used_bytes_ = std::max(peak_used_bytes_, info.total_bytes - info.free_bytes);
+  }
 };
 
 }  // namespace
