@@ -197,9 +197,12 @@ class Backend {
   // Backends without graphs return false and the caller runs the ops eagerly. Between begin_capture
   // and end_capture the ops are recorded, not run; replay(key) runs a recorded sequence. The ops
   // must not read host data or allocate while recording (run the same sequence eagerly once first).
+  // Graphs belong to an owner (an engine, a benchmark): a recording bakes in the owner's buffers, so
+  // a key means something only to its owner, and the owner drops its graphs before its buffers go.
   virtual bool begin_capture() { return false; }
-  virtual void end_capture(uint64_t key) {}
-  virtual bool replay(uint64_t key) { return false; }
+  virtual void end_capture(const void* owner, uint64_t key) {}
+  virtual bool replay(const void* owner, uint64_t key) { return false; }
+  virtual void drop_graphs(const void* owner) {}
 };
 
 // Which backend to run on: "cpu", "cuda", or "auto" (CUDA when a GPU is visible, else CPU).

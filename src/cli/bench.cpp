@@ -38,7 +38,8 @@ void apply_defaults(bench::BenchOptions& o, const CLI::App& cmd) {
     set("--output-len", o.output_len, 32768, 512);
     set("--budget", o.budget, 2048, 512);
   } else if (o.protocol == "capacity") {
-    set("--prompt-len", o.prompt_len, 1024, 256);
+    // The paper's equal-memory runs (isomem scripts) use 128-token inputs.
+    set("--prompt-len", o.prompt_len, 128, 128);
     set("--output-len", o.output_len, 32768, 512);
     set("--budget", o.budget, 1024, 512);
   } else if (o.protocol == "evict") {

@@ -239,6 +239,38 @@ TEST(CudaEngine, GraphReplayEqualsEagerSteps) {
     EXPECT_EQ(tokens[static_cast<size_t>(i)], tokens[static_cast<size_t>(i + 3)]) << i;
 }
 
+// Graphs bake in their engine's buffers: a second engine on the same backend, with the same step
+// shapes (hence the same graph keys), must record its own graphs, never replay the first one's (the
+// bench's latency protocol once replayed a freed pool's graph and faulted).
+TEST(CudaEngine, ASecondEngineNeverReplaysTheFirstEnginesGraphs) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (or a build without CUDA)";
+  auto be = backend::make_backend({"cuda"});
+  auto run = [&](engine::Engine& eng, const std::string& tag) {
+    for (int i = 0; i < 3; ++i) {
+      engine::GenerationRequest r;
+      r.prompt = engine::encode_raw_prompt(qwen3(), tag + std::to_string(i));
+      r.max_new_tokens = 60;
+      r.sampling = {0.9f, 0.9f, 0, 7};
+      r.ignore_eos = true;
+      eng.submit(r);
+    }
+    eng.run();
+    auto out = eng.take_finished();
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+    std::vector<std::vector<int>> tokens;
+    for (const auto& r : out) tokens.push_back(r.tokens);
+    return tokens;
+  };
+  engine::EngineConfig config = budgeted("random_pp");
+  engine::Engine first(*qwen3().model, *be, config);
+  run(first, "first ");  // records the 3-row decode graph
+  engine::Engine second(*qwen3().model, *be, config);  // alive together: its buffers differ from the first's
+  const auto replayed = run(second, "second ");
+  config.graphs = false;
+  engine::Engine eager(*qwen3().model, *be, config);
+  EXPECT_EQ(replayed, run(eager, "second "));
+}
+
 // Checkpoints made on the GPU machine under .gpu/<name>/ with golden.json beside them.
 std::vector<std::string> golden_checkpoints() {
   std::vector<std::string> names;

@@ -406,12 +406,11 @@ int attention_splits(const StepBatch& batch, const KvLayer& kv, int sm_count) {
 size_t attention_scratch_bytes(const StepBatch& batch, const KvLayer& kv, int n_heads, int n_splits) {
   if (n_splits <= 1) return 0;
   const size_t parts = static_cast<size_t>(batch.n_rows) * n_heads * n_splits;
-  const size_t counters = static_cast<size_t>(batch.n_seqs) * kv.n_kv_heads * sizeof(int);
-  return parts * sizeof(float) * (static_cast<size_t>(kv.head_dim) + 2) + 256 + counters;
+  return parts * sizeof(float) * (static_cast<size_t>(kv.head_dim) + 2) + 256;
 }
 
 void launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
-                      float scale, int n_splits, void* scratch, cudaStream_t stream) {
+                      float scale, int n_splits, void* scratch, int* split_counters, cudaStream_t stream) {
   if (batch.n_rows == 0) return;
   AttentionArgs a{};
   a.batch = batch;
@@ -434,7 +433,7 @@ void launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, 
     const size_t parts = static_cast<size_t>(batch.n_rows) * n_heads * n_splits;
     a.partial_ml = static_cast<float*>(scratch);
     a.partial_acc = a.partial_ml + (parts * 2 + 63) / 64 * 64;
-    a.split_counters = reinterpret_cast<int*>(a.partial_acc + parts * static_cast<size_t>(kv.head_dim));
+    a.split_counters = split_counters;
   }
   switch (kv.head_dim) {
     case 16:

@@ -31,10 +31,11 @@ bool attention_supports_head_dim(int head_dim);
 int attention_max_group(int head_dim);
 // Split-KV plan: how many CTAs share one (sequence, KV head) in a decode step (1 for prefill).
 int attention_splits(const StepBatch& batch, const KvLayer& kv, int sm_count);
-// Scratch the split partials and the split counters need (0 for one split); zeroed when allocated.
+// Scratch the split partials need (0 for one split).
 size_t attention_scratch_bytes(const StepBatch& batch, const KvLayer& kv, int n_heads, int n_splits);
+// split_counters: [n_seqs][n_kv_heads] ints, zero (a buffer of their own: every launch leaves them zero).
 void launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
-                      float scale, int n_splits, void* scratch, cudaStream_t stream);
+                      float scale, int n_splits, void* scratch, int* split_counters, cudaStream_t stream);
 
 // ---- decode_attention.cu (tensor cores; launch_attention dispatches to it) ----
 // Whether the tensor-core decode kernel takes this step: one row per sequence, head_dim 64 or 128, a
