@@ -262,6 +262,7 @@ TEST(CudaEngine, ASecondEngineNeverReplaysTheFirstEnginesGraphs) {
     return tokens;
   };
   engine::EngineConfig config = budgeted("random_pp");
+  config.kv_pool_bytes = int64_t{64} << 20;  // two pools at once: neither takes the whole device
   engine::Engine first(*qwen3().model, *be, config);
   run(first, "first ");  // records the 3-row decode graph
   engine::Engine second(*qwen3().model, *be, config);  // alive together: its buffers differ from the first's
