@@ -146,6 +146,13 @@ class Backend {
   virtual void download_matrix(const View& src, float* dst) = 0;
   virtual void synchronize() = 0;
   virtual MemoryInfo memory() const = 0;
+  // Highest memory use seen so far (kvdice bench): CUDA, the device's used memory (total - free, the
+  // context included) sampled at every allocation and at this call; CPU, the process's peak RSS.
+  virtual int64_t peak_memory_bytes() const = 0;
+  // The device's copy bandwidth in bytes per second, reads plus writes (a copy of n bytes moves 2n):
+  // the best of `repeats` timed copies of a `bytes`-byte buffer (CUDA: device to device, at least
+  // 1 GiB, timed with events; CPU: memcpy). The roofline kvdice bench divides by.
+  virtual double measure_copy_bandwidth(size_t bytes, int repeats) = 0;
 
   // ---- ops (all asynchronous on CUDA, in stream order) -----------------------------------------
   // x[row, :] = table[tokens[row], :]  (x fp32 [n_rows, hidden]).
@@ -192,9 +199,12 @@ class Backend {
   // Backends without graphs return false and the caller runs the ops eagerly. Between begin_capture
   // and end_capture the ops are recorded, not run; replay(key) runs a recorded sequence. The ops
   // must not read host data or allocate while recording (run the same sequence eagerly once first).
+  // Graphs belong to an owner (an engine, a benchmark): a recording bakes in the owner's buffers, so
+  // a key means something only to its owner, and the owner drops its graphs before its buffers go.
   virtual bool begin_capture() { return false; }
-  virtual void end_capture(uint64_t key) {}
-  virtual bool replay(uint64_t key) { return false; }
+  virtual void end_capture(const void* owner, uint64_t key) {}
+  virtual bool replay(const void* owner, uint64_t key) { return false; }
+  virtual void drop_graphs(const void* owner) {}
 };
 
 // Which backend to run on: "cpu", "cuda", or "auto" (CUDA when a GPU is visible, else CPU).

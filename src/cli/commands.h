@@ -14,5 +14,6 @@ void add_serve_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_stats_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace kvdice::cli

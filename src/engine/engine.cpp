@@ -128,7 +128,8 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
   plan_.kv_bytes_per_slot = page_bytes / page_slots;
 }
 
-Engine::~Engine() = default;
+// The decode graphs bake in this engine's pool and batch buffers: they go with it.
+Engine::~Engine() { backend_.drop_graphs(this); }
 
 int Engine::policy_index(const std::string& name) {
   // A spec may carry options ("random_block_pp:block=8"): equal specs share one policy instance.
@@ -373,13 +374,13 @@ void Engine::decode() {
   uint64_t key = static_cast<uint64_t>(n);
   for (size_t p = 0; p < policies_.size() && p < 40; ++p)
     key |= static_cast<uint64_t>(policy_used[p]) << (16 + p);
-  const bool replayed = config_.graphs && backend_.replay(key);
+  const bool replayed = config_.graphs && backend_.replay(this, key);
   if (!replayed) {
     int& seen = step_shapes_seen_[key];
     if (config_.graphs && seen >= 1 && backend_.begin_capture()) {
       decode_ops(view, policy_used);
-      backend_.end_capture(key);
-      KVDICE_CHECK(backend_.replay(key), "decode graph {} was recorded but does not replay", key);
+      backend_.end_capture(this, key);
+      KVDICE_CHECK(backend_.replay(this, key), "decode graph {} was recorded but does not replay", key);
     } else {
       decode_ops(view, policy_used);
     }

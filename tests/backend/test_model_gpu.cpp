@@ -213,30 +213,53 @@ TEST(CudaEngine, MixedBatchEqualsEachSequenceAlone) {
   }
 }
 
+// Three sampled requests "<tag>0..2" through `eng`; their tokens in submission order.
+std::vector<std::vector<int>> run_three(engine::Engine& eng, const std::string& tag, int max_new, uint64_t seed) {
+  for (int i = 0; i < 3; ++i) {
+    engine::GenerationRequest r;
+    r.prompt = engine::encode_raw_prompt(qwen3(), tag + std::to_string(i));
+    r.max_new_tokens = max_new;
+    r.sampling = {0.9f, 0.9f, 0, seed};
+    r.ignore_eos = true;
+    eng.submit(r);
+  }
+  eng.run();
+  auto out = eng.take_finished();
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  std::vector<std::vector<int>> tokens;
+  for (const auto& r : out) tokens.push_back(r.tokens);
+  return tokens;
+}
+
 TEST(CudaEngine, GraphReplayEqualsEagerSteps) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (or a build without CUDA)";
   auto be = backend::make_backend({"cuda"});
-  std::vector<std::vector<int>> tokens;
+  std::vector<std::vector<std::vector<int>>> tokens;
   for (const bool graphs : {false, true}) {
     engine::EngineConfig config = budgeted("random_pp");
     config.graphs = graphs;
     engine::Engine eng(*qwen3().model, *be, config);
-    for (int i = 0; i < 3; ++i) {
-      engine::GenerationRequest r;
-      r.prompt = engine::encode_raw_prompt(qwen3(), "graph " + std::to_string(i));
-      r.max_new_tokens = 90;
-      r.sampling = {0.9f, 0.9f, 0, 5};
-      r.ignore_eos = true;
-      eng.submit(r);
-    }
-    eng.run();
-    auto out = eng.take_finished();
-    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
-    for (const auto& r : out) tokens.push_back(r.tokens);
+    tokens.push_back(run_three(eng, "graph ", 90, 5));
   }
-  ASSERT_EQ(tokens.size(), 6u);
-  for (int i = 0; i < 3; ++i)
-    EXPECT_EQ(tokens[static_cast<size_t>(i)], tokens[static_cast<size_t>(i + 3)]) << i;
+  ASSERT_EQ(tokens[0].size(), 3u);
+  EXPECT_EQ(tokens[0], tokens[1]);
+}
+
+// Graphs bake in their engine's buffers: a second engine on the same backend, with the same step
+// shapes (hence the same graph keys), must record its own graphs, never replay the first one's (the
+// bench's latency protocol once replayed a freed pool's graph and faulted).
+TEST(CudaEngine, ASecondEngineNeverReplaysTheFirstEnginesGraphs) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (or a build without CUDA)";
+  auto be = backend::make_backend({"cuda"});
+  engine::EngineConfig config = budgeted("random_pp");
+  config.kv_pool_bytes = int64_t{64} << 20;  // two pools at once: neither takes the whole device
+  engine::Engine first(*qwen3().model, *be, config);
+  run_three(first, "first ", 60, 7);  // records the 3-row decode graph
+  engine::Engine second(*qwen3().model, *be, config);  // alive together: its buffers differ from the first's
+  const auto replayed = run_three(second, "second ", 60, 7);
+  config.graphs = false;
+  engine::Engine eager(*qwen3().model, *be, config);
+  EXPECT_EQ(replayed, run_three(eager, "second ", 60, 7));
 }
 
 // Checkpoints made on the GPU machine under .gpu/<name>/ with golden.json beside them.

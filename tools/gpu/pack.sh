@@ -14,3 +14,11 @@ done | sort -u | grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|lib
   | while read -r lib; do cp -L "$lib" .gpu-bin/lib/; done
 ls .gpu-bin/lib
 du -sh .gpu-bin
+# XZ=1: also .gpu-carry/gpu-bin.tar.xz (~9 MB instead of ~32 MB), for calls that carry the peers' pack
+# (.gpu-peers/, ~41 MB) too: a call carries at most 64 MiB. Unpack there with
+# `mkdir -p .gpu-bin && tar xJf .gpu-carry/gpu-bin.tar.xz -C .gpu-bin`.
+if [ "${XZ:-0}" = 1 ]; then
+  mkdir -p .gpu-carry
+  tar cf - -C .gpu-bin . | xz -T2 -6 > .gpu-carry/gpu-bin.tar.xz
+  du -sh .gpu-carry/gpu-bin.tar.xz
+fi

@@ -3,9 +3,11 @@
 #include <cblas.h>
 #include <omp.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -63,6 +65,23 @@ class CpuBackend final : public Backend {
   MemoryInfo memory() const override {
     const int64_t page = sysconf(_SC_PAGESIZE);
     return {sysconf(_SC_AVPHYS_PAGES) * page, sysconf(_SC_PHYS_PAGES) * page};
+  }
+  int64_t peak_memory_bytes() const override {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return int64_t{usage.ru_maxrss} * 1024;  // Linux reports KiB
+  }
+  double measure_copy_bandwidth(size_t bytes, int repeats) override {
+    std::vector<char> src(bytes, 1), dst(bytes, 0);  // touched first: page faults are not bandwidth
+    double best = 0.0;
+    for (int i = 0; i < std::max(repeats, 1); ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      std::memcpy(dst.data(), src.data(), bytes);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (seconds > 0.0) best = std::max(best, 2.0 * static_cast<double>(bytes) / seconds);
+      src[static_cast<size_t>(i) % bytes] = static_cast<char>(dst[0] + i);  // not a dead store
+    }
+    return best;
   }
 
   void embed(const StepBatch& batch, const View& table, const View& x) override {

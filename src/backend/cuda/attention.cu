@@ -52,6 +52,7 @@ struct AttentionArgs {
   float scale;
   float* partial_acc;  // [n_rows][n_heads][n_splits][HD] when n_splits > 1
   float* partial_ml;   // [n_rows][n_heads][n_splits][2]
+  int* split_counters;  // [n_seqs][n_kv_heads] (the tensor-core decode kernel's fused merge)
 };
 
 __device__ inline float warp_max(float v) {
@@ -353,16 +354,15 @@ void launch_merge(const AttentionArgs& args, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH("attention merge_kernel");
 }
 
-// Decode steps at the head dims and groups decode_attention.cu takes run on tensor cores; prefill and
-// the rest run the SIMT kernel above. Both feed the same merge.
+// Decode steps at the head dims and groups decode_attention.cu takes run on tensor cores (merging their
+// splits themselves); prefill and the rest run the SIMT kernel above and the merge kernel.
 template <int HD>
 void launch_for_head_dim(const AttentionArgs& args, cudaStream_t stream) {
-  if (decode_attention_supports(args.batch, HD, args.group, args.page_slots) && args.q_ld % 2 == 0 &&
+  if (decode_attention_supports(args.batch, HD, args.group, args.page_slots, args.n_splits) && args.q_ld % 2 == 0 &&
       reinterpret_cast<uintptr_t>(args.q) % 4 == 0) {
     launch_decode_attention(args.batch, args.q, args.q_ld, args.keys, args.values, args.n_kv_heads, HD, args.out,
                             args.out_ld, args.n_heads, args.scale, args.n_splits, args.partial_acc,
-                            args.partial_ml, stream);
-    launch_merge<HD>(args, stream);
+                            args.partial_ml, args.split_counters, stream);
     return;
   }
   constexpr size_t shared = AttentionShape<HD>::kSharedBytes;
@@ -410,7 +410,7 @@ size_t attention_scratch_bytes(const StepBatch& batch, const KvLayer& kv, int n_
 }
 
 void launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
-                      float scale, int n_splits, void* scratch, cudaStream_t stream) {
+                      float scale, int n_splits, void* scratch, int* split_counters, cudaStream_t stream) {
   if (batch.n_rows == 0) return;
   AttentionArgs a{};
   a.batch = batch;
@@ -433,6 +433,7 @@ void launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, 
     const size_t parts = static_cast<size_t>(batch.n_rows) * n_heads * n_splits;
     a.partial_ml = static_cast<float*>(scratch);
     a.partial_acc = a.partial_ml + (parts * 2 + 63) / 64 * 64;
+    a.split_counters = split_counters;
   }
   switch (kv.head_dim) {
     case 16:

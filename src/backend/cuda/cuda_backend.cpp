@@ -66,8 +66,8 @@ class CudaBackend final : public Backend {
     for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
     gemm_.reset();
     params_.clear();  // device tables, freed while the device is current
-    for (Scratch* s : {&attention_scratch_, &sample_scratch_, &keep_scratch_, &layer_table_, &score_scratch_,
-                       &round_keep_scratch_})
+    for (Scratch* s : {&attention_scratch_, &split_counters_, &sample_scratch_, &keep_scratch_, &layer_table_,
+                       &score_scratch_, &round_keep_scratch_})
       if (s->data != nullptr) cudaFree(s->data);
     if (error_host_ != nullptr) cudaFreeHost(error_host_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -96,6 +96,7 @@ class CudaBackend final : public Backend {
            static_cast<double>(info.free_bytes) / kGiB, static_cast<double>(info.total_bytes) / kGiB);
     }
     CUDA_CHECK(status);
+    note_memory_use();
     const int device = device_;
     return Buffer(p, bytes, [device](void* q) {
       cudaSetDevice(device);
@@ -192,6 +193,33 @@ class CudaBackend final : public Backend {
     return {static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
   }
 
+  int64_t peak_memory_bytes() const override {
+    note_memory_use();
+    return peak_used_bytes_;
+  }
+
+  double measure_copy_bandwidth(size_t bytes, int repeats) override {
+    bytes = std::max(bytes, size_t{1} << 30);  // smaller copies do not reach the HBM's steady state
+    Buffer src = alloc(bytes, "bandwidth probe source"), dst = alloc(bytes, "bandwidth probe target");
+    fill_zero(src.data(), bytes);
+    cudaEvent_t start = nullptr, stop = nullptr;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    double best = 0.0;
+    for (int i = 0; i <= std::max(repeats, 1); ++i) {  // the first copy is a warm-up
+      CUDA_CHECK(cudaEventRecord(start, stream_));
+      CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream_));
+      CUDA_CHECK(cudaEventRecord(stop, stream_));
+      CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0.0f;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      if (i > 0 && ms > 0.0f) best = std::max(best, 2.0 * static_cast<double>(bytes) / (ms * 1e-3));
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    return best;
+  }
+
   // ---- ops --------------------------------------------------------------------------------------
   void embed(const StepBatch& batch, const View& table, const View& x) override {
     require_dtype(x, DType::F32, "embed", "x");
@@ -268,7 +296,11 @@ class CudaBackend final : public Backend {
     const int n_splits = cuda::attention_splits(batch, kv, properties_.multiProcessorCount);
     void* scratch = grow(attention_scratch_, cuda::attention_scratch_bytes(batch, kv, n_heads, n_splits),
                          "attention split partials");
-    cuda::launch_attention(batch, q, kv, out, n_heads, scale, n_splits, scratch, stream_);
+    // The counters live in a buffer of their own: partials of another shape never overwrite them.
+    int* split_counters = static_cast<int*>(
+        grow(split_counters_, sizeof(int) * static_cast<size_t>(batch.n_seqs) * kv.n_kv_heads,
+             "attention split counters"));
+    cuda::launch_attention(batch, q, kv, out, n_heads, scale, n_splits, scratch, split_counters, stream_);
   }
 
   void silu_mul(const View& gate_up, const View& out) override {
@@ -415,26 +447,38 @@ class CudaBackend final : public Backend {
     return true;
   }
 
-  void end_capture(uint64_t key) override {
+  void end_capture(const void* owner, uint64_t key) override {
     cudaGraph_t graph = nullptr;
     CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
     cudaGraphExec_t exec = nullptr;
     const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     CUDA_CHECK(status);
-    if (auto it = graphs_.find(key); it != graphs_.end()) cudaGraphExecDestroy(it->second);
-    graphs_[key] = exec;
+    if (auto it = graphs_.find({owner, key}); it != graphs_.end()) cudaGraphExecDestroy(it->second);
+    graphs_[{owner, key}] = exec;
   }
 
-  bool replay(uint64_t key) override {
-    const auto it = graphs_.find(key);
+  bool replay(const void* owner, uint64_t key) override {
+    const auto it = graphs_.find({owner, key});
     if (it == graphs_.end()) return false;
     CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
     return true;
   }
 
+  void drop_graphs(const void* owner) override {
+    for (auto it = graphs_.begin(); it != graphs_.end();) {
+      if (it->first.first == owner) {
+        cudaGraphExecDestroy(it->second);
+        it = graphs_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
  private:
-  std::map<uint64_t, cudaGraphExec_t> graphs_;  // recorded op sequences (decode steps), by caller key
+  // Recorded op sequences (decode steps, benchmark rounds) by (owner, the owner's key).
+  std::map<std::pair<const void*, uint64_t>, cudaGraphExec_t> graphs_;
   // The device copy of the layers' pointers the eviction kernels index by layer.
   struct LayerTable {
     DeviceKvLayer* layers;
@@ -562,7 +606,9 @@ class CudaBackend final : public Backend {
            static_cast<double>(info.total_bytes) / kGiB);
     }
     CUDA_CHECK(status);
+    CUDA_CHECK(cudaMemsetAsync(s.data, 0, rounded, stream_));  // split counters start at zero
     s.bytes = rounded;
+    note_memory_use();
     return s.data;
   }
 
@@ -572,12 +618,18 @@ class CudaBackend final : public Backend {
   int* error_host_ = nullptr;    // pinned, mapped: written by the eviction kernels
   int* error_device_ = nullptr;  // the same word as the device sees it
   std::unique_ptr<cuda::LtGemm> gemm_;
-  Scratch attention_scratch_, sample_scratch_, keep_scratch_, layer_table_, score_scratch_,
+  Scratch attention_scratch_, split_counters_, sample_scratch_, keep_scratch_, layer_table_, score_scratch_,
       round_keep_scratch_;
   std::vector<DeviceKvLayer> table_host_;
   std::vector<policy::SelectionLayer> selection_host_;
   std::map<const policy::EvictionPolicy*, CachedParams> params_;
   LayerTable table_{};
+  mutable int64_t peak_used_bytes_ = 0;  // high-water mark of total - free (peak_memory_bytes)
+
+  void note_memory_use() const {
+    const MemoryInfo info = memory();
+    peak_used_bytes_ = std::max(peak_used_bytes_, info.total_bytes - info.free_bytes);
+  }
 };
 
 }  // namespace

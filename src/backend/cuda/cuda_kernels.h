@@ -33,18 +33,20 @@ int attention_max_group(int head_dim);
 int attention_splits(const StepBatch& batch, const KvLayer& kv, int sm_count);
 // Scratch the split partials need (0 for one split).
 size_t attention_scratch_bytes(const StepBatch& batch, const KvLayer& kv, int n_heads, int n_splits);
+// split_counters: [n_seqs][n_kv_heads] ints, zero (a buffer of their own: every launch leaves them zero).
 void launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
-                      float scale, int n_splits, void* scratch, cudaStream_t stream);
+                      float scale, int n_splits, void* scratch, int* split_counters, cudaStream_t stream);
 
 // ---- decode_attention.cu (tensor cores; launch_attention dispatches to it) ----
 // Whether the tensor-core decode kernel takes this step: one row per sequence, head_dim 64 or 128, a
-// GQA group of at most 16, pages of 16 slots.
-bool decode_attention_supports(const StepBatch& batch, int head_dim, int group, int page_slots);
-// Writes out (n_splits == 1) or the split partials in the layout attention.cu's merge kernel reads.
+// GQA group of at most 16, pages of 16 slots, and splits whose merge weights fit its shared memory.
+bool decode_attention_supports(const StepBatch& batch, int head_dim, int group, int page_slots, int n_splits);
+// Writes out; with n_splits > 1 through the split partials (attention.cu's layout), merged by the
+// last split to finish, counted in split_counters ([n_seqs][n_kv_heads], zero before and after).
 void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld, const void* keys,
                              const void* values, int n_kv_heads, int head_dim, void* out, int64_t out_ld,
                              int n_heads, float scale, int n_splits, float* partial_acc, float* partial_ml,
-                             cudaStream_t stream);
+                             int* split_counters, cudaStream_t stream);
 
 // ---- gemv.cu (small-M matmul; CudaBackend::matmul takes it over cuBLASLt where it applies) ----
 inline constexpr int kGemvMaxRows = 8;

@@ -5,7 +5,8 @@
 // waits on another warp and the DRAM reads of the next pages overlap the math of this one. Per page:
 // S = Q K^T (ldmatrix on XOR-swizzled rows), an fp32 online softmax in the exp2 domain, O += P V with P
 // rounded to bf16 (ldmatrix.trans of V). The 4 warps' (max, sum, O) are merged in shared memory into
-// the normalised bf16 output, or into the split partials that attention.cu's merge kernel combines.
+// the normalised bf16 output, or into split partials; the last split of a (sequence, KV head) to
+// finish (counted with an atomic) merges all of them by log-sum-exp, so no separate merge launch runs.
 // Slots past the split's range are zero-filled by cp.async (never read), and their scores masked.
 #include <cuda_bf16.h>
 
@@ -46,6 +47,7 @@ struct DecodeArgs {
   float scale_log2;    // softmax scale times log2(e): scores live in the exp2 domain
   float* partial_acc;  // [n_rows][n_heads][n_splits][HD] when n_splits > 1
   float* partial_ml;   // [n_rows][n_heads][n_splits][2], max in the natural-log domain
+  int* split_counters;  // [n_seqs][n_kv_heads], zero between launches: splits finished so far
 };
 
 __device__ inline uint32_t shared_address(const void* p) {
@@ -314,6 +316,52 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeArgs a
       }
     }
   }
+
+  if (a.n_splits == 1) return;
+  // Fused merge: publish this split, count it, and let the last one combine every split's partial.
+  __shared__ bool last_split;
+  __threadfence();
+  __syncthreads();
+  int* counter = a.split_counters + s * a.n_kv_heads + g;
+  if (threadIdx.x == 0) last_split = atomicAdd(counter, 1) == a.n_splits - 1;
+  __syncthreads();
+  if (!last_split) return;
+  __threadfence();
+  // Per row: the splits' weights e^{m_s - M} (0 for empty splits) and the denominator, one warp per row.
+  float* weights = reinterpret_cast<float*>(shared_raw);  // [kRows][n_splits], then denominators [kRows]
+  float* denominators = weights + kRows * a.n_splits;
+  for (int r = warp; r < a.group; r += kWarps) {
+    const int64_t first = (static_cast<int64_t>(row) * a.n_heads + g * a.group + r) * a.n_splits;
+    float best = -INFINITY;
+    for (int sp = lane; sp < a.n_splits; sp += 32) {
+      const float2 ml = __ldcg(reinterpret_cast<const float2*>(a.partial_ml) + first + sp);
+      if (ml.y > 0.0f) best = fmaxf(best, ml.x);
+    }
+    for (int offset = 16; offset > 0; offset /= 2) best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, offset));
+    float denominator = 0.0f;
+    for (int sp = lane; sp < a.n_splits; sp += 32) {
+      const float2 ml = __ldcg(reinterpret_cast<const float2*>(a.partial_ml) + first + sp);
+      const float w = ml.y > 0.0f ? expf(ml.x - best) : 0.0f;
+      weights[r * a.n_splits + sp] = w;
+      denominator += ml.y * w;
+    }
+    for (int offset = 16; offset > 0; offset /= 2) denominator += __shfl_xor_sync(0xffffffffu, denominator, offset);
+    if (lane == 0) denominators[r] = denominator;
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < a.group * HD; idx += kThreads) {
+    const int r = idx / HD, c = idx % HD;
+    const int head = g * a.group + r;
+    const int64_t first = (static_cast<int64_t>(row) * a.n_heads + head) * a.n_splits;
+    float value = 0.0f;
+    for (int sp = 0; sp < a.n_splits; ++sp) {
+      const float w = weights[r * a.n_splits + sp];
+      if (w != 0.0f) value += __ldcg(a.partial_acc + (first + sp) * HD + c) * w;  // empty splits unwritten
+    }
+    a.out[static_cast<int64_t>(row) * a.out_ld + static_cast<int64_t>(head) * HD + c] =
+        __float2bfloat16_rn(value / denominators[r]);
+  }
+  if (threadIdx.x == 0) *counter = 0;  // ready for the next launch (the next layer reuses the counters)
 }
 
 template <int HD>
@@ -335,15 +383,18 @@ void launch_for(const DecodeArgs& args, cudaStream_t stream) {
 
 }  // namespace
 
-bool decode_attention_supports(const StepBatch& batch, int head_dim, int group, int page_slots) {
+bool decode_attention_supports(const StepBatch& batch, int head_dim, int group, int page_slots, int n_splits) {
+  // The fused merge keeps the splits' weights in the (drained) stage memory.
+  const int merge_bytes = kRows * (n_splits + 1) * static_cast<int>(sizeof(float));
+  const int shared = head_dim == 128 ? DecodeShape<128>::kSharedBytes : DecodeShape<64>::kSharedBytes;
   return batch.max_rows_per_seq == 1 && (head_dim == 64 || head_dim == 128) && group >= 1 &&
-         group <= kRows && page_slots == kPageSlots;
+         group <= kRows && page_slots == kPageSlots && merge_bytes <= shared;
 }
 
 void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld, const void* keys,
                              const void* values, int n_kv_heads, int head_dim, void* out, int64_t out_ld,
                              int n_heads, float scale, int n_splits, float* partial_acc, float* partial_ml,
-                             cudaStream_t stream) {
+                             int* split_counters, cudaStream_t stream) {
   DecodeArgs a{};
   a.batch = batch;
   a.q = static_cast<const __nv_bfloat16*>(q);
@@ -359,6 +410,7 @@ void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld
   a.scale_log2 = scale * 1.4426950408889634f;
   a.partial_acc = partial_acc;
   a.partial_ml = partial_ml;
+  a.split_counters = split_counters;
   if (head_dim == 128) {
     launch_for<128>(a, stream);
   } else {

@@ -1,0 +1,253 @@
+// evict: the cost of one eviction round, timed on the backend's evict op over a KV pool filled to the
+// trigger point (every sequence at T + r resident slots, positions 0..T+r-1), per layer call (one
+// layer) and per whole model (every layer in one call), at each batch size, for each policy; and its
+// share of decode time: round / (r x step + round), the step time measured by a full-attention decode
+// at the same resident lengths (T+1 .. T+r). Where the backend records graphs, the timed op is a
+// recorded graph replay (as inside the engine's decode graph); otherwise the op runs eagerly.
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+#include "backend/step_storage.h"
+#include "bench/protocols.h"
+#include "core/error.h"
+#include "kv/kv_pool.h"
+#include "policy/cuda_selection.h"
+#include "policy/eviction_policy.h"
+
+namespace kvdice::bench {
+namespace {
+using Clock = std::chrono::steady_clock;
+
+struct RoundTiming {
+  double mean_ms = 0.0, min_ms = 0.0;
+  bool graph = false;
+  std::vector<std::string> problems;
+};
+
+// A pool of `batch` sequences at T + r slots each, and the decode batch that points at them.
+class FilledPool {
+ public:
+  FilledPool(const BenchContext& ctx, const policy::EvictionPolicy& policy, int batch,
+             const kv::BudgetSpec& budget, int prompt_len)
+      : backend_(ctx.backend), batch_(batch), budget_(budget) {
+    const model::ModelConfig& mc = ctx.model.config();
+    const int page_slots = kv::KvPool::kDefaultPageSlots;
+    len_ = budget.budget + budget.window;
+    const int pages_per_seq = (len_ + page_slots - 1) / page_slots;
+    pool_ = std::make_unique<kv::KvPool>(backend_, ctx.model.kv_shape(), int64_t{batch} * pages_per_seq,
+                                         page_slots, policy.needs(), mc.n_heads);
+    storage_ = std::make_unique<backend::StepStorage>(backend_, batch, batch, pages_per_seq);
+    backend::StepBatch& b = storage_->host();
+    b.n_seqs = b.n_rows = batch;
+    b.max_rows_per_seq = 1;
+    std::vector<std::vector<int32_t>> pages(static_cast<size_t>(batch));
+    for (int s = 0; s < batch; ++s) {
+      pages[static_cast<size_t>(s)] = pool_->allocate(len_);
+      KVDICE_CHECK(!pages[static_cast<size_t>(s)].empty(), "evict bench: the pool is sized for the batch");
+      b.tokens[s] = 0;
+      b.row_seq[s] = s;
+      b.seq_row_begin[s] = s;
+      b.seq_row_begin[s + 1] = s + 1;
+      b.appended[s] = len_;
+      std::copy(pages[static_cast<size_t>(s)].begin(), pages[static_cast<size_t>(s)].end(),
+                b.page_table + int64_t{s} * pages_per_seq);
+      b.budget[s] = budget.budget;
+      b.window[s] = budget.window;
+      b.n_protected[s] = policy.protects_prompt() ? budget.protected_slots(prompt_len) : 0;
+      b.policy_id[s] = 0;
+      b.round[s] = 0;
+      b.evict_key[s] = philox_key(ctx.options.seed, static_cast<uint64_t>(s), RngDomain::Eviction);
+      b.sample_key[s] = philox_key(ctx.options.seed, static_cast<uint64_t>(s), RngDomain::Sampling);
+      b.temperature[s] = 0.0f;
+      b.top_p[s] = 1.0f;
+      b.top_k[s] = 0;
+      b.gen_step[s] = 0;
+      b.forced[s] = -1;
+    }
+    // Every slot holds its absolute position (slot i of a sequence = token i); K and V are zero.
+    const kv::KvShape shape = ctx.model.kv_shape();
+    const int64_t n_pages = pool_->n_pages();
+    std::vector<int32_t> positions(static_cast<size_t>(n_pages * shape.n_kv_heads * page_slots), 0);
+    for (int s = 0; s < batch; ++s)
+      for (size_t j = 0; j < pages[static_cast<size_t>(s)].size(); ++j)
+        for (int h = 0; h < shape.n_kv_heads; ++h)
+          for (int o = 0; o < page_slots; ++o)
+            positions[static_cast<size_t>(
+                (int64_t{pages[static_cast<size_t>(s)][j]} * shape.n_kv_heads + h) * page_slots + o)] =
+                static_cast<int32_t>(j * page_slots + o);
+    const size_t kv_bytes = static_cast<size_t>(n_pages) * shape.n_kv_heads * page_slots * shape.head_dim *
+                            dtype_size(pool_->dtype());
+    for (const backend::KvLayer& layer : pool_->layers()) {
+      backend_.upload(layer.positions, positions.data(), positions.size() * sizeof(int32_t));
+      backend_.fill_zero(layer.keys, kv_bytes);
+      backend_.fill_zero(layer.values, kv_bytes);
+    }
+    view_ = storage_->device(/*self_feeding=*/true);
+    reset();
+  }
+
+  // Every sequence back at T + r: due again.
+  void reset() {
+    backend::StepBatch& b = storage_->host();
+    for (int s = 0; s < batch_; ++s) {
+      b.length[s] = len_;
+      b.round[s] = 0;
+    }
+    storage_->upload_all();
+    backend_.synchronize();
+  }
+
+  // After a round every sequence must hold exactly T slots and have counted the round (reset() puts
+  // the counter back at 0).
+  void check(std::vector<std::string>& problems) {
+    const int rounds_done = 1;
+    std::vector<int32_t> length(static_cast<size_t>(batch_)), round(static_cast<size_t>(batch_));
+    backend_.download(length.data(), view_.length, length.size() * sizeof(int32_t));
+    backend_.download(round.data(), view_.round, round.size() * sizeof(int32_t));
+    for (int s = 0; s < batch_; ++s) {
+      if (length[static_cast<size_t>(s)] != budget_.budget || round[static_cast<size_t>(s)] != rounds_done) {
+        problems.push_back(fmt::format(
+            "sequence {}: {} slots and {} rounds after {} rounds, expected {} slots", s,
+            length[static_cast<size_t>(s)], round[static_cast<size_t>(s)], rounds_done, budget_.budget));
+        return;
+      }
+    }
+  }
+
+  FilledPool(const FilledPool&) = delete;
+  FilledPool& operator=(const FilledPool&) = delete;
+  // The recorded rounds bake in this pool's buffers: they go with it.
+  ~FilledPool() { backend_.drop_graphs(this); }
+
+  RoundTiming time(const policy::EvictionPolicy& policy, const std::vector<backend::KvLayer>& layers,
+                   int repeats, uint64_t graph_key) {
+    RoundTiming t;
+    // Eager once first: scratch grows and the layer table uploads outside any recording.
+    backend_.evict(view_, layers, policy, 0);
+    check(t.problems);
+    reset();
+    t.graph = backend_.begin_capture();
+    if (t.graph) {
+      backend_.evict(view_, layers, policy, 0);
+      backend_.end_capture(this, graph_key);
+    }
+    std::vector<double> ms;
+    for (int i = 0; i < repeats; ++i) {
+      reset();
+      const auto start = Clock::now();
+      if (!t.graph || !backend_.replay(this, graph_key)) backend_.evict(view_, layers, policy, 0);
+      backend_.synchronize();
+      ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    check(t.problems);
+    t.mean_ms = std::accumulate(ms.begin(), ms.end(), 0.0) / static_cast<double>(ms.size());
+    t.min_ms = *std::min_element(ms.begin(), ms.end());
+    return t;
+  }
+
+  const std::vector<backend::KvLayer>& layers() const { return pool_->layers(); }
+
+ private:
+  backend::Backend& backend_;
+  int batch_;
+  kv::BudgetSpec budget_;
+  int len_ = 0;
+  std::unique_ptr<kv::KvPool> pool_;
+  std::unique_ptr<backend::StepStorage> storage_;
+  backend::StepBatch view_;
+};
+
+}  // namespace
+
+std::vector<std::string> default_evict_policies(const backend::Backend& backend) {
+  std::vector<std::string> out;
+  for (const std::string& name : policy::policy_names()) {
+    if (!backend.is_cpu() && policy::cuda_selection(name) == nullptr) continue;
+    // A policy that cannot run without options (triattention: stats=FILE) is timed only when named
+    // in --policies with them.
+    std::unique_ptr<policy::EvictionPolicy> policy;
+    try {
+      policy = policy::make_policy(name);
+    } catch (const Error&) {
+      continue;
+    }
+    if (!policy->evicts()) continue;
+    out.push_back(name);
+  }
+  return out;
+}
+
+Json run_evict(const BenchContext& ctx) {
+  const BenchOptions& o = ctx.options;
+  const std::vector<std::string> policies =
+      o.policies.empty() ? default_evict_policies(ctx.backend) : o.policies;
+  if (policies.empty()) fail("evict: no policy to time");
+  for (const std::string& name : policies) {  // before any timing: a bad name fails at once
+    const auto policy = policy::make_policy(name);
+    if (!policy->evicts()) fail("evict: policy '{}' never evicts; there is no round to time", name);
+    ctx.backend.check_policy(*policy);  // names the policy when this backend has no selection for it
+    load_spec(o, name);                 // validates the budget and the prompt against it
+  }
+  const int repeats = std::max(o.repeats, 1);
+  Json out;
+  out["results"] = Json::array();
+  for (size_t bi = 0; bi < o.batches.size(); ++bi) {
+    const int batch = o.batches[bi];
+    if (batch < 1 || batch > 4096) fail("--batches: {} is outside [1, 4096]", batch);
+    // The decode step at the lengths a bounded sequence cycles through (T+1 .. T+r), without rounds.
+    BenchOptions step_options = o;
+    step_options.requests = batch;
+    step_options.prompt_len = o.budget;
+    step_options.output_len = o.window + 1;
+    const LoadSpec step_spec = load_spec(step_options, "full");
+    const LoadResult step = run_load(ctx.model, ctx.backend, step_spec);
+    const double step_ms =
+        1e3 * step.decode_seconds / static_cast<double>(std::max<int64_t>(step.decode_steps, 1));
+    for (size_t pi = 0; pi < policies.size(); ++pi) {
+      const std::string& name = policies[pi];
+      const auto policy = policy::make_policy(name);
+      const LoadSpec spec = load_spec(o, name);
+      FilledPool pool(ctx, *policy, batch, spec.budget.engine, o.prompt_len);
+      const uint64_t key_base = (uint64_t{1} << 63) | (uint64_t{bi} << 40) | (uint64_t{pi} << 20);
+      const std::vector<backend::KvLayer> one_layer{pool.layers().front()};
+      const RoundTiming layer = pool.time(*policy, one_layer, repeats, key_base);
+      const RoundTiming model = pool.time(*policy, pool.layers(), repeats, key_base | 1);
+      const double r = o.window;
+      Validation validation;
+      validation.sequences = batch;
+      validation.rounds_expected = int64_t{batch} * (2 + 2 * repeats);
+      validation.problems = layer.problems;
+      validation.problems.insert(validation.problems.end(), model.problems.begin(), model.problems.end());
+      validation.rounds_reported = validation.problems.empty() ? validation.rounds_expected : -1;
+      validation.problems.insert(validation.problems.end(), step.validation.problems.begin(),
+                                 step.validation.problems.end());
+      Json metrics{{"batch", batch},
+                   {"policy", name},
+                   {"round_ms_layer", layer.mean_ms},
+                   {"round_ms_layer_min", layer.min_ms},
+                   {"round_ms_model", model.mean_ms},
+                   {"round_ms_model_min", model.min_ms},
+                   {"layers", static_cast<int>(pool.layers().size())},
+                   {"timed_as", model.graph ? "graph replay" : "eager op"},
+                   {"decode_step_ms", step_ms},
+                   {"decode_share", model.mean_ms / (r * step_ms + model.mean_ms)}};
+      out["results"].push_back(Json{{"label", fmt::format("{} batch {}", name, batch)},
+                                    {"metrics", metrics},
+                                    {"validation", validation.to_json()}});
+    }
+  }
+  out["parameters"] =
+      Json{{"budget", o.budget},
+           {"window", o.window},
+           {"budget_convention", o.convention},
+           {"prompt_len", o.prompt_len},
+           {"batches", o.batches},
+           {"policies", policies},
+           {"repeats", repeats},
+           {"step_time_from", "full-attention decode at T+1 .. T+r resident slots, same batch"},
+           {"decode_share_rule", "round_model / (r * step + round_model)"}};
+  return out;
+}
+
+}  // namespace kvdice::bench

@@ -1,0 +1,196 @@
+// kvdice bench end to end on the CPU: each protocol's quick form on the qwen3 fixture and on random
+// weights of a tiny shape, the JSON and markdown it writes, and bad input refused by name.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "cli/run_command.h"
+#include "core/file_io.h"
+#include "core/json.h"
+
+namespace kvdice::testing {
+namespace {
+namespace fs = std::filesystem;
+
+const std::string kFixtures = KVDICE_FIXTURES_DIR;
+const std::string kModel = kFixtures + "/qwen3";
+
+class BenchCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("kvdice_bench_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // The common flags of a fast CPU run.
+  static std::vector<std::string> cpu(std::vector<std::string> args) {
+    for (const char* a : {"--backend", "cpu", "--threads", "1", "--bandwidth-mib", "8", "--quick"})
+      args.push_back(a);
+    return args;
+  }
+  fs::path dir_;
+};
+
+Json read_runs(const std::string& file) { return read_json_file(file)["runs"]; }
+
+TEST_F(BenchCli, ThroughputOnTheFixtureRecordsEverything) {
+  const std::string json = path("bench.json"), md = path("bench.md");
+  const std::vector<std::string> args =
+      cpu({"bench", "throughput", "--model", kModel, "--requests", "4", "--prompt-len", "16", "--output-len",
+           "80", "--budget", "32", "--window", "8", "--json-out", json, "--markdown-out", md});
+  const CommandResult r = run_kvdice(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json runs = read_runs(json);
+  ASSERT_EQ(runs.size(), 1u);
+  const Json& run = runs[0];
+  for (const char* key : {"command", "date", "git_commit", "device", "bandwidth_gb_s", "model", "model_shape",
+                          "parameters", "results", "validation", "peak_memory_bytes", "prompts"})
+    EXPECT_TRUE(run.contains(key)) << key;
+  EXPECT_NE(run["command"].get<std::string>().find("--budget 32"), std::string::npos);
+  EXPECT_GT(run["bandwidth_gb_s"].get<double>(), 0.0);
+  EXPECT_GT(run["peak_memory_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(run["parameters"]["budget_convention"], "reference");
+  EXPECT_EQ(run["parameters"]["output_len"], 80);
+  EXPECT_TRUE(run["validation"]["ok"].get<bool>());
+  const Json& m = run["results"][0]["metrics"];
+  // 4 x 80 tokens; rounds: first at 40 slots, then every 8 until 16 + 79 = 95: 7 per sequence.
+  EXPECT_EQ(m["output_tokens"], 320);
+  EXPECT_EQ(m["decode_tokens"], 4 * 79);
+  EXPECT_EQ(m["eviction_rounds_per_sequence"], 7);
+  EXPECT_EQ(m["eviction_rounds_total"], 28);
+  EXPECT_EQ(run["results"][0]["validation"]["eviction_rounds_expected"], 28);
+  for (const char* key : {"output_tok_s_decode", "output_tok_s_end_to_end", "mean_step_ms", "achieved_gb_s",
+                          "roofline_fraction"})
+    EXPECT_GT(m[key].get<double>(), 0.0) << key;
+
+  // A second run appends: the first is never lost.
+  ASSERT_EQ(run_kvdice(args).exit_code, 0);
+  EXPECT_EQ(read_runs(json).size(), 2u);
+  const std::string table = read_regular_file(md, 1 << 20);
+  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 4);  // header, rule, two rows
+  EXPECT_NE(table.find("| throughput |"), std::string::npos);
+}
+
+TEST_F(BenchCli, ThroughputFullAndTheVllmConvention) {
+  const std::string json = path("b.json");
+  ASSERT_EQ(run_kvdice(cpu({"bench", "throughput", "--random-weights", "--config", kModel + "/config.json",
+                            "--requests", "3", "--prompt-len", "10", "--output-len", "40", "--policy", "full",
+                            "--json-out", json}))
+                .exit_code,
+            0);
+  ASSERT_EQ(run_kvdice(cpu({"bench", "throughput", "--random-weights", "--config", kModel + "/config.json",
+                            "--requests", "3", "--prompt-len", "10", "--output-len", "40", "--budget", "16",
+                            "--window", "4", "--budget-convention", "vllm", "--json-out", json}))
+                .exit_code,
+            0);
+  const Json runs = read_runs(json);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0]["results"][0]["metrics"]["eviction_rounds_total"], 0);
+  EXPECT_NE(runs[0]["model"].get<std::string>().find("random weights"), std::string::npos);
+  EXPECT_EQ(runs[1]["parameters"]["budget_convention"], "vllm");
+  EXPECT_NE(runs[1]["parameters"]["budget_rule"].get<std::string>().find("DIVIDE_LENGTH"), std::string::npos);
+  EXPECT_GT(runs[1]["results"][0]["metrics"]["eviction_rounds_total"].get<int>(), 0);
+}
+
+TEST_F(BenchCli, CapacityFillsTheMemoryWithTheLargestBatch) {
+  const std::string json = path("c.json");
+  // One sequence reserves max(16, 32) + 8 = 40 slots = 3 pages of 16 slots; a page is 2 layers x 2 KV
+  // heads x 16 slots x (2 x 32 fp32 + an int32 position) = 16,640 bytes: 49,920 bytes per sequence.
+  const double gib = 10 * 49920.0 / (1 << 30) + 1e-9;
+  const CommandResult r = run_kvdice(cpu({"bench", "capacity", "--model", kModel, "--memory-gib",
+                                          fmt::format("{:.12f}", gib), "--prompt-len", "16", "--output-len",
+                                          "60", "--budget", "32", "--window", "8", "--json-out", json}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json run = read_runs(json)[0];
+  EXPECT_EQ(run["results"][0]["metrics"]["batch"], 10);
+  EXPECT_EQ(run["results"][0]["metrics"]["max_running"], 10);
+  EXPECT_EQ(run["parameters"]["slots_per_sequence"], 40);
+  EXPECT_NE(run["parameters"]["length_regime"].get<std::string>().find("steady state"), std::string::npos);
+  EXPECT_TRUE(run["validation"]["ok"].get<bool>());
+}
+
+TEST_F(BenchCli, EvictTimesEveryPolicyAtEachBatch) {
+  const std::string json = path("e.json");
+  const CommandResult r = run_kvdice(cpu({"bench", "evict", "--model", kModel, "--budget", "64", "--window",
+                                          "16", "--prompt-len", "8", "--batches", "1,3", "--policies",
+                                          "random_pp,recency,snapkv", "--repeats", "2", "--json-out", json}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json run = read_runs(json)[0];
+  ASSERT_EQ(run["results"].size(), 6u);
+  for (const Json& result : run["results"]) {
+    const Json& m = result["metrics"];
+    EXPECT_GT(m["round_ms_model"].get<double>(), 0.0);
+    EXPECT_GT(m["decode_share"].get<double>(), 0.0);
+    EXPECT_LT(m["decode_share"].get<double>(), 1.0);
+    EXPECT_EQ(m["layers"], 2);
+    EXPECT_TRUE(result["validation"]["ok"].get<bool>()) << result.dump();
+  }
+}
+
+TEST_F(BenchCli, LatencyAgainstTheWeightsOnlyRoofline) {
+  const std::string json = path("l.json"), md = path("l.md");
+  const CommandResult r =
+      run_kvdice(cpu({"bench", "latency", "--random-weights", "--config", kFixtures + "/qwen2/config.json",
+                      "--short-context", "8", "--long-context", "300", "--output-len", "20", "--json-out",
+                      json, "--markdown-out", md}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json run = read_runs(json)[0];
+  ASSERT_EQ(run["results"].size(), 2u);
+  EXPECT_EQ(run["parameters"]["policy"], "full");
+  for (const Json& result : run["results"]) {
+    EXPECT_GT(result["metrics"]["weights_only_roofline_tok_s"].get<double>(), 0.0);
+    EXPECT_GT(result["metrics"]["weights_only_roofline_fraction"].get<double>(), 0.0);
+    EXPECT_EQ(result["metrics"]["max_running"], 1);
+  }
+  EXPECT_EQ(run["results"][1]["metrics"]["context"], 300);
+}
+
+void expect_failure(const std::vector<std::string>& args, const std::string& message_part) {
+  const CommandResult r = run_kvdice(args);
+  EXPECT_NE(r.exit_code, 0) << "should fail; stdout: " << r.out;
+  EXPECT_EQ(r.err.find("unexpected"), std::string::npos) << r.err;  // an Error, not a crash
+  EXPECT_NE(r.err.find(message_part), std::string::npos) << "stderr was: " << r.err;
+}
+
+TEST_F(BenchCli, BadInputIsRefusedByName) {
+  expect_failure(cpu({"bench", "warp", "--model", kModel}), "unknown bench protocol 'warp'");
+  expect_failure(cpu({"bench", "throughput", "--model", kModel, "--prompt-len", "40", "--budget", "32",
+                      "--window", "8"}),
+                 "--prompt-len 40 does not fit the budget");
+  expect_failure(cpu({"bench", "throughput", "--random-weights", "--config", path("none.json")}),
+                 "no such file");
+  expect_failure(cpu({"bench", "throughput", "--random-weights"}), "--config");
+  expect_failure(cpu({"bench", "throughput"}), "--model");
+  expect_failure(
+      cpu({"bench", "capacity", "--model", kModel, "--prompt-len", "8", "--budget", "32", "--window", "8"}),
+      "--memory-gib");
+  expect_failure(cpu({"bench", "throughput", "--model", kModel, "--budget-convention", "hf"}),
+                 "budget-convention");
+  expect_failure(cpu({"bench", "evict", "--model", kModel, "--policies", "full", "--budget", "32", "--window",
+                      "8", "--prompt-len", "4"}),
+                 "never evicts");
+  {
+    std::ofstream(path("gpt2.json")) << R"({"architectures": ["GPT2LMHeadModel"], "hidden_size": 64})";
+    expect_failure(cpu({"bench", "throughput", "--random-weights", "--config", path("gpt2.json")}),
+                   "unsupported architecture 'GPT2LMHeadModel'");
+  }
+  {
+    // An existing file that is not a bench record is never overwritten.
+    std::ofstream(path("notes.json")) << "{\"mine\": 1}";
+    expect_failure(
+        cpu({"bench", "throughput", "--model", kModel, "--requests", "1", "--prompt-len", "4", "--output-len",
+             "4", "--budget", "32", "--window", "8", "--json-out", path("notes.json")}),
+        "not overwriting");
+    EXPECT_EQ(read_regular_file(path("notes.json"), 1 << 20), "{\"mine\": 1}");
+  }
+}
+
+}  // namespace
+}  // namespace kvdice::testing

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# kvdice and its peers on the same random-weight Qwen3-4B checkpoint in one call of the GPU machine:
+# the CUDA tests that changed, the checkpoint (tools/gpu/make_checkpoint.py), every `kvdice bench`
+# protocol on it, then the peers (tools/peers/run-peers.sh: llama.cpp and the paper's HF harness) with
+# the time left. Binaries come in .gpu-bin/ (tools/gpu/pack.sh), the peers in .gpu-peers/
+# (tools/peers/build_llama_cpp.sh). Everything lands in $OUT/side-by-side.tgz plus summary.md.
+#   BUDGET_S (520): the whole call's seconds; TESTS (gtest filter); OUTPUT (2048): fixed-load outputs;
+#   MEMORY_GIB (120): capacity's KV pool.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/kvdice-out}; mkdir -p "$OUT"
+WORK=$(mktemp -d); T0=$(date +%s)
+left() { echo $(( ${BUDGET_S:-520} - ($(date +%s) - T0) )); }
+CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH="$PWD/.gpu-bin/lib:$CUBLAS_DIR:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+summary() { echo "$*" | tee -a "$WORK/summary.md"; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$WORK/gpu.txt"
+
+summary "## tests"
+timeout 90 .gpu-bin/test_backend --gtest_filter="${TESTS:-CudaOps.Attention:CudaEngine.*:CudaEvict*:*CudaPolic*:*CudaSignal*}" \
+  > "$WORK/tests.txt" 2>&1
+grep -E "^\[  (PASSED|FAILED)|^\[  FAILED  \]|Failure" "$WORK/tests.txt" | head -20 | tee -a "$WORK/summary.md"
+
+M=.gpu/qwen3-4b
+[ -f $M/config.json ] || timeout 120 python3 tools/gpu/make_checkpoint.py --shape configs/shapes/qwen3-4b.json --out $M \
+  > "$WORK/checkpoint.txt" 2>&1
+bench() {
+  summary "== kvdice bench $* ($(left) s left)"
+  timeout "$1" .gpu-bin/kvdice bench "${@:2}" --backend cuda --model $M --json-out "$WORK/bench.json" \
+    --markdown-out "$WORK/bench.md" >> "$WORK/bench.log" 2>&1
+  summary "exit $?"
+}
+bench 90 throughput --requests 128 --prompt-len 1024 --output-len "${OUTPUT:-2048}" --policy random_pp --budget 2048 --window 64
+bench 60 throughput --requests 128 --prompt-len 1024 --output-len 1024 --policy full
+bench 60 latency --short-context 128 --long-context 16384 --output-len 256
+bench 60 evict --batches 1,128 --budget 2048 --window 64 --prompt-len 1024
+bench 100 capacity --memory-gib "${MEMORY_GIB:-120}" --budget 1024 --window 64 --prompt-len 128 --output-len 1024
+[ -f "$WORK/bench.md" ] && cat "$WORK/bench.md" >> "$WORK/summary.md"
+
+if [ -d .gpu-peers ] && (( $(left) > 60 )); then
+  summary "## peers ($(left) s left)"
+  BUDGET_S=$(( $(left) - 15 )) bash .gpu-peers/run-peers.sh $M "$WORK/peers" > "$WORK/peers.log" 2>&1
+  cat "$WORK/peers/summary.md" >> "$WORK/summary.md" 2>/dev/null
+fi
+cp "$WORK/summary.md" "$OUT/summary.md"
+tar czf "$OUT/side-by-side.tgz" -C "$WORK" --exclude='*.gguf' --exclude='*.safetensors' .
+cat "$OUT/summary.md"
