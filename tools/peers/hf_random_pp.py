@@ -30,13 +30,14 @@ kept in front, exactly r unprotected candidates evicted per head, the window int
 order, T slots); it adds work to each round, so timing runs leave it off.
 """
 import argparse
+import inspect
 import json
 import platform
 import sys
 import time
 
 
-def parse_args():
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="HF checkpoint folder")
     ap.add_argument("--batch", type=int, default=1)
@@ -51,7 +52,7 @@ def parse_args():
     ap.add_argument("--warmup", type=int, default=2, help="untimed decode steps before timing (cropped away)")
     ap.add_argument("--check", action="store_true", help="verify the eviction semantics after each round")
     ap.add_argument("--out", help="JSON file to write (default: stdout only)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     for name in ("batch", "prompt_len", "gen"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1")
@@ -103,21 +104,29 @@ class RandomPP:
             for i, p in enumerate(self.positions):
                 self.positions[i] = torch.cat([p, torch.full_like(p[..., :1], abs_pos)], dim=-1)
 
+    def select(self, b, h, n_cand, device):
+        """Kept candidate indices [b, h, K_sel], ascending: the prompt plus a uniform random subset."""
+        scores = self.torch.rand((b, h, n_cand), device=device, generator=self.gen)
+        scores[..., : self.pl] = float("inf")
+        return scores.topk(self.k_sel, dim=-1, sorted=False).indices.sort(dim=-1).values
+
+    def window(self, x, n_cand):
+        """The newest r slots, appended after the kept block."""
+        return x[:, :, n_cand:]
+
     def round(self, cache_layers, set_layer):
         torch = self.torch
         for li, (k, v) in enumerate(cache_layers):
             b, h, length, d = k.shape
             n_cand = length - self.r
-            scores = torch.rand((b, h, n_cand), device=k.device, generator=self.gen)
-            scores[..., : self.pl] = float("inf")
-            keep = scores.topk(self.k_sel, dim=-1, sorted=False).indices.sort(dim=-1).values
+            keep = self.select(b, h, n_cand, k.device)
             idx = keep.unsqueeze(-1).expand(b, h, self.k_sel, d)
-            new_k = torch.cat([k.gather(2, idx), k[:, :, n_cand:]], dim=2)
-            new_v = torch.cat([v.gather(2, idx), v[:, :, n_cand:]], dim=2)
+            new_k = torch.cat([k.gather(2, idx), self.window(k, n_cand)], dim=2)
+            new_v = torch.cat([v.gather(2, idx), self.window(v, n_cand)], dim=2)
             set_layer(li, new_k, new_v)
             if self.positions is not None:
                 old = self.positions[li]
-                new = torch.cat([old.gather(2, keep), old[:, :, n_cand:]], dim=2)
+                new = torch.cat([old.gather(2, keep), self.window(old, n_cand)], dim=2)
                 self.verify(old, new, n_cand)
                 self.positions[li] = new
 
@@ -153,8 +162,9 @@ def cache_accessors(cache):
     return get, set_layer
 
 
-def main():
-    args = parse_args()
+def run(args, policy_cls=None):
+    """One measurement; returns (result dict, output token ids [batch, gen]). policy_cls replaces
+    RandomPP (tests plant bugs through it)."""
     import torch
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
@@ -178,16 +188,20 @@ def main():
 
     policy = None
     if args.policy == "random_pp":
-        policy = RandomPP(torch, args.budget, args.window, args.prompt_len, device, args.seed + 1, args.check)
+        policy = (policy_cls or RandomPP)(torch, args.budget, args.window, args.prompt_len, device, args.seed + 1, args.check)
 
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     weights_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
 
+    # transformers 5.2x renamed forward's `past_key_values` to `cache` (the old name warns).
+    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
     def step(cache, tokens, abs_pos):
+        # position_ids: the true absolute position (RoPE); the mask and the cache use physical lengths.
         pos = torch.full((tokens.shape[0], 1), abs_pos, dtype=torch.long, device=device)
-        out = model(input_ids=tokens, position_ids=pos, past_key_values=cache, use_cache=True)
+        out = model(input_ids=tokens, position_ids=pos, use_cache=True, **{cache_kw: cache})
         return out.logits[:, -1].argmax(-1, keepdim=True)
 
     with torch.inference_mode():
@@ -195,7 +209,7 @@ def main():
         get_layers, set_layer = cache_accessors(cache)
         sync()
         t_pf = time.time()
-        out = model(input_ids=prompts, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        out = model(input_ids=prompts, use_cache=True, logits_to_keep=1, **{cache_kw: cache})
         tokens = out.logits[:, -1].argmax(-1, keepdim=True)
         del out
         sync()
@@ -208,10 +222,8 @@ def main():
         if args.warmup:
             for w in range(args.warmup):
                 step(cache, tokens, args.prompt_len + w)
-            if hasattr(cache, "crop"):
-                cache.crop(args.prompt_len)
-            else:
-                sys.exit("error: this transformers' DynamicCache has no crop(); pass --warmup 0")
+            for i, (k, v) in enumerate(get_layers()):  # crop() changed meaning across 5.x: slice
+                set_layer(i, k[:, :, : args.prompt_len].clone(), v[:, :, : args.prompt_len].clone())
             sync()
 
         outputs = torch.empty((args.batch, args.gen), dtype=torch.long, device=device)
@@ -293,6 +305,12 @@ def main():
             "tok_s": round(args.batch * steady / (t_end - first_round_t), 2),
             "note": "from the first round's start to the end: the cache oscillates between T and T+r",
         }
+    return res, outputs.cpu()
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    res, _ = run(args)
     text = json.dumps(res, indent=2)
     print(text)
     if args.out:
