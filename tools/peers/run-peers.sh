@@ -13,6 +13,7 @@
 # Every piece runs under `timeout`, and a piece is skipped when less than its limit is left of
 # BUDGET_S (default 450 s), so one hang cannot eat the call. Knobs (environment, defaults shown):
 #   BUDGET_S=450  STAGES="convert llama hf"  SCRATCH=/tmp/kvdice-peers  PYTHON=python3
+#   PEER_TOKENIZER=small (GGUF tokenizer: small | own | auto)
 #   LLAMA_B1="128 128"  LLAMA_B128="1024 1024"  LLAMA_B128_SHORT="256 1024"   (prompt, generated)
 #   HF_BATCH=128  HF_PROMPT=1024  HF_GEN=1024  HF_RP_GEN=1536  HF_B1_GEN=128  HF_BUDGET=2048
 #   HF_WINDOW=64  HF_DEVICE=cuda  HF_DTYPE=bf16
@@ -48,6 +49,10 @@ read -r B1_PP B1_TG <<<"${LLAMA_B1:-128 128}"
 read -r B128_PP B128_TG <<<"${LLAMA_B128:-1024 1024}"
 read -r B128S_PP B128S_TG <<<"${LLAMA_B128_SHORT:-256 1024}"
 PY="${PYTHON:-python3}"
+# The GGUF's tokenizer: the 746-token fixture one, padded to the checkpoint's vocabulary (the path
+# known to load in llama.cpp; throughput does not depend on the vocabulary's contents). `auto`
+# tries the checkpoint's own synthetic full-vocabulary tokenizer first.
+PEER_TOKENIZER="${PEER_TOKENIZER:-small}"
 
 [[ -f "$CKPT/config.json" ]] || { echo "error: $CKPT/config.json not found (not an HF checkpoint)" >&2; exit 2; }
 mkdir -p "$OUT" "$SCRATCH" || exit 2
@@ -114,7 +119,7 @@ if has_stage convert || has_stage llama; then
     echo "== convert: reusing $GGUF"
   else
     piece convert 240 "$PY" "$PACK/make_peer_gguf.py" --model "$CKPT" --out "$GGUF" \
-      --llama-cpp "$PACK/llama.cpp" --outtype f16 || rm -f "$GGUF"
+      --llama-cpp "$PACK/llama.cpp" --outtype f16 --tokenizer "$PEER_TOKENIZER" || rm -f "$GGUF"
   fi
 fi
 
