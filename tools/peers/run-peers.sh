@@ -27,7 +27,7 @@ set -uo pipefail
 CKPT="${1:?usage: run-peers.sh CHECKPOINT_DIR OUT_DIR}"
 OUT="${2:?usage: run-peers.sh CHECKPOINT_DIR OUT_DIR}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
-if [[ -f "$HERE/bin/llama-batched-bench.xz" || -x "$HERE/bin/llama-batched-bench" ]]; then
+if [[ -d "$HERE/llama.cpp" ]]; then  # run from inside a pack (.gpu-peers/run-peers.sh)
   PACK="${PACK:-$HERE}"
 else
   PACK="${PACK:-$(cd "$HERE/../.." && pwd)/.gpu-peers}"
@@ -92,7 +92,10 @@ cat "$OUT/env.txt"
 # --- llama.cpp binary: unpack, and find cuBLAS 13 if the loader does not -----------------------
 BIN="$SCRATCH/llama-batched-bench"
 if has_stage llama; then
-  if [[ -f "$PACK/bin/llama-batched-bench.xz" ]]; then
+  if [[ ! -f "$PACK/bin/llama-batched-bench.xz" && ! -f "$PACK/bin/llama-batched-bench" ]]; then
+    echo "warning: no llama-batched-bench in $PACK/bin: the llama.cpp runs are skipped"
+    printf 'llama\tno-binary\t0\n' >> "$STATUS"
+  elif [[ -f "$PACK/bin/llama-batched-bench.xz" ]]; then
     # python's lzma, not xz(1): the GPU machine is not known to have xz-utils.
     "$PY" -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
       "$PACK/bin/llama-batched-bench.xz" "$BIN" && chmod +x "$BIN"
@@ -109,8 +112,10 @@ EOF
 )
     export LD_LIBRARY_PATH="${extra}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   fi
-  ldd "$BIN" > "$OUT/llama-ldd.txt" 2>&1
-  grep "not found" "$OUT/llama-ldd.txt" && echo "warning: llama-batched-bench misses libraries (see llama-ldd.txt)"
+  if [[ -x "$BIN" ]]; then
+    ldd "$BIN" > "$OUT/llama-ldd.txt" 2>&1
+    grep "not found" "$OUT/llama-ldd.txt" && echo "warning: llama-batched-bench misses libraries (see llama-ldd.txt)"
+  fi
 fi
 
 GGUF="$SCRATCH/model-f16.gguf"
@@ -130,6 +135,9 @@ llama_run() {  # NAME PP TG B
   piece "$name" 150 "$BIN" -m "$GGUF" -c $((b * (pp + tg))) -b 2048 -ub 512 -ngl 99 -fa on \
     -ctk f16 -ctv f16 -npp "$pp" -ntg "$tg" -npl "$b" --output-format jsonl
 }
+if has_stage llama && [[ -x "$BIN" && ! -s "$GGUF" ]]; then
+  printf 'llama\tno-gguf\t0\n' >> "$STATUS"
+fi
 if has_stage llama && [[ -s "$GGUF" && -x "$BIN" ]]; then
   llama_run llama_b1 "$B1_PP" "$B1_TG" 1
   llama_run "llama_b${LLAMA_BATCH}" "$B128_PP" "$B128_TG" "$LLAMA_BATCH"
