@@ -5,11 +5,12 @@ llama.cpp, with llama.cpp's own converter (convert_hf_to_gguf.py + gguf-py, carr
     python3 make_peer_gguf.py --model .gpu/qwen3-4b --out /tmp/qwen3-4b-f16.gguf \
         [--llama-cpp .gpu-peers/llama.cpp] [--tokenizer auto|own|small] [--outtype f16]
 
-Two things stop the stock converter on our checkpoints, and both are handled here without editing
-the converter's files:
+Three things stop the stock converter on our checkpoints, all handled here without editing the
+converter's files:
 - The BPE pre-tokenizer is identified by hashing the token ids of a fixed test string; a synthetic
   tokenizer matches no known hash, so the converter refuses. Our tokenizers use Qwen2's split regex,
   so we force the answer to "qwen2" (patching TextModel.get_vocab_base_pre in the imported module).
+- Without the sentencepiece package the Qwen vocab path dies before its BPE fallback (see convert()).
 - A tokenizer can fail to convert for other reasons. `--tokenizer small` (and `auto` after a failed
   first try) uses the committed 746-token Qwen3 fixture tokenizer instead; the converter pads the
   vocabulary to the config's vocab_size with [PAD] tokens, so the embedding and output shapes are
@@ -62,6 +63,17 @@ def convert(llama_cpp, staged, out, outtype):
     import conversion.base  # noqa: E402
 
     conversion.base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "qwen2"
+    # Qwen2Model.set_vocab tries SentencePiece first and falls back to BPE on FileNotFoundError,
+    # but imports sentencepiece before looking for tokenizer.model: without the package (the GPU
+    # machine need not have it) that is a ModuleNotFoundError and the conversion dies.
+    spm = conversion.base.TextModel._set_vocab_sentencepiece
+
+    def set_vocab_sentencepiece(self, *a, **kw):
+        if not (self.dir_model / "tokenizer.model").is_file():
+            raise FileNotFoundError(f"{self.dir_model}/tokenizer.model")
+        return spm(self, *a, **kw)
+
+    conversion.base.TextModel._set_vocab_sentencepiece = set_vocab_sentencepiece
     argv = sys.argv
     sys.argv = ["convert_hf_to_gguf.py", str(staged), "--outfile", str(out), "--outtype", outtype]
     try:
