@@ -81,7 +81,7 @@ cp -r "$SRC/gguf-py" "$PACK/llama.cpp/"
 find "$PACK" -name __pycache__ -prune -exec rm -rf {} +
 rm -rf "$PACK/llama.cpp/gguf-py/tests"
 cp "$ROOT"/tools/peers/*.py "$ROOT"/tools/peers/*.sh "$PACK/"
-rm -f "$PACK/test_hf_random_pp.py" "$PACK/build_llama_cpp.sh"
+rm -f "$PACK/test_hf_random_pp.py" "$PACK/build_llama_cpp.sh" "$PACK/smoke-cpu.sh"
 mkdir -p "$PACK/small-tokenizer"  # make_peer_gguf.py's fallback tokenizer (746 tokens)
 cp "$ROOT"/tests/fixtures/qwen3/{tokenizer.json,tokenizer_config.json} "$PACK/small-tokenizer/"
 {
