@@ -9,6 +9,7 @@
 #   tools/peers/build_llama_cpp.sh                 # fetch, configure, build, pack
 #   JOBS=2 NICE=10 tools/peers/build_llama_cpp.sh  # defaults shown
 #   SRC=/path/to/llama.cpp tools/peers/build_llama_cpp.sh   # use an unpacked tree
+#   PACK_ONLY=1 tools/peers/build_llama_cpp.sh     # re-pack (e.g. after editing the scripts)
 #
 # Output (both ignored by git): .peers-build/ (source, build tree, log) and .gpu-peers/ (the pack
 # to carry to the GPU machine; run tools/peers/run-peers.sh from there).
@@ -58,12 +59,14 @@ fi
 #  GGML_CUDA_NCCL=OFF: one GPU; do not depend on libnccl being there.
 #  cudart is static (CMake's default for CUDA); cuBLAS stays dynamic (no static cuBLAS in this
 #  toolkit; the GPU machine has CUDA 13's libcublas/libcublasLt, which our own binaries use too).
+if [[ -z "${PACK_ONLY:-}" ]]; then
 nice -n "$NICE" cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
   -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_CUDA_COMPILER="$CUDA_HOME/bin/nvcc" \
   -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
   -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_OPENSSL=OFF "${LAUNCH[@]}"
 nice -n "$NICE" cmake --build "$BUILD" --target llama-batched-bench -j "$JOBS"
+fi
 
 BIN="$BUILD/bin/llama-batched-bench"
 [[ -x "$BIN" ]] || { echo "error: $BIN was not built" >&2; exit 1; }
@@ -89,4 +92,4 @@ cp "$ROOT"/tests/fixtures/qwen3/{tokenizer.json,tokenizer_config.json} "$PACK/sm
   grep -m1 -E 'LLAMA_BUILD_NUMBER|BUILD_NUMBER' "$BUILD/common/build-info.cpp" 2>/dev/null || true
   "$CUDA_HOME/bin/nvcc" --version | tail -1
 } > "$PACK/BUILD-INFO.txt"
-du -sb "$PACK" "$PACK"/* | tee -a "$PACK/BUILD-INFO.txt"
+{ du -sb "$PACK"/*; du -sb "$PACK"; } | tee -a "$PACK/BUILD-INFO.txt"
