@@ -146,13 +146,14 @@ fi
 
 if has_stage hf; then
   HF=("$PY" "$PACK/hf_random_pp.py" --model "$CKPT" --device "$HF_DEVICE" --dtype "$HF_DTYPE" --seed 0)
-  piece hf_b1_full 120 "${HF[@]}" --batch 1 --prompt-len "$B1_PP" --gen "$HF_B1_GEN" --policy full \
-    --out "$OUT/hf_b1_full.json"
-  piece "hf_b${HF_BATCH}_full" 200 "${HF[@]}" --batch "$HF_BATCH" --prompt-len "$HF_PROMPT" --gen "$HF_GEN" \
-    --policy full --out "$OUT/hf_b${HF_BATCH}_full.json"
+  # the headline peer first, so a short budget loses the least important run
   piece "hf_b${HF_BATCH}_random_pp" 200 "${HF[@]}" --batch "$HF_BATCH" --prompt-len "$HF_PROMPT" \
     --gen "$HF_RP_GEN" --policy random_pp --budget "$HF_BUDGET" --window "$HF_WINDOW" \
     --out "$OUT/hf_b${HF_BATCH}_random_pp.json"
+  piece "hf_b${HF_BATCH}_full" 200 "${HF[@]}" --batch "$HF_BATCH" --prompt-len "$HF_PROMPT" --gen "$HF_GEN" \
+    --policy full --out "$OUT/hf_b${HF_BATCH}_full.json"
+  piece hf_b1_full 120 "${HF[@]}" --batch 1 --prompt-len "$B1_PP" --gen "$HF_B1_GEN" --policy full \
+    --out "$OUT/hf_b1_full.json"
 fi
 
 "$PY" "$PACK/summarize_peers.py" "$OUT" --seconds $(( $(date +%s) - START ))
