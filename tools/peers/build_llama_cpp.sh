@@ -57,8 +57,10 @@ fi
 #  BUILD_SHARED_LIBS=OFF: ggml and llama linked into the one binary (nothing else to carry).
 #  GGML_NATIVE=OFF: the GPU host's CPU is not this one; -march=native here could SIGILL there.
 #  GGML_CUDA_NCCL=OFF: one GPU; do not depend on libnccl being there.
-#  cudart is static (CMake's default for CUDA); cuBLAS stays dynamic (no static cuBLAS in this
-#  toolkit; the GPU machine has CUDA 13's libcublas/libcublasLt, which our own binaries use too).
+#  cudart and cuBLAS stay dynamic (libcudart.so.13, libcublas.so.13): ggml-cuda links CUDA::cudart
+#  unless GGML_STATIC, which also wants static cuBLAS, absent from this toolkit. The GPU machine has
+#  CUDA 13's runtime and cuBLAS (our own binaries use them too); run-peers.sh falls back to the copies
+#  in torch's wheels (site-packages/nvidia/cu13/lib) if the loader cannot find them.
 if [[ -z "${PACK_ONLY:-}" ]]; then
 nice -n "$NICE" cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
   -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_CUDA_COMPILER="$CUDA_HOME/bin/nvcc" \

@@ -103,11 +103,11 @@ if has_stage llama; then
     cp "$PACK/bin/llama-batched-bench" "$BIN"
   fi
   if ldd "$BIN" | grep -q "not found"; then
-    # torch's wheels ship cuBLAS as nvidia-cublas; point the loader there.
+    # torch's wheels ship cudart and cuBLAS 13 under site-packages/nvidia/*/lib; point the loader there.
     extra=$("$PY" - <<'EOF' 2>/dev/null
 import glob, os, site
 roots = site.getsitepackages() + [site.getusersitepackages()]
-print(":".join(sorted({os.path.dirname(p) for r in roots for p in glob.glob(r + "/nvidia/*/lib/libcublas*.so*")})))
+print(":".join(sorted({os.path.dirname(p) for r in roots for p in glob.glob(r + "/nvidia/*/lib/libcu*.so*")})))
 EOF
 )
     export LD_LIBRARY_PATH="${extra}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
