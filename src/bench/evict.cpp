@@ -1,9 +1,11 @@
 // evict: the cost of one eviction round, timed on the backend's evict op over a KV pool filled to the
 // trigger point (every sequence at T + r resident slots, positions 0..T+r-1), per layer call (one
 // layer) and per whole model (every layer in one call), at each batch size, for each policy; and its
-// share of decode time: round / (r x step + round), the step time measured by a full-attention decode
-// at the same resident lengths (T+1 .. T+r). Where the backend records graphs, the timed op is a
-// recorded graph replay (as inside the engine's decode graph); otherwise the op runs eagerly.
+// share of decode time: round / (r x step + round), the step time measured by decode steps (forward,
+// sample, advance) over the same filled pool at the cycle's mean resident length (T + r/2 slots), with
+// the policy's signals recorded as in a real run. No prompt is prefilled: the pool is filled directly.
+// Where the backend records graphs, the timed round is a recorded graph replay (as inside the engine's
+// decode graph); otherwise the op runs eagerly.
 #include <algorithm>
 #include <chrono>
 #include <numeric>
@@ -12,6 +14,7 @@
 #include "bench/protocols.h"
 #include "core/error.h"
 #include "kv/kv_pool.h"
+#include "model/forward.h"
 #include "policy/cuda_selection.h"
 #include "policy/eviction_policy.h"
 
@@ -87,15 +90,57 @@ class FilledPool {
     reset();
   }
 
-  // Every sequence back at T + r: due again.
-  void reset() {
+  // Every sequence back at `length` slots (T + r: due again), appended as many.
+  void reset(int length = -1) {
+    if (length < 0) length = len_;
     backend::StepBatch& b = storage_->host();
     for (int s = 0; s < batch_; ++s) {
-      b.length[s] = len_;
+      b.length[s] = b.appended[s] = length;
       b.round[s] = 0;
     }
     storage_->upload_all();
     backend_.synchronize();
+  }
+
+  // Mean time of one decode step (forward, sample, advance) of the whole batch at T + r/2 resident
+  // slots, the middle of the cycle a bounded sequence runs through; the step appends one slot inside
+  // the reservation. No round runs (every row is below its trigger).
+  // Timed as a recorded graph replay where the backend records graphs (as the engine runs it).
+  // Checks after the last timed step that it ran: every row one slot longer.
+  double decode_step_ms(model::ForwardPass& forward, int repeats, uint64_t graph_key,
+                        std::vector<std::string>& problems) {
+    const int length = budget_.budget + budget_.window / 2 - 1;
+    auto step = [&] {
+      backend_.sample(view_, forward.run(view_, *pool_, false));
+      backend_.advance(view_);
+    };
+    reset(length);
+    step();  // eager once: scratch grows outside any recording
+    reset(length);
+    const bool graph = backend_.begin_capture();
+    if (graph) {
+      step();
+      backend_.end_capture(this, graph_key);
+    }
+    std::vector<double> ms;
+    for (int i = 0; i < repeats; ++i) {
+      reset(length);
+      const auto start = Clock::now();
+      if (!graph || !backend_.replay(this, graph_key)) step();
+      backend_.synchronize();
+      ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    std::vector<int32_t> lengths(static_cast<size_t>(batch_));
+    backend_.download(lengths.data(), view_.length, lengths.size() * sizeof(int32_t));
+    for (int s = 0; s < batch_; ++s) {
+      if (lengths[static_cast<size_t>(s)] != length + 1) {
+        problems.push_back(fmt::format("decode step: sequence {} holds {} slots after a step from {}", s,
+                                       lengths[static_cast<size_t>(s)], length));
+        break;
+      }
+    }
+    reset();
+    return std::accumulate(ms.begin(), ms.end(), 0.0) / static_cast<double>(ms.size());
   }
 
   // After a round every sequence must hold exactly T slots and have counted the round (reset() puts
@@ -190,20 +235,15 @@ Json run_evict(const BenchContext& ctx) {
     load_spec(o, name);                 // validates the budget and the prompt against it
   }
   const int repeats = std::max(o.repeats, 1);
+  for (const int batch : o.batches)
+    if (batch < 1 || batch > 4096) fail("--batches: {} is outside [1, 4096]", batch);
+  const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
+  // The weights once, for the decode steps that give each round its share.
+  model::ForwardPass forward(ctx.model, ctx.backend, max_batch, max_batch, max_batch);
   Json out;
   out["results"] = Json::array();
   for (size_t bi = 0; bi < o.batches.size(); ++bi) {
     const int batch = o.batches[bi];
-    if (batch < 1 || batch > 4096) fail("--batches: {} is outside [1, 4096]", batch);
-    // The decode step at the lengths a bounded sequence cycles through (T+1 .. T+r), without rounds.
-    BenchOptions step_options = o;
-    step_options.requests = batch;
-    step_options.prompt_len = o.budget;
-    step_options.output_len = o.window + 1;
-    const LoadSpec step_spec = load_spec(step_options, "full");
-    const LoadResult step = run_load(ctx.model, ctx.backend, step_spec);
-    const double step_ms =
-        1e3 * step.decode_seconds / static_cast<double>(std::max<int64_t>(step.decode_steps, 1));
     for (size_t pi = 0; pi < policies.size(); ++pi) {
       const std::string& name = policies[pi];
       const auto policy = policy::make_policy(name);
@@ -213,6 +253,8 @@ Json run_evict(const BenchContext& ctx) {
       const std::vector<backend::KvLayer> one_layer{pool.layers().front()};
       const RoundTiming layer = pool.time(*policy, one_layer, repeats, key_base);
       const RoundTiming model = pool.time(*policy, pool.layers(), repeats, key_base | 1);
+      std::vector<std::string> step_problems;
+      const double step_ms = pool.decode_step_ms(forward, std::min(repeats, 10), key_base | 2, step_problems);
       const double r = o.window;
       Validation validation;
       validation.sequences = batch;
@@ -220,8 +262,7 @@ Json run_evict(const BenchContext& ctx) {
       validation.problems = layer.problems;
       validation.problems.insert(validation.problems.end(), model.problems.begin(), model.problems.end());
       validation.rounds_reported = validation.problems.empty() ? validation.rounds_expected : -1;
-      validation.problems.insert(validation.problems.end(), step.validation.problems.begin(),
-                                 step.validation.problems.end());
+      validation.problems.insert(validation.problems.end(), step_problems.begin(), step_problems.end());
       Json metrics{{"batch", batch},
                    {"policy", name},
                    {"round_ms_layer", layer.mean_ms},
@@ -245,7 +286,9 @@ Json run_evict(const BenchContext& ctx) {
            {"batches", o.batches},
            {"policies", policies},
            {"repeats", repeats},
-           {"step_time_from", "full-attention decode at T+1 .. T+r resident slots, same batch"},
+           {"step_time_from",
+            "decode steps (forward, sample, advance) over the filled pool at T + r/2 resident slots, same "
+            "batch, the policy's signals recorded"},
            {"decode_share_rule", "round_model / (r * step + round_model)"}};
   return out;
 }

@@ -214,7 +214,8 @@ TEST(CudaEngine, MixedBatchEqualsEachSequenceAlone) {
 }
 
 // Three sampled requests "<tag>0..2" through `eng`; their tokens in submission order.
-std::vector<std::vector<int>> run_three(engine::Engine& eng, const std::string& tag, int max_new, uint64_t seed) {
+std::vector<std::vector<int>> run_three(engine::Engine& eng, const std::string& tag, int max_new,
+                                        uint64_t seed) {
   for (int i = 0; i < 3; ++i) {
     engine::GenerationRequest r;
     r.prompt = engine::encode_raw_prompt(qwen3(), tag + std::to_string(i));
@@ -254,7 +255,7 @@ TEST(CudaEngine, ASecondEngineNeverReplaysTheFirstEnginesGraphs) {
   engine::EngineConfig config = budgeted("random_pp");
   config.kv_pool_bytes = int64_t{64} << 20;  // two pools at once: neither takes the whole device
   engine::Engine first(*qwen3().model, *be, config);
-  run_three(first, "first ", 60, 7);  // records the 3-row decode graph
+  run_three(first, "first ", 60, 7);                   // records the 3-row decode graph
   engine::Engine second(*qwen3().model, *be, config);  // alive together: its buffers differ from the first's
   const auto replayed = run_three(second, "second ", 60, 7);
   config.graphs = false;
