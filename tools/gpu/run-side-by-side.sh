@@ -4,8 +4,8 @@
 # protocol on it, then the peers (tools/peers/run-peers.sh: llama.cpp and the paper's HF harness) with
 # the time left. Binaries come in .gpu-bin/ (tools/gpu/pack.sh), the peers in .gpu-peers/
 # (tools/peers/build_llama_cpp.sh). Everything lands in $OUT/side-by-side.tgz plus summary.md.
-#   BUDGET_S (520): the whole call's seconds; TESTS (gtest filter); OUTPUT (2048): fixed-load outputs;
-#   MEMORY_GIB (120): capacity's KV pool.
+#   BUDGET_S (520): the whole call's seconds; TESTS (gtest filter); OUTPUT, MEMORY_GIB, LIMIT: passed
+#   on to run-bench.sh.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/kvdice-out}; mkdir -p "$OUT"
@@ -24,19 +24,9 @@ grep -E "^\[  (PASSED|FAILED)|^\[  FAILED  \]|Failure" "$WORK/tests.txt" | head 
 M=.gpu/qwen3-4b
 [ -f $M/config.json ] || timeout 120 python3 tools/gpu/make_checkpoint.py --shape configs/shapes/qwen3-4b.json --out $M \
   > "$WORK/checkpoint.txt" 2>&1
-bench() {
-  summary "== kvdice bench $* ($(left) s left)"
-  timeout "$1" .gpu-bin/kvdice bench "${@:2}" --backend cuda --model $M --json-out "$WORK/bench.json" \
-    --markdown-out "$WORK/bench.md" >> "$WORK/bench.log" 2>&1
-  summary "exit $?"
-}
-bench 90 throughput --requests 128 --prompt-len 1024 --output-len "${OUTPUT:-2048}" --policy random_pp --budget 2048 --window 64
-bench 60 throughput --requests 128 --prompt-len 1024 --output-len 1024 --policy full
-bench 60 latency --short-context 128 --long-context 16384 --output-len 256
-bench 60 evict --batches 1,128 --budget 2048 --window 64 --prompt-len 1024 --policies random_pp,random,random_shared,recency_pp,recency,streaming
-# The scoring policies' query ring costs ~4x the KV per page on CUDA (docs/policies.md): a smaller batch.
-bench 60 evict --batches 1,16 --budget 2048 --window 64 --prompt-len 1024 --policies snapkv_pp,rkv_pp,vase_pp,snapkv
-bench 100 capacity --memory-gib "${MEMORY_GIB:-120}" --budget 1024 --window 64 --prompt-len 128 --output-len 1024
+# Every bench protocol on the checkpoint (tools/gpu/run-bench.sh, MODE=full), each capped at LIMIT.
+OUT="$WORK" MODE=full MODEL=$M LIMIT=${LIMIT:-100} bash tools/gpu/run-bench.sh > /dev/null
+grep -E "^(==|exit)" "$WORK/bench.log" >> "$WORK/summary.md"
 [ -f "$WORK/bench.md" ] && cat "$WORK/bench.md" >> "$WORK/summary.md"
 
 if [ -d .gpu-peers ] && (( $(left) > 60 )); then
