@@ -252,10 +252,21 @@ class CudaBackend final : public Backend {
     } else {
       gemm_->run(x, w.w, y, accumulate, stream_);
     }
-    if (!w.bias.empty()) {
-      require_dtype(w.bias, DType::F32, "matmul", "bias");
-      cuda::launch_add_bias(w.bias, y, stream_);
-    }
+    add_bias(w, y);
+  }
+
+  void rmsnorm_matmul(const View& x, const View& norm, float eps, const Weight& w, const View& y,
+                      const View& normed) override {
+    if (!cuda::gemv_rmsnorm_supports(x, norm, w.w, y)) return Backend::rmsnorm_matmul(x, norm, eps, w, y, normed);
+    cuda::launch_gemv_rmsnorm(x, norm, eps, w.w, y, stream_);
+    add_bias(w, y);
+  }
+
+  void silu_mul_matmul(const View& gate_up, const Weight& w, const View& y, bool accumulate,
+                       const View& mlp) override {
+    if (!cuda::gemv_silu_mul_supports(gate_up, w.w, y)) return Backend::silu_mul_matmul(gate_up, w, y, accumulate, mlp);
+    cuda::launch_gemv_silu_mul(gate_up, w.w, y, accumulate, stream_);
+    add_bias(w, y);
   }
 
   void qk_norm_rope_append(const StepBatch& batch, const View& qkv, const View& q_norm, const View& k_norm,
@@ -477,6 +488,13 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // y += bias per row, after a matmul of a weight that has one.
+  void add_bias(const Weight& w, const View& y) {
+    if (w.bias.empty()) return;
+    require_dtype(w.bias, DType::F32, "matmul", "bias");
+    cuda::launch_add_bias(w.bias, y, stream_);
+  }
+
   // Recorded op sequences (decode steps, benchmark rounds) by (owner, the owner's key).
   std::map<std::pair<const void*, uint64_t>, cudaGraphExec_t> graphs_;
   // The device copy of the layers' pointers the eviction kernels index by layer.
