@@ -56,8 +56,8 @@ constexpr std::array kPolicies{
     Entry{"streaming", no_options<make_streaming_policy>, KVDICE_CUDA_SELECTION(streaming)},
     // Ablations and baselines (REFERENCE.md §1-2); those with a nullptr CUDA column are refused on
     // --backend cuda.
-    Entry{"random_block_pp", make_random_block_pp_policy, nullptr},
-    Entry{"random_pp_rec", make_random_pp_rec_policy, nullptr},
+    Entry{"random_block_pp", make_random_block_pp_policy, KVDICE_CUDA_SELECTION(random_block_pp)},
+    Entry{"random_pp_rec", make_random_pp_rec_policy, KVDICE_CUDA_SELECTION(random_pp_rec)},
     Entry{"snapkv", make_snapkv_policy, KVDICE_CUDA_SELECTION(snapkv)},
     Entry{"snapkv_pp", make_snapkv_pp_policy, KVDICE_CUDA_SELECTION(snapkv_pp)},
     Entry{"h2o", make_h2o_policy, nullptr},

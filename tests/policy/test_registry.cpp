@@ -64,7 +64,7 @@ TEST(Registry, OptionsAreParsedDefaultedAndDescribed) {
 }
 
 TEST(Registry, PoliciesWithoutCudaFileAreRefusedOnCuda) {
-  for (const char* name : {"random_block_pp", "random_pp_rec", "h2o", "h2o_pp", "rkv_official"}) {
+  for (const char* name : {"h2o", "h2o_pp", "rkv_official"}) {
     EXPECT_EQ(cuda_selection(name), nullptr) << name;
     try {
       require_cuda_selection(name);
@@ -76,9 +76,10 @@ TEST(Registry, PoliciesWithoutCudaFileAreRefusedOnCuda) {
   }
 }
 
-// Scoring policies with a CUDA file (issue 7): launchers in a CUDA build, refused by name without one.
+// Policies with a CUDA file (issue 7): launchers in a CUDA build, refused by name without one.
 TEST(Registry, ScoringPoliciesWithCudaFiles) {
-  for (const char* name : {"snapkv", "snapkv_pp", "rkv", "rkv_pp", "vase", "vase_pp", "triattention"}) {
+  for (const char* name : {"snapkv", "snapkv_pp", "rkv", "rkv_pp", "vase", "vase_pp", "triattention",
+                           "random_block_pp", "random_pp_rec"}) {
 #ifdef KVDICE_WITH_CUDA
     EXPECT_NE(cuda_selection(name), nullptr) << name;
     EXPECT_NO_THROW(require_cuda_selection(name)) << name;
@@ -106,6 +107,19 @@ TEST(Registry, RkvOptionsAndDefaults) {
   for (const char* bad : {"rkv:lambda=1.5", "rkv:pool=4", "rkv_official:queries=0",
                           "rkv_official:threshold=2", "rkv_official:temperature=1"})
     EXPECT_THROW(make_policy(bad), Error) << bad;
+}
+
+// What the CUDA selections read of a policy's options (DeviceParams): every option the device rule needs.
+TEST(Registry, DeviceParamsCarryTheOptions) {
+  const DeviceParams block = make_policy("random_block_pp")->device_params();
+  EXPECT_EQ(block.block, 32);
+  EXPECT_TRUE(block.head_scratch);
+  EXPECT_EQ(make_policy("random_block_pp:block=4")->device_params().block, 4);
+  const DeviceParams rec = make_policy("random_pp_rec:recent=0.25")->device_params();
+  EXPECT_EQ(rec.recent, 0.25);
+  EXPECT_TRUE(rec.head_scratch);
+  EXPECT_EQ(make_policy("random_pp_rec")->device_params().recent, 0.5);
+  EXPECT_FALSE(make_policy("random_pp")->device_params().head_scratch);
 }
 
 TEST(Registry, FullRefusesToSelect) {

@@ -358,15 +358,16 @@ class CudaBackend final : public Backend {
     // Scoring policies (issue 7): signals, options, statistics table and per-head scratch.
     const policy::CudaRoundScorer round_scorer = policy::cuda_round_scorer(policy.name());
     const policy::SignalNeeds needs = policy.needs();
-    const bool scoring = needs.any() || round_scorer != nullptr;
-    const CachedParams* params = scoring ? &device_params(policy) : nullptr;
+    const bool reads_pool = needs.any() || round_scorer != nullptr;
+    const CachedParams* params = &device_params(policy);
+    const bool scoring = reads_pool || params->params.head_scratch;
     int n_heads = first.n_heads;
     // Scoring scratch is per (row, layer, KV head): rows go in groups so one group's scratch for a chunk
     // of layers stays under kScoreScratchBytes (one row and one layer at least).
     int64_t head_scratch = 0, round_scratch = 0;
     int group_rows = batch.n_seqs, round_rows = batch.n_seqs;
     if (scoring) {
-      check_scoring_inputs(layers, policy, needs, *params);
+      if (reads_pool) check_scoring_inputs(layers, policy, needs, *params);
       if (params->params.table_heads > 0) n_heads = params->params.table_heads;
       head_scratch = policy::cuda_head_scratch_bytes(capacity);
       const size_t per_row_layer = static_cast<size_t>(first.n_kv_heads) * head_scratch;
@@ -389,13 +390,15 @@ class CudaBackend final : public Backend {
     args.n_model_layers = n_layers;
     args.head_dim = first.head_dim;
     args.n_heads = n_heads;
+    args.pool = params->params.pool;
+    args.temperature = params->params.temperature;
+    args.lambda = params->params.lambda;
+    args.large = params->params.large;
+    args.sinks = params->params.sinks;
+    args.block = params->params.block;
+    args.recent = params->params.recent;
+    args.table = static_cast<const double*>(params->table.data());
     if (scoring) {
-      args.pool = params->params.pool;
-      args.temperature = params->params.temperature;
-      args.lambda = params->params.lambda;
-      args.large = params->params.large;
-      args.sinks = params->params.sinks;
-      args.table = static_cast<const double*>(params->table.data());
       const size_t selection_bytes =
           static_cast<size_t>(group_rows) * chunk * first.n_kv_heads * head_scratch;
       const size_t round_bytes = static_cast<size_t>(round_rows) * first.n_kv_heads * round_scratch;
