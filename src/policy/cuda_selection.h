@@ -65,6 +65,8 @@ struct CudaSelectionArgs {
   int sinks = 0;
   int block = 0;
   double recent = 0.0;
+  int queries = 0;
+  double threshold = 0.0;
   const double* table = nullptr;  // EvictionPolicy::device_params().table, uploaded once
   // cuda_head_scratch_bytes(capacity) bytes per (row, layer of the launch, KV head), at
   // scratch + (((s - row_begin) * n_layers + l) * n_kv_heads + h) * head_scratch; a round scorer uses
@@ -113,6 +115,7 @@ void cuda_select_vase(const CudaSelectionArgs& args, void* stream);
 void cuda_select_vase_pp(const CudaSelectionArgs& args, void* stream);
 void cuda_select_random_block_pp(const CudaSelectionArgs& args, void* stream);
 void cuda_select_random_pp_rec(const CudaSelectionArgs& args, void* stream);
+void cuda_select_rkv_official(const CudaSelectionArgs& args, void* stream);
 void cuda_round_triattention(const CudaSelectionArgs& args, void* stream);
 // The registry columns: the launchers of a policy with a CUDA file, nullptr in builds without CUDA.
 #define KVDICE_CUDA_SELECTION(name) ::kvdice::policy::cuda_select_##name

@@ -66,7 +66,7 @@ constexpr std::array kPolicies{
     Entry{"vase_pp", make_vase_pp_policy, KVDICE_CUDA_SELECTION(vase_pp)},
     Entry{"rkv", make_rkv_policy, KVDICE_CUDA_SELECTION(rkv)},
     Entry{"rkv_pp", make_rkv_pp_policy, KVDICE_CUDA_SELECTION(rkv_pp)},
-    Entry{"rkv_official", make_rkv_official_policy, nullptr},
+    Entry{"rkv_official", make_rkv_official_policy, KVDICE_CUDA_SELECTION(rkv_official)},
     Entry{"triattention", make_triattention_policy, KVDICE_CUDA_SELECTION(triattention),
           KVDICE_CUDA_ROUND(triattention)},
 };

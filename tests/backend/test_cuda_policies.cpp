@@ -253,7 +253,9 @@ INSTANTIATE_TEST_SUITE_P(Policies, CudaScoringPolicy,
                          testing::Values("snapkv", "snapkv_pp", "snapkv:pool=1",
                                          "snapkv_pp:pool=7,temperature=2", "rkv", "rkv_pp",
                                          "rkv:lambda=0.1,pool=3", "vase", "vase_pp", "vase:large=0.5,sinks=2",
-                                         "vase_pp:large=0,sinks=0,pool=1"));
+                                         "vase_pp:large=0,sinks=0,pool=1", "rkv_official",
+                                         "rkv_official:lambda=0.5,queries=4,pool=3,threshold=0.3",
+                                         "rkv_official:queries=64,pool=1,threshold=0"));
 
 // At Qwen3-4B's shape each kernel once (the CPU reference is serial: R-KV's n x n redundancy alone is
 // ~1.5e11 multiply-adds there, so the option variants run only at the small shape).

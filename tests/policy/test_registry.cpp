@@ -64,7 +64,7 @@ TEST(Registry, OptionsAreParsedDefaultedAndDescribed) {
 }
 
 TEST(Registry, PoliciesWithoutCudaFileAreRefusedOnCuda) {
-  for (const char* name : {"h2o", "h2o_pp", "rkv_official"}) {
+  for (const char* name : {"h2o", "h2o_pp"}) {
     EXPECT_EQ(cuda_selection(name), nullptr) << name;
     try {
       require_cuda_selection(name);
@@ -79,7 +79,7 @@ TEST(Registry, PoliciesWithoutCudaFileAreRefusedOnCuda) {
 // Policies with a CUDA file (issue 7): launchers in a CUDA build, refused by name without one.
 TEST(Registry, ScoringPoliciesWithCudaFiles) {
   for (const char* name : {"snapkv", "snapkv_pp", "rkv", "rkv_pp", "vase", "vase_pp", "triattention",
-                           "random_block_pp", "random_pp_rec"}) {
+                           "random_block_pp", "random_pp_rec", "rkv_official"}) {
 #ifdef KVDICE_WITH_CUDA
     EXPECT_NE(cuda_selection(name), nullptr) << name;
     EXPECT_NO_THROW(require_cuda_selection(name)) << name;
@@ -120,6 +120,16 @@ TEST(Registry, DeviceParamsCarryTheOptions) {
   EXPECT_TRUE(rec.head_scratch);
   EXPECT_EQ(make_policy("random_pp_rec")->device_params().recent, 0.5);
   EXPECT_FALSE(make_policy("random_pp")->device_params().head_scratch);
+  const DeviceParams official = make_policy("rkv_official")->device_params();
+  EXPECT_EQ(official.lambda, 0.1);
+  EXPECT_EQ(official.queries, 8);
+  EXPECT_EQ(official.pool, 7);
+  EXPECT_EQ(official.threshold, 0.5);
+  const DeviceParams set = make_policy("rkv_official:lambda=0.5,queries=4,pool=3,threshold=0.3")->device_params();
+  EXPECT_EQ(set.lambda, 0.5);
+  EXPECT_EQ(set.queries, 4);
+  EXPECT_EQ(set.pool, 3);
+  EXPECT_EQ(set.threshold, 0.3);
 }
 
 TEST(Registry, FullRefusesToSelect) {

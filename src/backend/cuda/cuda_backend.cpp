@@ -397,6 +397,8 @@ class CudaBackend final : public Backend {
     args.sinks = params->params.sinks;
     args.block = params->params.block;
     args.recent = params->params.recent;
+    args.queries = params->params.queries;
+    args.threshold = params->params.threshold;
     args.table = static_cast<const double*>(params->table.data());
     if (scoring) {
       const size_t selection_bytes =
