@@ -18,6 +18,7 @@ struct SelectionLayer {
   const int32_t* positions = nullptr;
   const float* value_range = nullptr;
   const float* query_ring = nullptr;  // [page][query head][page slot][head_dim] fp32
+  const float* attention_mass = nullptr;
 };
 
 // Per-(row, layer, KV head) scratch of the scoring selections for a resident capacity of `capacity`
@@ -116,6 +117,8 @@ void cuda_select_vase_pp(const CudaSelectionArgs& args, void* stream);
 void cuda_select_random_block_pp(const CudaSelectionArgs& args, void* stream);
 void cuda_select_random_pp_rec(const CudaSelectionArgs& args, void* stream);
 void cuda_select_rkv_official(const CudaSelectionArgs& args, void* stream);
+void cuda_select_h2o(const CudaSelectionArgs& args, void* stream);
+void cuda_select_h2o_pp(const CudaSelectionArgs& args, void* stream);
 void cuda_round_triattention(const CudaSelectionArgs& args, void* stream);
 // The registry columns: the launchers of a policy with a CUDA file, nullptr in builds without CUDA.
 #define KVDICE_CUDA_SELECTION(name) ::kvdice::policy::cuda_select_##name

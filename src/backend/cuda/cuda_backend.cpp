@@ -301,6 +301,14 @@ class CudaBackend final : public Backend {
         grow(split_counters_, sizeof(int) * static_cast<size_t>(batch.n_seqs) * kv.n_kv_heads,
              "attention split counters"));
     cuda::launch_attention(batch, q, kv, out, n_heads, scale, n_splits, scratch, split_counters, stream_);
+    // H2O's signal, only when the pool records it (the running policy asks for attention mass).
+    if (kv.attention_mass != nullptr) {
+      if (!cuda::attention_mass_supports(kv.head_dim, group))
+        fail("CUDA attention: attention mass takes head_dim a multiple of 8 up to 256 and GQA groups up to 16, "
+             "got {} and {}",
+             kv.head_dim, group);
+      cuda::launch_attention_mass(batch, q, kv, n_heads, scale, stream_);
+    }
   }
 
   void silu_mul(const View& gate_up, const View& out) override {
@@ -497,7 +505,7 @@ class CudaBackend final : public Backend {
     for (size_t l = 0; l < layers.size(); ++l) {
       const KvLayer& kv = layers[l];
       host[l] = {kv.keys, kv.values, kv.positions, kv.value_range, kv.attention_mass};
-      selection[l] = {kv.keys, kv.positions, kv.value_range, kv.query_ring};
+      selection[l] = {kv.keys, kv.positions, kv.value_range, kv.query_ring, kv.attention_mass};
     }
     const bool same = host.size() == table_host_.size() &&
                       std::equal(host.begin(), host.end(), table_host_.begin(),
@@ -569,15 +577,14 @@ class CudaBackend final : public Backend {
     if (first.head_dim % 8 != 0 || first.head_dim > 256)
       fail("CUDA evict: policy '{}' needs head_dim a multiple of 8 and at most 256, got {}", policy.name(),
            first.head_dim);
-    if (needs.accumulated_attention)
-      fail("CUDA evict: policy '{}' needs attention mass, which the CUDA backend does not record",
-           policy.name());
     for (const KvLayer& layer : layers) {
       if (needs.window_queries &&
           (layer.query_ring == nullptr || layer.n_heads <= 0 || layer.n_heads % layer.n_kv_heads != 0))
         fail("CUDA evict: policy '{}' needs window queries but the KV pool records none", policy.name());
       if (needs.value_ranges && layer.value_range == nullptr)
         fail("CUDA evict: policy '{}' needs value ranges but the KV pool records none", policy.name());
+      if (needs.accumulated_attention && layer.attention_mass == nullptr)
+        fail("CUDA evict: policy '{}' needs attention mass but the KV pool records none", policy.name());
     }
     const policy::DeviceParams& p = cached.params;
     if (p.table_heads > 0) {
