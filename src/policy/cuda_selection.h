@@ -18,6 +18,7 @@ struct SelectionLayer {
   const int32_t* positions = nullptr;
   const float* value_range = nullptr;
   const float* query_ring = nullptr;  // [page][query head][page slot][head_dim] fp32
+  const float* attention_mass = nullptr;
 };
 
 // Per-(row, layer, KV head) scratch of the scoring selections for a resident capacity of `capacity`
@@ -63,6 +64,10 @@ struct CudaSelectionArgs {
   double lambda = 0.0;
   double large = 0.0;
   int sinks = 0;
+  int block = 0;
+  double recent = 0.0;
+  int queries = 0;
+  double threshold = 0.0;
   const double* table = nullptr;  // EvictionPolicy::device_params().table, uploaded once
   // cuda_head_scratch_bytes(capacity) bytes per (row, layer of the launch, KV head), at
   // scratch + (((s - row_begin) * n_layers + l) * n_kv_heads + h) * head_scratch; a round scorer uses
@@ -109,6 +114,11 @@ void cuda_select_rkv(const CudaSelectionArgs& args, void* stream);
 void cuda_select_rkv_pp(const CudaSelectionArgs& args, void* stream);
 void cuda_select_vase(const CudaSelectionArgs& args, void* stream);
 void cuda_select_vase_pp(const CudaSelectionArgs& args, void* stream);
+void cuda_select_random_block_pp(const CudaSelectionArgs& args, void* stream);
+void cuda_select_random_pp_rec(const CudaSelectionArgs& args, void* stream);
+void cuda_select_rkv_official(const CudaSelectionArgs& args, void* stream);
+void cuda_select_h2o(const CudaSelectionArgs& args, void* stream);
+void cuda_select_h2o_pp(const CudaSelectionArgs& args, void* stream);
 void cuda_round_triattention(const CudaSelectionArgs& args, void* stream);
 // The registry columns: the launchers of a policy with a CUDA file, nullptr in builds without CUDA.
 #define KVDICE_CUDA_SELECTION(name) ::kvdice::policy::cuda_select_##name

@@ -72,6 +72,13 @@ struct DeviceParams {
   double lambda = 0.0;  // R-KV's weight of attention against redundancy
   double large = 0.0;   // VaSE: n_large = floor(large · T)
   int sinks = 0;        // VaSE's sink tokens
+  int block = 0;        // random_block_pp: candidates per draw
+  double recent = 0.0;  // random_pp_rec: share of K_sel kept as the most recent
+  int queries = 0;      // rkv_official: newest window queries that score
+  double threshold = 0.0;  // rkv_official: similarity above which the newest similar key is spared
+  // The CUDA selection needs the per-head scratch of the scoring launches (an age order, a sort) even
+  // though the policy reads no signals (random_block_pp, random_pp_rec).
+  bool head_scratch = false;
   std::vector<double> table;
   // The shape the table was made for (checked against the pool by the backend): layers, query heads,
   // KV heads and head_dim.

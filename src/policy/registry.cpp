@@ -54,19 +54,19 @@ constexpr std::array kPolicies{
     Entry{"recency_pp", no_options<make_recency_pp_policy>, KVDICE_CUDA_SELECTION(recency_pp)},
     Entry{"recency", no_options<make_recency_policy>, KVDICE_CUDA_SELECTION(recency)},
     Entry{"streaming", no_options<make_streaming_policy>, KVDICE_CUDA_SELECTION(streaming)},
-    // Ablations and baselines (REFERENCE.md §1-2); those with a nullptr CUDA column are refused on
-    // --backend cuda.
-    Entry{"random_block_pp", make_random_block_pp_policy, nullptr},
-    Entry{"random_pp_rec", make_random_pp_rec_policy, nullptr},
+    // Ablations and baselines (REFERENCE.md §1-2). An entry with a nullptr CUDA column would be refused
+    // on --backend cuda; every evicting policy has a CUDA file now.
+    Entry{"random_block_pp", make_random_block_pp_policy, KVDICE_CUDA_SELECTION(random_block_pp)},
+    Entry{"random_pp_rec", make_random_pp_rec_policy, KVDICE_CUDA_SELECTION(random_pp_rec)},
     Entry{"snapkv", make_snapkv_policy, KVDICE_CUDA_SELECTION(snapkv)},
     Entry{"snapkv_pp", make_snapkv_pp_policy, KVDICE_CUDA_SELECTION(snapkv_pp)},
-    Entry{"h2o", make_h2o_policy, nullptr},
-    Entry{"h2o_pp", make_h2o_pp_policy, nullptr},
+    Entry{"h2o", make_h2o_policy, KVDICE_CUDA_SELECTION(h2o)},
+    Entry{"h2o_pp", make_h2o_pp_policy, KVDICE_CUDA_SELECTION(h2o_pp)},
     Entry{"vase", make_vase_policy, KVDICE_CUDA_SELECTION(vase)},
     Entry{"vase_pp", make_vase_pp_policy, KVDICE_CUDA_SELECTION(vase_pp)},
     Entry{"rkv", make_rkv_policy, KVDICE_CUDA_SELECTION(rkv)},
     Entry{"rkv_pp", make_rkv_pp_policy, KVDICE_CUDA_SELECTION(rkv_pp)},
-    Entry{"rkv_official", make_rkv_official_policy, nullptr},
+    Entry{"rkv_official", make_rkv_official_policy, KVDICE_CUDA_SELECTION(rkv_official)},
     Entry{"triattention", make_triattention_policy, KVDICE_CUDA_SELECTION(triattention),
           KVDICE_CUDA_ROUND(triattention)},
 };

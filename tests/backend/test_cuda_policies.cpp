@@ -1,7 +1,8 @@
 // The scoring policies' CUDA selections (issue 7) against the CPU round on identical inputs: the same
 // bf16-exact keys and values, positions, fp32 query rings and value ranges in both pools, one evict
 // call each, then the kept absolute positions of every (row, layer, KV head) must be identical. Also
-// the signals the CUDA forward records (query ring, value range) against the CPU's. Skips without a GPU.
+// the signals the CUDA forward records (query ring, value range, attention mass) against the CPU's.
+// Skips without a GPU.
 //
 // Near-ties: the CUDA scores are computed in fp64 like the CPU's (window_attention.cuh, triattention.cu:
 // logits bit-identical, exp and sums differing only in summation order, about 1e-16 relative), so a
@@ -46,7 +47,7 @@ struct ScoringWorld {
   Shape shape;
   HostBatch h;
   int n_pages = 0;
-  std::vector<std::vector<float>> k, v, ring, range;
+  std::vector<std::vector<float>> k, v, ring, range, mass;
   std::vector<std::vector<int32_t>> pos;
 
   ScoringWorld(const Shape& s, const std::vector<Row>& rows, uint64_t seed, bool same_positions_in_layers)
@@ -69,6 +70,9 @@ struct ScoringWorld {
       ring.push_back(std::vector<float>(ring_floats, 0.0f));
       range.emplace_back(slots);
       for (float& x : range.back()) x = uniform(rng);
+      // Attention mass in multiples of 1/8: many exact ties, which both sides break by position.
+      mass.emplace_back(slots);
+      for (float& x : mass.back()) x = static_cast<float>(rng() % 32) / 8.0f;
       pos.emplace_back(slots, -1);
     }
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -120,14 +124,14 @@ struct ScoringWorld {
 // One backend's pool after one evict call.
 struct AfterRound {
   std::vector<std::vector<int32_t>> pos;
-  std::vector<std::vector<float>> k, range;
+  std::vector<std::vector<float>> k, range, mass;
   std::vector<int32_t> length, round;
 };
 
 AfterRound run_round(Backend& b, const ScoringWorld& w, const policy::EvictionPolicy& policy, bool* ok) {
   const Shape& s = w.shape;
   std::vector<std::unique_ptr<KvLayerMemory>> layers;
-  std::vector<std::unique_ptr<Guarded>> rings, ranges;
+  std::vector<std::unique_ptr<Guarded>> rings, ranges, masses;
   std::vector<backend::KvLayer> views;
   for (int l = 0; l < s.n_layers; ++l) {
     layers.push_back(std::make_unique<KvLayerMemory>(b, w.n_pages, s.n_kv, kPageSlots, s.head_dim, l));
@@ -136,10 +140,13 @@ AfterRound run_round(Backend& b, const ScoringWorld& w, const policy::EvictionPo
     b.upload(rings.back()->data(), w.ring[l].data(), w.ring[l].size() * sizeof(float));
     ranges.push_back(std::make_unique<Guarded>(b, w.range[l].size() * sizeof(float), "value range"));
     b.upload(ranges.back()->data(), w.range[l].data(), w.range[l].size() * sizeof(float));
+    masses.push_back(std::make_unique<Guarded>(b, w.mass[l].size() * sizeof(float), "attention mass"));
+    b.upload(masses.back()->data(), w.mass[l].data(), w.mass[l].size() * sizeof(float));
     backend::KvLayer view = layers.back()->layer;
     view.query_ring = static_cast<float*>(rings.back()->data());
     view.n_heads = s.n_kv * s.group;
     view.value_range = static_cast<float*>(ranges.back()->data());
+    view.attention_mass = static_cast<float*>(masses.back()->data());
     views.push_back(view);
   }
   DeviceBatch d(b, w.h);
@@ -152,7 +159,11 @@ AfterRound run_round(Backend& b, const ScoringWorld& w, const policy::EvictionPo
     std::vector<float> range(w.range[l].size());
     b.download(range.data(), ranges[l]->data(), range.size() * sizeof(float));
     out.range.push_back(std::move(range));
-    *ok = *ok && layers[l]->sentinels_intact() && rings[l]->sentinel_intact() && ranges[l]->sentinel_intact();
+    std::vector<float> mass(w.mass[l].size());
+    b.download(mass.data(), masses[l]->data(), mass.size() * sizeof(float));
+    out.mass.push_back(std::move(mass));
+    *ok = *ok && layers[l]->sentinels_intact() && rings[l]->sentinel_intact() && ranges[l]->sentinel_intact() &&
+          masses[l]->sentinel_intact();
   }
   out.length = d.get(d.batch.length, size_t(w.h.n_seqs));
   out.round = d.get(d.batch.round, size_t(w.h.n_seqs));
@@ -199,6 +210,7 @@ void expect_same_keep_sets(const std::string& spec, const ScoringWorld& w, const
       EXPECT_EQ(gpu.pos[l], cpu.pos[l]) << spec << ": positions of layer " << l;
       EXPECT_EQ(gpu.k[l], cpu.k[l]) << spec << ": keys of layer " << l;
       EXPECT_EQ(gpu.range[l], cpu.range[l]) << spec << ": value ranges (moved by compaction) of layer " << l;
+      EXPECT_EQ(gpu.mass[l], cpu.mass[l]) << spec << ": attention mass (moved by compaction) of layer " << l;
     }
   }
   EXPECT_EQ(gpu.length, cpu.length) << spec;
@@ -253,7 +265,9 @@ INSTANTIATE_TEST_SUITE_P(Policies, CudaScoringPolicy,
                          testing::Values("snapkv", "snapkv_pp", "snapkv:pool=1",
                                          "snapkv_pp:pool=7,temperature=2", "rkv", "rkv_pp",
                                          "rkv:lambda=0.1,pool=3", "vase", "vase_pp", "vase:large=0.5,sinks=2",
-                                         "vase_pp:large=0,sinks=0,pool=1"));
+                                         "vase_pp:large=0,sinks=0,pool=1", "rkv_official",
+                                         "rkv_official:lambda=0.5,queries=4,pool=3,threshold=0.3",
+                                         "rkv_official:queries=64,pool=1,threshold=0", "h2o", "h2o_pp"));
 
 // At Qwen3-4B's shape each kernel once (the CPU reference is serial: R-KV's n x n redundancy alone is
 // ~1.5e11 multiply-adds there, so the option variants run only at the small shape).
@@ -265,7 +279,7 @@ TEST_P(CudaScoringPolicyQwen, Qwen3FourBKeepsWhatTheCpuKeeps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, CudaScoringPolicyQwen,
-                         testing::Values("snapkv", "snapkv_pp", "rkv_pp", "vase", "vase_pp"));
+                         testing::Values("snapkv", "snapkv_pp", "rkv_pp", "vase", "vase_pp", "h2o", "h2o_pp"));
 
 // Random calibration statistics in the real file format (|E q| < E|q|, RoPE frequencies of theta 1e6).
 std::string write_random_stats(const Shape& shape, uint64_t seed) {
@@ -379,6 +393,97 @@ TEST(CudaSignals, QueryRingAndValueRangeMatchTheCpu) {
     // 1 + 4 + 0 + 3 rows write one ring slot of every query head.
     EXPECT_EQ(written_cpu, size_t(8) * c.n_heads * c.head_dim);
     EXPECT_EQ(range_out[1], range_out[0]) << "value ranges (max - min of the fp32 values, exact on both)";
+  }
+}
+
+// H2O's signal: the attention op adds each slot's softmax weight (summed over its GQA group's query
+// heads) into the pool's attention_mass on both backends (CUDA: attention_mass.cu after the attention
+// kernels; CPU: accumulate_attention). Decode rows, prefill chunks (each row sees the slots before it)
+// and mass already there (the sums accumulate).
+TEST(CudaSignals, AttentionMassMatchesTheCpu) {
+  BackendPair pair = make_pair();
+  KVDICE_REQUIRE_GPU(pair);
+  struct Case {
+    const char* name;
+    int n_heads, n_kv, head_dim;
+    std::vector<int> rows, lengths;
+  };
+  const Case cases[] = {
+      {"decode hd32 g2", 4, 2, 32, {1, 1, 1}, {0, 17, 300}},
+      {"decode qwen3-4b", 32, 8, 128, {1, 1}, {10, 2047}},
+      {"decode hd64 g7", 14, 2, 64, {1, 1}, {1000, 50}},
+      {"prefill qwen3-4b", 32, 8, 128, {37, 5}, {0, 100}},
+      {"prefill mixed hd16 mha", 4, 4, 16, {20, 1}, {3, 50}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    int max_slots = 0;
+    for (size_t s = 0; s < c.rows.size(); ++s) max_slots = std::max(max_slots, c.lengths[s] + c.rows[s]);
+    const int max_pages = (max_slots + kPageSlots - 1) / kPageSlots + 1;
+    HostBatch h = HostBatch::make(c.rows, max_pages);
+    for (size_t s = 0; s < c.rows.size(); ++s) {
+      h.length[s] = c.lengths[s];
+      h.appended[s] = c.lengths[s];
+    }
+    h.page_table.resize(size_t(h.n_seqs) * max_pages);
+    std::iota(h.page_table.begin(), h.page_table.end(), 0);
+    std::shuffle(h.page_table.begin(), h.page_table.end(), std::mt19937_64(71));
+    const int n_pages = h.n_seqs * max_pages;
+    const size_t slots = size_t(n_pages) * c.n_kv * kPageSlots;
+    const auto k_host = random_values(slots * c.head_dim, 72), v_host = random_values(slots * c.head_dim, 73);
+    const std::vector<int32_t> pos_host(slots, 0);
+    const auto q_host = random_values(size_t(h.n_rows) * c.n_heads * c.head_dim, 74, 2.0f);
+    // Slots some row of the step sees: [0, length + rows) of each sequence, every KV head.
+    std::vector<bool> visible(slots, false);
+    for (int s = 0; s < h.n_seqs; ++s)
+      for (int g = 0; g < c.n_kv; ++g)
+        for (int j = 0; j < c.lengths[size_t(s)] + c.rows[size_t(s)]; ++j)
+          visible[(size_t(h.page_table[size_t(s) * max_pages + j / kPageSlots]) * c.n_kv + g) * kPageSlots +
+                  j % kPageSlots] = true;
+    // First from zero (the step's weights alone), then onto mass already there (the sums accumulate).
+    for (const bool from_zero : {true, false}) {
+      SCOPED_TRACE(from_zero ? "from zero" : "accumulating");
+      std::vector<float> mass_before(slots, 0.0f);
+      std::mt19937_64 rng(75);
+      if (!from_zero)
+        for (float& x : mass_before) x = static_cast<float>(rng() % 1000) / 100.0f;
+      std::vector<float> mass[2];
+      int i = 0;
+      for (Backend* b : {pair.cpu.get(), pair.gpu.get()}) {
+        KvLayerMemory kv(*b, n_pages, c.n_kv, kPageSlots, c.head_dim, 0);
+        kv.upload(k_host, v_host, pos_host);
+        Guarded mass_memory(*b, slots * sizeof(float), "attention mass");
+        b->upload(mass_memory.data(), mass_before.data(), slots * sizeof(float));
+        backend::KvLayer layer = kv.layer;
+        layer.attention_mass = static_cast<float*>(mass_memory.data());
+        Matrix q(*b, b->activation_dtype(), h.n_rows, int64_t{c.n_heads} * c.head_dim, "q");
+        Matrix o(*b, b->activation_dtype(), h.n_rows, int64_t{c.n_heads} * c.head_dim, "out");
+        q.upload(q_host);
+        DeviceBatch d(*b, h);
+        b->attention(d.batch, q.view, layer, o.view, c.n_heads, 1.0f / std::sqrt(float(c.head_dim)));
+        mass[i].resize(slots);
+        b->download(mass[i].data(), mass_memory.data(), slots * sizeof(float));
+        EXPECT_TRUE(mass_memory.sentinel_intact() && kv.sentinels_intact() && o.memory.sentinel_intact());
+        ++i;
+      }
+      size_t changed = 0;
+      for (size_t j = 0; j < slots; ++j) {
+        if (!visible[j]) {
+          EXPECT_EQ(mass[0][j], mass_before[j]) << "CPU, slot " << j << " that no row sees";
+          EXPECT_EQ(mass[1][j], mass_before[j]) << "CUDA, slot " << j << " that no row sees";
+        }
+        changed += mass[1][j] != mass_before[j];
+      }
+      EXPECT_GT(changed, size_t(0));
+      // fp32 logits and exp on both sides, in different orders: about 1e-6 relative.
+      EXPECT_LE(relative_error(mass[1], mass[0]), from_zero ? 1e-4 : 1e-5) << "attention mass";
+      if (from_zero) {
+        // Each row's weights sum to one per query head: the step adds n_rows · n_heads in all.
+        double total = 0.0;
+        for (float x : mass[1]) total += x;
+        EXPECT_NEAR(total, double(h.n_rows) * c.n_heads, 1e-3 * h.n_rows * c.n_heads);
+      }
+    }
   }
 }
 

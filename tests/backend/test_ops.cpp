@@ -617,7 +617,11 @@ TEST_P(CudaEvict, RoundsMatchTheCpuBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Policies, CudaEvict,
                          testing::Values("random_pp", "random", "random_shared", "recency_pp", "recency",
-                                         "streaming"));
+                                         "streaming", "random_block_pp", "random_block_pp:block=4",
+                                         "random_block_pp:block=1", "random_pp_rec", "random_pp_rec:recent=0.25",
+                                         // 0.3 · K_sel = 9.6 and 0.125 · 20 = 2.5 (half to even: 2)
+                                         "random_pp_rec:recent=0.3", "random_pp_rec:recent=0.125",
+                                         "random_pp_rec:recent=1", "random_pp_rec:recent=0"));
 
 TEST(CudaEvictPolicies, PoliciesWithoutACudaSelectionAreRefused) {
 #ifndef KVDICE_WITH_CUDA
@@ -626,7 +630,8 @@ TEST(CudaEvictPolicies, PoliciesWithoutACudaSelectionAreRefused) {
   // The policies of the CUDA backend issue have device selections; a policy without one (the CPU-first
   // baselines) is refused with an error naming it, never run wrongly.
   for (const std::string name :
-       {"random_pp", "random", "random_shared", "recency_pp", "recency", "streaming"})
+       {"random_pp", "random", "random_shared", "recency_pp", "recency", "streaming", "random_block_pp",
+        "random_pp_rec"})
     EXPECT_NE(policy::cuda_selection(name), nullptr) << name;
   for (const std::string& name : policy::policy_names()) {
     // By name, not by constructing: a policy may need options to construct (triattention: stats=FILE).

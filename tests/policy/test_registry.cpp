@@ -63,28 +63,22 @@ TEST(Registry, OptionsAreParsedDefaultedAndDescribed) {
   }
 }
 
-TEST(Registry, PoliciesWithoutCudaFileAreRefusedOnCuda) {
-  for (const char* name : {"random_block_pp", "random_pp_rec", "h2o", "h2o_pp", "rkv_official"}) {
-    EXPECT_EQ(cuda_selection(name), nullptr) << name;
-    try {
-      require_cuda_selection(name);
-      ADD_FAILURE() << name << " accepted on CUDA";
-    } catch (const Error& e) {
-      // Refused by name, even triattention, whose construction would need a statistics file.
-      EXPECT_NE(std::string(e.what()).find("no CUDA selection"), std::string::npos) << e.what();
-    }
-  }
-}
-
-// Scoring policies with a CUDA file (issue 7): launchers in a CUDA build, refused by name without one.
+// Every evicting policy has a CUDA file (issue 7): launchers in a CUDA build, refused by name (with the
+// missing file named) without one.
 TEST(Registry, ScoringPoliciesWithCudaFiles) {
-  for (const char* name : {"snapkv", "snapkv_pp", "rkv", "rkv_pp", "vase", "vase_pp", "triattention"}) {
+  for (const char* name : {"snapkv", "snapkv_pp", "rkv", "rkv_pp", "vase", "vase_pp", "triattention",
+                           "random_block_pp", "random_pp_rec", "rkv_official", "h2o", "h2o_pp"}) {
 #ifdef KVDICE_WITH_CUDA
     EXPECT_NE(cuda_selection(name), nullptr) << name;
     EXPECT_NO_THROW(require_cuda_selection(name)) << name;
 #else
     EXPECT_EQ(cuda_selection(name), nullptr) << name;
-    EXPECT_THROW(require_cuda_selection(name), Error) << name;
+    try {
+      require_cuda_selection(name);
+      ADD_FAILURE() << name << " accepted on CUDA in a build without CUDA";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("no CUDA selection"), std::string::npos) << e.what();
+    }
 #endif
   }
   // Only the whole-model policy has a round scorer.
@@ -106,6 +100,29 @@ TEST(Registry, RkvOptionsAndDefaults) {
   for (const char* bad : {"rkv:lambda=1.5", "rkv:pool=4", "rkv_official:queries=0",
                           "rkv_official:threshold=2", "rkv_official:temperature=1"})
     EXPECT_THROW(make_policy(bad), Error) << bad;
+}
+
+// What the CUDA selections read of a policy's options (DeviceParams): every option the device rule needs.
+TEST(Registry, DeviceParamsCarryTheOptions) {
+  const DeviceParams block = make_policy("random_block_pp")->device_params();
+  EXPECT_EQ(block.block, 32);
+  EXPECT_TRUE(block.head_scratch);
+  EXPECT_EQ(make_policy("random_block_pp:block=4")->device_params().block, 4);
+  const DeviceParams rec = make_policy("random_pp_rec:recent=0.25")->device_params();
+  EXPECT_EQ(rec.recent, 0.25);
+  EXPECT_TRUE(rec.head_scratch);
+  EXPECT_EQ(make_policy("random_pp_rec")->device_params().recent, 0.5);
+  EXPECT_FALSE(make_policy("random_pp")->device_params().head_scratch);
+  const DeviceParams official = make_policy("rkv_official")->device_params();
+  EXPECT_EQ(official.lambda, 0.1);
+  EXPECT_EQ(official.queries, 8);
+  EXPECT_EQ(official.pool, 7);
+  EXPECT_EQ(official.threshold, 0.5);
+  const DeviceParams set = make_policy("rkv_official:lambda=0.5,queries=4,pool=3,threshold=0.3")->device_params();
+  EXPECT_EQ(set.lambda, 0.5);
+  EXPECT_EQ(set.queries, 4);
+  EXPECT_EQ(set.pool, 3);
+  EXPECT_EQ(set.threshold, 0.3);
 }
 
 TEST(Registry, FullRefusesToSelect) {

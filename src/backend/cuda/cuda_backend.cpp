@@ -312,6 +312,14 @@ class CudaBackend final : public Backend {
         grow(split_counters_, sizeof(int) * static_cast<size_t>(batch.n_seqs) * kv.n_kv_heads,
              "attention split counters"));
     cuda::launch_attention(batch, q, kv, out, n_heads, scale, n_splits, scratch, split_counters, stream_);
+    // H2O's signal, only when the pool records it (the running policy asks for attention mass).
+    if (kv.attention_mass != nullptr) {
+      if (!cuda::attention_mass_supports(kv.head_dim, group))
+        fail("CUDA attention: attention mass takes head_dim a multiple of 8 up to 256 and GQA groups up to 16, "
+             "got {} and {}",
+             kv.head_dim, group);
+      cuda::launch_attention_mass(batch, q, kv, n_heads, scale, stream_);
+    }
   }
 
   void silu_mul(const View& gate_up, const View& out) override {
@@ -369,15 +377,16 @@ class CudaBackend final : public Backend {
     // Scoring policies (issue 7): signals, options, statistics table and per-head scratch.
     const policy::CudaRoundScorer round_scorer = policy::cuda_round_scorer(policy.name());
     const policy::SignalNeeds needs = policy.needs();
-    const bool scoring = needs.any() || round_scorer != nullptr;
-    const CachedParams* params = scoring ? &device_params(policy) : nullptr;
+    const bool reads_pool = needs.any() || round_scorer != nullptr;
+    const CachedParams* params = &device_params(policy);
+    const bool scoring = reads_pool || params->params.head_scratch;
     int n_heads = first.n_heads;
     // Scoring scratch is per (row, layer, KV head): rows go in groups so one group's scratch for a chunk
     // of layers stays under kScoreScratchBytes (one row and one layer at least).
     int64_t head_scratch = 0, round_scratch = 0;
     int group_rows = batch.n_seqs, round_rows = batch.n_seqs;
     if (scoring) {
-      check_scoring_inputs(layers, policy, needs, *params);
+      if (reads_pool) check_scoring_inputs(layers, policy, needs, *params);
       if (params->params.table_heads > 0) n_heads = params->params.table_heads;
       head_scratch = policy::cuda_head_scratch_bytes(capacity);
       const size_t per_row_layer = static_cast<size_t>(first.n_kv_heads) * head_scratch;
@@ -400,13 +409,17 @@ class CudaBackend final : public Backend {
     args.n_model_layers = n_layers;
     args.head_dim = first.head_dim;
     args.n_heads = n_heads;
+    args.pool = params->params.pool;
+    args.temperature = params->params.temperature;
+    args.lambda = params->params.lambda;
+    args.large = params->params.large;
+    args.sinks = params->params.sinks;
+    args.block = params->params.block;
+    args.recent = params->params.recent;
+    args.queries = params->params.queries;
+    args.threshold = params->params.threshold;
+    args.table = static_cast<const double*>(params->table.data());
     if (scoring) {
-      args.pool = params->params.pool;
-      args.temperature = params->params.temperature;
-      args.lambda = params->params.lambda;
-      args.large = params->params.large;
-      args.sinks = params->params.sinks;
-      args.table = static_cast<const double*>(params->table.data());
       const size_t selection_bytes =
           static_cast<size_t>(group_rows) * chunk * first.n_kv_heads * head_scratch;
       const size_t round_bytes = static_cast<size_t>(round_rows) * first.n_kv_heads * round_scratch;
@@ -510,7 +523,7 @@ class CudaBackend final : public Backend {
     for (size_t l = 0; l < layers.size(); ++l) {
       const KvLayer& kv = layers[l];
       host[l] = {kv.keys, kv.values, kv.positions, kv.value_range, kv.attention_mass};
-      selection[l] = {kv.keys, kv.positions, kv.value_range, kv.query_ring};
+      selection[l] = {kv.keys, kv.positions, kv.value_range, kv.query_ring, kv.attention_mass};
     }
     const bool same = host.size() == table_host_.size() &&
                       std::equal(host.begin(), host.end(), table_host_.begin(),
@@ -582,15 +595,14 @@ class CudaBackend final : public Backend {
     if (first.head_dim % 8 != 0 || first.head_dim > 256)
       fail("CUDA evict: policy '{}' needs head_dim a multiple of 8 and at most 256, got {}", policy.name(),
            first.head_dim);
-    if (needs.accumulated_attention)
-      fail("CUDA evict: policy '{}' needs attention mass, which the CUDA backend does not record",
-           policy.name());
     for (const KvLayer& layer : layers) {
       if (needs.window_queries &&
           (layer.query_ring == nullptr || layer.n_heads <= 0 || layer.n_heads % layer.n_kv_heads != 0))
         fail("CUDA evict: policy '{}' needs window queries but the KV pool records none", policy.name());
       if (needs.value_ranges && layer.value_range == nullptr)
         fail("CUDA evict: policy '{}' needs value ranges but the KV pool records none", policy.name());
+      if (needs.accumulated_attention && layer.attention_mass == nullptr)
+        fail("CUDA evict: policy '{}' needs attention mass but the KV pool records none", policy.name());
     }
     const policy::DeviceParams& p = cached.params;
     if (p.table_heads > 0) {

@@ -48,6 +48,14 @@ void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld
                              int n_heads, float scale, int n_splits, float* partial_acc, float* partial_ml,
                              int* split_counters, cudaStream_t stream);
 
+// ---- attention_mass.cu (H2O's signal; CpuBackend::accumulate_attention's twin) ----
+// Head dims (a multiple of 8, at most 256) and GQA groups (at most 16) the mass kernel takes.
+bool attention_mass_supports(int head_dim, int group);
+// kv.attention_mass[slot] += the softmax weight every row of the step gives the slot, summed over the
+// query heads of its KV head (after launch_attention, on the same q and pool).
+void launch_attention_mass(const StepBatch& batch, const View& q, const KvLayer& kv, int n_heads, float scale,
+                           cudaStream_t stream);
+
 // ---- gemv.cu (small-M matmul; CudaBackend::matmul takes it over cuBLASLt where it applies) ----
 inline constexpr int kGemvMaxRows = 8;
 // bf16 x of at most kGemvMaxRows rows, bf16 W with 16-byte aligned rows, fp32 y.

@@ -18,17 +18,16 @@ namespace kvdice::policy::cuda {
 // Draws cached in shared memory; draws beyond are recomputed from the stream (exact, only slower).
 inline constexpr int kCachedDraws = 4096;
 
-__device__ inline void keep_random_subset_device(const HeadSelect& h, uint32_t stream_c, uint8_t* keep) {
+// Calls victim(p) for each of the `victims` pool indices p in [0, m) that the CPU's draw_victims puts
+// first (each p once, from some thread of the CTA). Collective.
+template <class Victim>
+__device__ inline void resolve_victims_device(const PhiloxStream& stream, int m, int victims, Victim victim) {
   __shared__ int32_t draws[kCachedDraws];
-  const int m = h.n_candidates - h.n_protected;
-  const int victims = m - (h.keep - h.n_protected);
-  const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer), stream_c};
   auto draw = [&](int t) {
     return t + static_cast<int>(stream.uniform_below(static_cast<uint32_t>(t), static_cast<uint32_t>(m - t)));
   };
   const int cached = victims < kCachedDraws ? victims : kCachedDraws;
   for (int t = threadIdx.x; t < cached; t += blockDim.x) draws[t] = draw(t);
-  for (int slot = threadIdx.x; slot < h.n_candidates; slot += blockDim.x) keep[slot] = 1;
   __syncthreads();
   for (int i = threadIdx.x; i < victims; i += blockDim.x) {
     int p = i < cached ? draws[i] : draw(i);
@@ -36,9 +35,17 @@ __device__ inline void keep_random_subset_device(const HeadSelect& h, uint32_t s
       const int j = t < cached ? draws[t] : draw(t);
       if (j == p) p = t;  // p received position t's value at step t; continue resolving position t
     }
-    keep[h.n_protected + p] = 0;  // victims are distinct, so no two threads write the same flag
+    victim(p);  // victims are distinct, so no two threads get the same p
   }
   __syncthreads();
+}
+
+__device__ inline void keep_random_subset_device(const HeadSelect& h, uint32_t stream_c, uint8_t* keep) {
+  const int m = h.n_candidates - h.n_protected;
+  const int victims = m - (h.keep - h.n_protected);
+  const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer), stream_c};
+  for (int slot = threadIdx.x; slot < h.n_candidates; slot += blockDim.x) keep[slot] = 1;
+  resolve_victims_device(stream, m, victims, [&](int p) { keep[h.n_protected + p] = 0; });
 }
 
 }  // namespace kvdice::policy::cuda

@@ -71,21 +71,22 @@ __device__ inline uint64_t orderable(double d) {
   return (bits >> 63) != 0 ? ~bits : (bits | (uint64_t{1} << 63));
 }
 
-// w.slot_of_age[a] = the slot of the a-th oldest candidate of [0, n_candidates) (positions are unique
-// per head, so this is policy/ranking.h's chronological()). Collective.
-__device__ inline void age_order(const HeadSelect& h, HeadScratch& w) {
-  const int len = HeadScratch::sort_len(h.n_candidates);
+// w.slot_of_age[a] = the slot of the a-th oldest candidate of [first, n_candidates), a < n_candidates -
+// first (positions are unique per head, so this is policy/ranking.h's chronological(input, first)).
+// Collective.
+__device__ inline void age_order(const HeadSelect& h, HeadScratch& w, int first = 0) {
+  const int count = h.n_candidates - first;
+  const int len = HeadScratch::sort_len(count);
   for (int i = threadIdx.x; i < len; i += blockDim.x) {
     SortPair p{~uint64_t{0}, ~0u, 0};
-    if (i < h.n_candidates)
-      p = {static_cast<uint64_t>(static_cast<uint32_t>(h.position(i)) ^ 0x80000000u),
-           static_cast<uint32_t>(i), 0};
+    if (i < count)
+      p = {static_cast<uint64_t>(static_cast<uint32_t>(h.position(first + i)) ^ 0x80000000u),
+           static_cast<uint32_t>(first + i), 0};
     w.sort[i] = p;
   }
   __syncthreads();
   block_sort(w.sort, len);
-  for (int a = threadIdx.x; a < h.n_candidates; a += blockDim.x)
-    w.slot_of_age[a] = static_cast<int32_t>(w.sort[a].index);
+  for (int a = threadIdx.x; a < count; a += blockDim.x) w.slot_of_age[a] = static_cast<int32_t>(w.sort[a].index);
   __syncthreads();
 }
 

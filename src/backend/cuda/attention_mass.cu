@@ -1,0 +1,168 @@
+// H2O's signal on CUDA (twin of CpuBackend::accumulate_attention): after the attention of a step, every
+// resident slot's attention_mass grows by the softmax weight each query of the step gives it, summed over
+// the query heads of its KV head's GQA group. The attention kernels keep no per-slot weights, so this op
+// recomputes them: one CTA per (sequence, KV head) walks the step's rows in order (a decode row, or every
+// row of a prefill chunk, each seeing the slots before it and itself), computes the group's logits
+// q·k·scale in fp32 from the bf16 query and keys, the softmax statistics in a first pass (online max and
+// fp64 denominator, merged in a fixed order) and adds the weights in a second; each slot belongs to one
+// thread and its heads are added in the CPU's order, so the sums are the same on every run. It runs only
+// when the pool records the signal (the running policy asks for attention mass).
+#include <cuda_bf16.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/dependent_launch.cuh"
+
+namespace kvdice::backend::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxGroup = 16;
+constexpr int kMaxHeadDim = 256;
+
+struct MassArgs {
+  StepBatch batch;
+  const __nv_bfloat16* q;
+  int64_t q_ld;
+  const __nv_bfloat16* keys;
+  float* mass;
+  int n_kv_heads, head_dim, page_slots, group;
+  float scale;
+};
+
+// Online softmax statistics (max m, denominator d = Σ exp(l − m)) merged with another pair.
+__device__ inline void merge_stats(float& m, double& d, float m2, double d2) {
+  const float top = fmaxf(m, m2);
+  if (top == -INFINITY) return;  // both empty
+  d = (m == -INFINITY ? 0.0 : d * exp(static_cast<double>(m - top))) +
+      (m2 == -INFINITY ? 0.0 : d2 * exp(static_cast<double>(m2 - top)));
+  m = top;
+}
+
+// The group's logits (times scale) of the key at pool index `index`; qs holds the group's queries.
+__device__ inline void group_logits(const MassArgs& a, int64_t index, const float* qs, float (&logit)[kMaxGroup]) {
+#pragma unroll
+  for (int gh = 0; gh < kMaxGroup; ++gh) logit[gh] = 0.0f;
+  const uint4* row = reinterpret_cast<const uint4*>(a.keys + index * a.head_dim);
+  for (int c8 = 0; c8 < a.head_dim / 8; ++c8) {
+    const uint4 raw = row[c8];
+    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int e2 = 0; e2 < 4; ++e2) {
+      const float2 k = __bfloat1622float2(pairs[e2]);
+      const int c = c8 * 8 + e2 * 2;
+#pragma unroll
+      for (int gh = 0; gh < kMaxGroup; ++gh) {
+        if (gh < a.group) {
+          logit[gh] = fmaf(qs[gh * a.head_dim + c], k.x, logit[gh]);
+          logit[gh] = fmaf(qs[gh * a.head_dim + c + 1], k.y, logit[gh]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int gh = 0; gh < kMaxGroup; ++gh) logit[gh] *= a.scale;
+}
+
+__global__ void __launch_bounds__(kThreads) attention_mass_kernel(MassArgs a) {
+  __shared__ float qs[kMaxGroup * kMaxHeadDim];
+  __shared__ float warp_m[kWarps][kMaxGroup];
+  __shared__ double warp_d[kWarps][kMaxGroup];
+  __shared__ float stat_m[kMaxGroup], stat_inv[kMaxGroup];
+  enter_dependent();
+  const int s = static_cast<int>(blockIdx.x) / a.n_kv_heads;
+  const int g = static_cast<int>(blockIdx.x) % a.n_kv_heads;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int begin = a.batch.seq_row_begin[s], end = a.batch.seq_row_begin[s + 1];
+  const int length = a.batch.length[s];
+  const int32_t* pages = a.batch.page_table + static_cast<int64_t>(s) * a.batch.max_pages;
+  auto index_of = [&](int slot) {
+    return (static_cast<int64_t>(pages[slot / a.page_slots]) * a.n_kv_heads + g) * a.page_slots +
+           slot % a.page_slots;
+  };
+  for (int r = begin; r < end; ++r) {
+    const int visible = length + (r - begin) + 1;
+    __syncthreads();  // the previous row is done with qs and the statistics
+    const __nv_bfloat16* q = a.q + r * a.q_ld + static_cast<int64_t>(g) * a.group * a.head_dim;
+    for (int i = threadIdx.x; i < a.group * a.head_dim; i += blockDim.x) qs[i] = __bfloat162float(q[i]);
+    __syncthreads();
+    float m[kMaxGroup], logit[kMaxGroup];
+    double den[kMaxGroup];
+#pragma unroll
+    for (int gh = 0; gh < kMaxGroup; ++gh) {
+      m[gh] = -INFINITY;
+      den[gh] = 0.0;
+    }
+    for (int j = threadIdx.x; j < visible; j += blockDim.x) {
+      group_logits(a, index_of(j), qs, logit);
+#pragma unroll
+      for (int gh = 0; gh < kMaxGroup; ++gh) {
+        if (gh >= a.group) continue;
+        if (logit[gh] > m[gh]) {
+          den[gh] = (m[gh] == -INFINITY ? 0.0 : den[gh] * exp(static_cast<double>(m[gh] - logit[gh]))) + 1.0;
+          m[gh] = logit[gh];
+        } else {
+          den[gh] += exp(static_cast<double>(logit[gh] - m[gh]));
+        }
+      }
+    }
+#pragma unroll
+    for (int gh = 0; gh < kMaxGroup; ++gh) {
+      if (gh >= a.group) continue;
+      for (int offset = 16; offset > 0; offset /= 2) {
+        const float m2 = __shfl_down_sync(0xffffffffu, m[gh], offset);
+        const double d2 = __shfl_down_sync(0xffffffffu, den[gh], offset);
+        merge_stats(m[gh], den[gh], m2, d2);
+      }
+      if (lane == 0) {
+        warp_m[warp][gh] = m[gh];
+        warp_d[warp][gh] = den[gh];
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < a.group) {
+      float mt = -INFINITY;
+      double dt = 0.0;
+      for (int k = 0; k < kWarps; ++k) merge_stats(mt, dt, warp_m[k][threadIdx.x], warp_d[k][threadIdx.x]);
+      stat_m[threadIdx.x] = mt;
+      stat_inv[threadIdx.x] = static_cast<float>(1.0 / dt);
+    }
+    __syncthreads();
+    // The CPU's weights exp(l − max) · (1 / denominator), added head by head into the slot's sum.
+    for (int j = threadIdx.x; j < visible; j += blockDim.x) {
+      const int64_t index = index_of(j);
+      group_logits(a, index, qs, logit);
+      float sum = a.mass[index];
+#pragma unroll
+      for (int gh = 0; gh < kMaxGroup; ++gh)
+        if (gh < a.group) sum += expf(logit[gh] - stat_m[gh]) * stat_inv[gh];
+      a.mass[index] = sum;
+    }
+  }
+}
+
+}  // namespace
+
+bool attention_mass_supports(int head_dim, int group) {
+  return head_dim % 8 == 0 && head_dim <= kMaxHeadDim && group >= 1 && group <= kMaxGroup;
+}
+
+void launch_attention_mass(const StepBatch& batch, const View& q, const KvLayer& kv, int n_heads, float scale,
+                           cudaStream_t stream) {
+  if (batch.n_seqs == 0 || kv.n_kv_heads == 0) return;
+  const MassArgs args{batch,
+                      static_cast<const __nv_bfloat16*>(q.data),
+                      q.ld,
+                      static_cast<const __nv_bfloat16*>(kv.keys),
+                      kv.attention_mass,
+                      kv.n_kv_heads,
+                      kv.head_dim,
+                      kv.page_slots,
+                      n_heads / kv.n_kv_heads,
+                      scale};
+  launch_dependent(attention_mass_kernel, dim3(static_cast<unsigned>(batch.n_seqs * kv.n_kv_heads)),
+                   dim3(kThreads), 0, stream, args);
+}
+
+}  // namespace kvdice::backend::cuda

@@ -1,0 +1,39 @@
+// random_block_pp on the device (twin of policy/random_block_pp.cpp): prompt protected; the other
+// candidates in age order form blocks of B, block b gets draw_u64(b) of the (round, layer, KV head)
+// stream, and the K_sel - pl candidates first in (draw descending, age ascending) order are kept. Equal
+// draws keep the older block first and a block's candidates share its draw, so that order is the CPU's
+// (score descending, position ascending): one exact sort of (~draw, age rank) keys.
+#include "policy/cuda/scoring.cuh"
+
+namespace kvdice::policy {
+namespace {
+
+struct RandomBlockPpDevice {
+  __device__ static void select(const CudaSelectionArgs& args, const cuda::HeadSelect& h, int s, char* scratch,
+                                uint8_t* keep) {
+    cuda::HeadScratch w(scratch, args.capacity);
+    const int first = h.n_protected;
+    const int count = h.n_candidates - first;
+    cuda::age_order(h, w, first);
+    const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer), static_cast<uint32_t>(h.kv_head)};
+    const int len = cuda::HeadScratch::sort_len(count);
+    for (int i = threadIdx.x; i < len; i += blockDim.x) {
+      cuda::SortPair p{~uint64_t{0}, ~0u, 0};
+      if (i < count) p = {~stream.draw_u64(static_cast<uint32_t>(i / args.block)), static_cast<uint32_t>(i), 0};
+      w.sort[i] = p;
+    }
+    __syncthreads();
+    cuda::block_sort(w.sort, len);
+    for (int slot = threadIdx.x; slot < first; slot += blockDim.x) keep[slot] = 1;
+    for (int r = threadIdx.x; r < h.keep - first; r += blockDim.x) keep[w.slot_of_age[w.sort[r].index]] = 1;
+    __syncthreads();
+  }
+};
+
+}  // namespace
+
+void cuda_select_random_block_pp(const CudaSelectionArgs& args, void* stream) {
+  cuda::launch_scoring_selection<RandomBlockPpDevice>(args, stream);
+}
+
+}  // namespace kvdice::policy

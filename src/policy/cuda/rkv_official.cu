@@ -1,0 +1,195 @@
+// rkv_official on the device (twin of policy/rkv_official.cpp): score = λ · importance − (1 − λ) ·
+// spared redundancy over all candidates of the KV head, top K_sel (ties: the older first).
+//
+// importance: for each of the newest min(queries, r, appended) ring queries, the max over the GQA group
+// of the logits q·k/√D (fp64, bit-identical to the CPU's: every fp32 × bf16 product is exact in fp64),
+// softmax over the candidates; mean over those queries; max pool of kernel `pool` along age order.
+// redundancy: key_redundancy.cpp with the spare-the-newest rule. The plain column sums come from
+// rkv_select.cuh's Σ-trick; each row's spare (the newest candidate whose cosine similarity exceeds the
+// threshold, else the oldest) is found by the CPU's own arithmetic (unit keys by division, products and
+// sums rounded one by one, no FMA), so the spare decisions are the CPU's bit for bit, and its entry is
+// subtracted from the spare's column. The spare search is O(n² · D) per head, as on the CPU.
+#include "policy/cuda/rkv_select.cuh"
+
+namespace kvdice::policy {
+namespace {
+
+constexpr int kSpareTile = 8;  // candidates whose unit keys sit in shared memory at a time
+
+// w.b[a] = the importance of the a-th oldest candidate (needs w.slot_of_age; uses w.a and w.c).
+__device__ void importance_device(const CudaSelectionArgs& args, const cuda::HeadSelect& h, int s,
+                                  cuda::HeadScratch& w) {
+  __shared__ double qs[cuda::kMaxScoringHeadDim];
+  const backend::StepBatch& batch = args.batch;
+  const int n = h.n_candidates, d = args.head_dim;
+  const int group = args.n_heads / args.n_kv_heads;
+  const int window = batch.window[s];
+  const int64_t appended = batch.appended[s];
+  const int n_queries = static_cast<int>(appended < window ? appended : window);
+  const int nq = args.queries < n_queries ? args.queries : n_queries;
+  const SelectionLayer layer = args.layers[h.layer];
+  const auto* keys = static_cast<const __nv_bfloat16*>(layer.keys);
+  const double scale = 1.0 / sqrt(static_cast<double>(d));
+  double* mean = w.a;
+  double* weight = w.c;
+  for (int a = threadIdx.x; a < n; a += blockDim.x) mean[a] = 0.0;
+  for (int i = 0; i < nq; ++i) {
+    // Query i (newest first) sits in ring slot (appended - 1 - i) % r.
+    const int ring_slot = static_cast<int>((appended - 1 - i) % window);
+    const int64_t page = h.page_table[ring_slot / h.page_slots];
+    for (int a = threadIdx.x; a < n; a += blockDim.x) weight[a] = -INFINITY;
+    for (int gh = 0; gh < group; ++gh) {
+      const int64_t qh = static_cast<int64_t>(h.kv_head) * group + gh;
+      __syncthreads();  // the previous head's readers are done with qs
+      for (int c = threadIdx.x; c < d; c += blockDim.x)
+        qs[c] = layer.query_ring[((page * args.n_heads + qh) * h.page_slots + ring_slot % h.page_slots) * d + c];
+      __syncthreads();
+      for (int a = threadIdx.x; a < n; a += blockDim.x) {
+        const int64_t index = cuda::pool_index(h, w.slot_of_age[a]);
+        double dot = 0.0;
+        for (int c = 0; c < d; ++c) dot += qs[c] * cuda::key_element(keys, index, d, c);
+        weight[a] = fmax(weight[a], dot * scale);
+      }
+    }
+    double local_max = -INFINITY;
+    for (int a = threadIdx.x; a < n; a += blockDim.x) local_max = fmax(local_max, weight[a]);
+    const double top = cuda::block_max(local_max);
+    double part = 0.0;
+    for (int a = threadIdx.x; a < n; a += blockDim.x) part += (weight[a] = exp(weight[a] - top));
+    const double denom = cuda::block_sum(part);
+    for (int a = threadIdx.x; a < n; a += blockDim.x) mean[a] += weight[a] / denom / nq;
+  }
+  __syncthreads();
+  // Max pool along age order; the padding never wins (torch's max_pool1d).
+  const int half = args.pool / 2;
+  for (int a = threadIdx.x; a < n; a += blockDim.x) {
+    double best = -INFINITY;
+    for (int t = max(0, a - half); t <= min(n - 1, a + half); ++t) best = fmax(best, mean[t]);
+    w.b[a] = best;
+  }
+  __syncthreads();
+}
+
+// The CPU's cosine entry of unit keys: products and sums rounded one at a time, in dimension order.
+__device__ inline double add_product(double acc, double x, double y) { return __dadd_rn(acc, __dmul_rn(x, y)); }
+
+// w.a[a] = the spared key redundancy of the a-th oldest candidate (needs w.slot_of_age; uses w.c and
+// w.sort; leaves w.b alone). Collective.
+__device__ void spared_redundancy_device(const CudaSelectionArgs& args, const cuda::HeadSelect& h,
+                                         cuda::HeadScratch& w) {
+  __shared__ double sum_unit[cuda::kMaxScoringHeadDim * 2];
+  __shared__ double tile[kSpareTile][cuda::kMaxScoringHeadDim];
+  const int n = h.n_candidates, d = args.head_dim;
+  const auto* keys = static_cast<const __nv_bfloat16*>(args.layers[h.layer].keys);
+  double* norm = w.c;
+  double* column = w.a;
+  auto index_of = [&](int a) { return cuda::pool_index(h, w.slot_of_age[a]); };
+  auto key = [&](int64_t index, int c) { return static_cast<double>(cuda::key_element(keys, index, d, c)); };
+  for (int a = threadIdx.x; a < n; a += blockDim.x) {
+    const int64_t index = index_of(a);
+    double sq = 0.0;
+    for (int c = 0; c < d; ++c) sq += key(index, c) * key(index, c);  // exact products: fma or not, same sum
+    norm[a] = sqrt(sq) + 1e-8;
+  }
+  __syncthreads();
+  // Plain column sums u_a · (S − u_a), S = Σ u_i (rkv_select.cuh).
+  for (int t = threadIdx.x; t < 2 * d; t += blockDim.x) {
+    const int c = t % d, parity = t / d;
+    double part = 0.0;
+    for (int a = parity; a < n; a += 2) part += key(index_of(a), c) / norm[a];
+    sum_unit[t] = part;
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < d; c += blockDim.x) sum_unit[c] += sum_unit[c + d];
+  __syncthreads();
+  for (int a = threadIdx.x; a < n; a += blockDim.x) {
+    const int64_t index = index_of(a);
+    double dot = 0.0;
+    for (int c = 0; c < d; ++c) {
+      const double u = key(index, c) / norm[a];
+      dot += u * (sum_unit[c] - u);
+    }
+    column[a] = dot;
+  }
+  // Spares, one row (age rank i) per thread: tiles of candidates from the newest down until every row of
+  // the pass has found a similar candidate; rows that find none spare the oldest (age 0).
+  for (int base = 0; base < n; base += blockDim.x) {
+    const int i = base + static_cast<int>(threadIdx.x);
+    bool found = i >= n;
+    const int64_t index_i = i < n ? index_of(i) : 0;
+    int spare = 0;
+    double spare_dot = 0.0;
+    for (int newest = n - 1; newest >= 0; newest -= kSpareTile) {
+      if (!__syncthreads_or(!found)) break;
+      for (int idx = threadIdx.x; idx < kSpareTile * d; idx += blockDim.x) {
+        const int t = idx / d, c = idx % d, j = newest - t;
+        tile[t][c] = j >= 0 ? key(index_of(j), c) / norm[j] : 0.0;
+      }
+      __syncthreads();
+      if (!found) {
+        double dots[kSpareTile];
+#pragma unroll
+        for (int t = 0; t < kSpareTile; ++t) dots[t] = 0.0;
+        for (int c = 0; c < d; ++c) {
+          const double ui = key(index_i, c) / norm[i];
+#pragma unroll
+          for (int t = 0; t < kSpareTile; ++t) dots[t] = add_product(dots[t], ui, tile[t][c]);
+        }
+        for (int t = 0; t < kSpareTile && !found; ++t) {
+          const int j = newest - t;
+          if (j >= 0 && j != i && dots[t] > args.threshold) {
+            found = true;
+            spare = j;
+            spare_dot = dots[t];
+          }
+        }
+      }
+    }
+    if (i < n) {
+      if (!found && i != 0) {  // the oldest's entry (the diagonal, already zero, when i is the oldest)
+        spare_dot = 0.0;
+        const int64_t index_0 = index_of(0);
+        for (int c = 0; c < d; ++c)
+          spare_dot = add_product(spare_dot, key(index_i, c) / norm[i], key(index_0, c) / norm[0]);
+      }
+      w.sort[i] = {static_cast<uint64_t>(__double_as_longlong(spare_dot)), static_cast<uint32_t>(spare), 0};
+    }
+  }
+  __syncthreads();
+  double local_max = -INFINITY;
+  for (int a = threadIdx.x; a < n; a += blockDim.x) {
+    double spared = 0.0;
+    for (int i = 0; i < n; ++i)
+      if (w.sort[i].index == static_cast<uint32_t>(a)) spared += __longlong_as_double(static_cast<long long>(w.sort[i].key));
+    column[a] = (column[a] - spared) / n;
+    local_max = fmax(local_max, column[a]);
+  }
+  const double top = cuda::block_max(local_max);
+  double part = 0.0;
+  for (int a = threadIdx.x; a < n; a += blockDim.x) part += (column[a] = exp(column[a] - top));
+  const double denom = cuda::block_sum(part);
+  for (int a = threadIdx.x; a < n; a += blockDim.x) column[a] /= denom;
+  __syncthreads();
+}
+
+struct RkvOfficialDevice {
+  __device__ static void select(const CudaSelectionArgs& args, const cuda::HeadSelect& h, int s, char* scratch,
+                                uint8_t* keep) {
+    cuda::HeadScratch w(scratch, args.capacity);
+    cuda::age_order(h, w);
+    importance_device(args, h, s, w);       // w.b
+    spared_redundancy_device(args, h, w);   // w.a
+    for (int a = threadIdx.x; a < h.n_candidates; a += blockDim.x)
+      w.b[a] = args.lambda * w.b[a] - (1.0 - args.lambda) * w.a[a];
+    __syncthreads();
+    cuda::keep_prompt_and_highest_device(h, w, w.b, keep);
+  }
+};
+
+}  // namespace
+
+void cuda_select_rkv_official(const CudaSelectionArgs& args, void* stream) {
+  cuda::launch_scoring_selection<RkvOfficialDevice>(args, stream);
+}
+
+}  // namespace kvdice::policy
