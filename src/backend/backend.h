@@ -176,20 +176,6 @@ class Backend {
                          int n_heads, float scale) = 0;
   // out = silu(gate_up[:, :n]) * gate_up[:, n:]  (gate_up fp32 [rows, 2n]; out activation dtype).
   virtual void silu_mul(const View& gate_up, const View& out) = 0;
-  // The two pairs the forward runs back to back, which a backend may fuse into one kernel (CUDA does
-  // at decode's few rows). These defaults are their definition, and the CPU backend's implementation:
-  // y = rmsnorm(x; norm, eps) · W^T + bias, the normalized rows passing through `normed`;
-  virtual void rmsnorm_matmul(const View& x, const View& norm, float eps, const Weight& w, const View& y,
-                              const View& normed) {
-    rmsnorm(x, norm, normed, eps);
-    matmul(normed, w, y, /*accumulate=*/false);
-  }
-  // y (=|+=) silu_mul(gate_up) · W^T + bias, the products passing through `mlp`.
-  virtual void silu_mul_matmul(const View& gate_up, const Weight& w, const View& y, bool accumulate,
-                               const View& mlp) {
-    silu_mul(gate_up, mlp);
-    matmul(mlp, w, y, accumulate);
-  }
   // out[s, :] = x[seq_row_begin[s + 1] - 1, :]: each sequence's last row (for its logits).
   virtual void gather_last_rows(const StepBatch& batch, const View& x, const View& out) = 0;
   // After the forward: length[s] += n_new(s), appended[s] += n_new(s).

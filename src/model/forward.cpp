@@ -154,12 +154,15 @@ backend::View ForwardPass::run(const backend::StepBatch& batch, const kv::KvPool
   for (int layer = 0; layer < c.n_layers; ++layer) {
     const UploadedLayer& w = weights_.layers[static_cast<size_t>(layer)];
     const backend::KvLayer& kv = pool.layer(layer);
-    be.rmsnorm_matmul(x, w.attn_norm, c.rms_eps, w.qkv, qkv, h);
+    be.rmsnorm(x, w.attn_norm, h, c.rms_eps);
+    be.matmul(h, w.qkv, qkv, /*accumulate=*/false);
     be.qk_norm_rope_append(batch, qkv, w.q_norm, w.k_norm, c.rms_eps, weights_.rope, kv, q, c.n_heads);
     be.attention(batch, q, kv, attn, c.n_heads, scale);
     be.matmul(attn, w.wo, x, /*accumulate=*/true);  // residual add fused into the GEMM
-    be.rmsnorm_matmul(x, w.mlp_norm, c.rms_eps, w.gate_up, gate_up, h);
-    be.silu_mul_matmul(gate_up, w.down, x, /*accumulate=*/true, mlp);  // residual add fused
+    be.rmsnorm(x, w.mlp_norm, h, c.rms_eps);
+    be.matmul(h, w.gate_up, gate_up, /*accumulate=*/false);
+    be.silu_mul(gate_up, mlp);
+    be.matmul(mlp, w.down, x, /*accumulate=*/true);
   }
   // Final norm and logits only for the rows asked for.
   View last = x;
@@ -169,7 +172,8 @@ backend::View ForwardPass::run(const backend::StepBatch& batch, const kv::KvPool
   }
   const View normed = a_.last_norm.row_slice(0, last.rows);
   const View logits = a_.logits.row_slice(0, last.rows);
-  be.rmsnorm_matmul(last, weights_.final_norm, c.rms_eps, weights_.lm_head, logits, normed);
+  be.rmsnorm(last, weights_.final_norm, normed, c.rms_eps);
+  be.matmul(normed, weights_.lm_head, logits, /*accumulate=*/false);
   return logits;
 }
 

@@ -136,60 +136,6 @@ TEST(CudaOps, Matmul) {
   }
 }
 
-// The fused pairs (gemv.cu's rmsnorm and silu_mul prologues at decode's few rows; the two ops one
-// after the other elsewhere) against the CPU's definition: rmsnorm then matmul, silu_mul then matmul.
-TEST(CudaOps, FusedNormAndSiluMatmuls) {
-  BackendPair pair = make_pair();
-  KVDICE_REQUIRE_GPU(pair);
-  struct Case {
-    const char* name;
-    int rows, in, out;
-    bool bias, accumulate;
-  };
-  const Case cases[] = {
-      {"batch 1 qkv (fused)", 1, 2560, 6144, false, false},
-      {"batch 8 gate_up (fused)", 8, 2560, 19456, false, false},
-      {"batch 3 qkv+bias (fused)", 3, 2560, 640, true, false},
-      {"batch 1 down (fused, residual)", 1, 9728, 2560, false, true},
-      {"batch 2 down (fused, residual+bias)", 2, 9728, 520, true, true},
-      {"batch 3 down (too wide to stage: unfused)", 3, 9728, 256, false, true},
-      {"batch 9 (cuBLASLt, unfused)", 9, 256, 512, false, true},
-      {"odd width (unfused)", 2, 36, 40, true, false},
-  };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.name);
-    const auto x_host = random_values(size_t(c.rows) * c.in * 2, 41, 3.0f);
-    const auto norm_host = random_values(size_t(c.in), 42);
-    const auto w_host = random_values(size_t(c.out) * c.in, 43, 0.05f);
-    const auto b_host = random_values(size_t(c.out), 44);
-    const auto y0 = random_values(size_t(c.rows) * c.out, 45);
-    std::vector<float> normed_out[2], silu_out[2];
-    int i = 0;
-    for (Backend* b : {pair.cpu.get(), pair.gpu.get()}) {
-      Matrix x(*b, DType::F32, c.rows, c.in, "x"), gate_up(*b, DType::F32, c.rows, 2 * c.in, "gate_up");
-      Matrix norm(*b, DType::F32, 1, c.in, "norm"), w(*b, b->weight_dtype(), c.out, c.in, "w");
-      Matrix bias(*b, DType::F32, 1, c.out, "bias"), y(*b, DType::F32, c.rows, c.out, "y");
-      Matrix through(*b, b->activation_dtype(), c.rows, c.in, "normed or mlp");
-      x.upload(std::vector<float>(x_host.begin(), x_host.begin() + size_t(c.rows) * c.in));
-      gate_up.upload(x_host);
-      norm.upload(norm_host);
-      w.upload(w_host);
-      bias.upload(b_host);
-      const backend::Weight weight{w.view, c.bias ? bias.view : backend::View{}};
-      y.upload(y0);
-      b->rmsnorm_matmul(x.view, norm.view, 1e-6f, weight, y.view, through.view);
-      normed_out[i] = y.download();
-      y.upload(y0);
-      b->silu_mul_matmul(gate_up.view, weight, y.view, c.accumulate, through.view);
-      silu_out[i] = y.download();
-      EXPECT_TRUE(y.memory.sentinel_intact() && through.memory.sentinel_intact());
-      ++i;
-    }
-    EXPECT_LE(relative_error(normed_out[1], normed_out[0]), 1e-2);
-    EXPECT_LE(relative_error(silu_out[1], silu_out[0]), 1e-2);
-  }
-}
-
 TEST(CudaOps, SiluMulGatherAdvance) {
   BackendPair pair = make_pair();
   KVDICE_REQUIRE_GPU(pair);

@@ -255,20 +255,6 @@ class CudaBackend final : public Backend {
     add_bias(w, y);
   }
 
-  void rmsnorm_matmul(const View& x, const View& norm, float eps, const Weight& w, const View& y,
-                      const View& normed) override {
-    if (!cuda::gemv_rmsnorm_supports(x, norm, w.w, y)) return Backend::rmsnorm_matmul(x, norm, eps, w, y, normed);
-    cuda::launch_gemv_rmsnorm(x, norm, eps, w.w, y, stream_);
-    add_bias(w, y);
-  }
-
-  void silu_mul_matmul(const View& gate_up, const Weight& w, const View& y, bool accumulate,
-                       const View& mlp) override {
-    if (!cuda::gemv_silu_mul_supports(gate_up, w.w, y)) return Backend::silu_mul_matmul(gate_up, w, y, accumulate, mlp);
-    cuda::launch_gemv_silu_mul(gate_up, w.w, y, accumulate, stream_);
-    add_bias(w, y);
-  }
-
   void qk_norm_rope_append(const StepBatch& batch, const View& qkv, const View& q_norm, const View& k_norm,
                            float eps, const Rope& rope, const KvLayer& kv, const View& q,
                            int n_heads) override {

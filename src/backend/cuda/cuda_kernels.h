@@ -61,12 +61,6 @@ inline constexpr int kGemvMaxRows = 8;
 // bf16 x of at most kGemvMaxRows rows, bf16 W with 16-byte aligned rows, fp32 y.
 bool gemv_supports(const View& x, const View& w, const View& y);
 void launch_gemv(const View& x, const View& w, const View& y, bool accumulate, cudaStream_t stream);
-// Fused forms: y = rmsnorm(x; norm, eps) · W^T (x fp32), and y (=|+=) silu_mul(gate_up) · W^T.
-bool gemv_rmsnorm_supports(const View& x, const View& norm, const View& w, const View& y);
-void launch_gemv_rmsnorm(const View& x, const View& norm, float eps, const View& w, const View& y,
-                         cudaStream_t stream);
-bool gemv_silu_mul_supports(const View& gate_up, const View& w, const View& y);
-void launch_gemv_silu_mul(const View& gate_up, const View& w, const View& y, bool accumulate, cudaStream_t stream);
 
 // ---- sample.cu ----
 // Per-row weight scratch of the sample kernel.

@@ -53,16 +53,17 @@ struct ChunkPartial {
 };
 
 int chunks_for(int64_t vocab) {
-  return static_cast<int>(std::clamp<int64_t>((vocab + kTokensPerChunk - 1) / kTokensPerChunk, 1, kMaxChunks));
+  return static_cast<int>(
+      std::clamp<int64_t>((vocab + kTokensPerChunk - 1) / kTokensPerChunk, 1, kMaxChunks));
 }
 
 // One row's part of the scratch (each array 256-byte aligned).
 struct RowScratch {
-  uint32_t* weight;                  // [vocab]
-  int32_t* list;                     // [vocab] candidate ids of the finish kernel
-  uint32_t* count;                   // [kMaxChunks][kDigits] per-chunk top-byte counts of positive weights
-  unsigned long long* sum;           // [kMaxChunks][kDigits] and their weight sums
-  ChunkPartial* partial;             // [kMaxChunks]
+  uint32_t* weight;         // [vocab]
+  int32_t* list;            // [vocab] candidate ids of the finish kernel
+  uint32_t* count;          // [kMaxChunks][kDigits] per-chunk top-byte counts of positive weights
+  unsigned long long* sum;  // [kMaxChunks][kDigits] and their weight sums
+  ChunkPartial* partial;    // [kMaxChunks]
 };
 
 __host__ __device__ inline size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -96,6 +97,25 @@ __device__ inline ArgMax row_best(const RowScratch& r, int n_chunks) {
   ArgMax best = r.partial[0].best;
   for (int c = 1; c < n_chunks; ++c) best = ArgMaxOp{}(best, r.partial[c].best);
   return best;
+}
+
+// Adds each lane's token to a shared histogram (digit == kDigits: no token) with one atomic per
+// distinct digit of the warp: flat logits put most of a warp's tokens in one bucket, and per-token
+// atomics on one address serialise (at batch 128 that cost more than the rest of the sampler). The
+// lanes of one digit sum their weights with redux over 16-bit halves (32 halves fit in 32 bits).
+// Every lane of the warp must call it (loops with warp-uniform trip counts).
+template <bool kSums>
+__device__ inline void histogram_add(unsigned* counts, unsigned long long* sums, unsigned digit, uint32_t w) {
+  const unsigned peers = __match_any_sync(0xffffffffu, digit);
+  unsigned lo = 0, hi = 0;
+  if constexpr (kSums) {
+    lo = __reduce_add_sync(peers, w & 0xffffu);
+    hi = __reduce_add_sync(peers, w >> 16);
+  }
+  if (digit < kDigits && threadIdx.x % 32 == static_cast<unsigned>(__ffs(peers) - 1)) {
+    atomicAdd(&counts[digit], static_cast<unsigned>(__popc(peers)));
+    if constexpr (kSums) atomicAdd(&sums[digit], (static_cast<unsigned long long>(hi) << 16) + lo);
+  }
 }
 
 __global__ void __launch_bounds__(kChunkThreads)
@@ -160,13 +180,14 @@ __global__ void __launch_bounds__(kChunkThreads)
     sums[d] = 0;
   }
   __syncthreads();
-  for (int i = begin + threadIdx.x; i < end; i += kChunkThreads) {
-    const uint32_t w = sampling_weight(__fsub_rn(__fdiv_rn(logits[i], temperature), max_scaled));
-    r.weight[i] = w;
-    if (w > 0) {
-      atomicAdd(&counts[w >> 24], 1u);
-      atomicAdd(&sums[w >> 24], static_cast<unsigned long long>(w));
+  for (int base = begin + static_cast<int>(threadIdx.x / 32 * 32); base < end; base += kChunkThreads) {
+    const int i = base + static_cast<int>(threadIdx.x % 32);
+    uint32_t w = 0;
+    if (i < end) {
+      w = sampling_weight(__fsub_rn(__fdiv_rn(logits[i], temperature), max_scaled));
+      r.weight[i] = w;
     }
+    histogram_add<true>(counts, sums, w > 0 ? w >> 24 : kDigits, w);
   }
   __syncthreads();
   for (int d = threadIdx.x; d < kDigits; d += kChunkThreads) {
@@ -245,13 +266,16 @@ __device__ uint32_t refine_weight(FinishShared& sh, const RowScratch& r, int n, 
       sh.sums[d] = 0;
     }
     __syncthreads();
-    for (int j = threadIdx.x; j < n; j += kFinishThreads) {
-      const int i = r.list[j];
-      const uint32_t w = r.weight[i];
-      if (!take(i, w) || (w >> (shift + 8)) != (prefix >> (shift + 8))) continue;
-      const unsigned digit = (w >> shift) & 0xffu;
-      atomicAdd(&sh.counts[digit], 1u);
-      if (!kCount) atomicAdd(&sh.sums[digit], static_cast<unsigned long long>(w));
+    for (int base = threadIdx.x / 32 * 32; base < n; base += kFinishThreads) {
+      const int j = base + threadIdx.x % 32;
+      uint32_t w = 0;
+      unsigned digit = kDigits;
+      if (j < n) {
+        const int i = r.list[j];
+        w = r.weight[i];
+        if (take(i, w) && (w >> (shift + 8)) == (prefix >> (shift + 8))) digit = (w >> shift) & 0xffu;
+      }
+      histogram_add<!kCount>(sh.counts, sh.sums, digit, w);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -279,11 +303,15 @@ __device__ int nth_lowest_id(FinishShared& sh, const RowScratch& r, int n_list, 
     const int shift = 24 - 8 * pass;
     for (int d = threadIdx.x; d < kDigits; d += kFinishThreads) sh.counts[d] = 0;
     __syncthreads();
-    for (int j = threadIdx.x; j < n_list; j += kFinishThreads) {
-      const uint32_t i = static_cast<uint32_t>(r.list[j]);
-      if (!take(static_cast<int>(i), r.weight[i])) continue;
-      if (pass > 0 && (i >> (shift + 8)) != (prefix >> (shift + 8))) continue;
-      atomicAdd(&sh.counts[(i >> shift) & 0xffu], 1u);
+    for (int base = threadIdx.x / 32 * 32; base < n_list; base += kFinishThreads) {
+      const int j = base + threadIdx.x % 32;
+      unsigned digit = kDigits;
+      if (j < n_list) {
+        const uint32_t i = static_cast<uint32_t>(r.list[j]);
+        if (take(static_cast<int>(i), r.weight[i]) && (pass == 0 || (i >> (shift + 8)) == (prefix >> (shift + 8))))
+          digit = (i >> shift) & 0xffu;
+      }
+      histogram_add<false>(sh.counts, nullptr, digit, 0);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -307,7 +335,8 @@ __device__ int nth_lowest_id(FinishShared& sh, const RowScratch& r, int n_list, 
 }
 
 __device__ unsigned long long block_sum(FinishShared& sh, unsigned long long v) {
-  const unsigned long long total = cub::BlockReduce<unsigned long long, kFinishThreads>(sh.temp.sum_u64).Sum(v);
+  const unsigned long long total =
+      cub::BlockReduce<unsigned long long, kFinishThreads>(sh.temp.sum_u64).Sum(v);
   if (threadIdx.x == 0) sh.value_u64 = total;
   __syncthreads();
   const unsigned long long result = sh.value_u64;
@@ -385,7 +414,8 @@ __global__ void __launch_bounds__(kFinishThreads)
     const auto in_digit_k = [&](int, uint32_t w) { return w > 0 && static_cast<int>(w >> 24) == digit_k; };
     const int n = build_list(sh, r, vocab, in_digit_k);
     unsigned at = 0;
-    weight_k = refine_weight<true>(sh, r, n, digit_k, in_digit_k, static_cast<uint64_t>(top_k), 0.0f, greater, at);
+    weight_k =
+        refine_weight<true>(sh, r, n, digit_k, in_digit_k, static_cast<uint64_t>(top_k), 0.0f, greater, at);
     const int need = top_k - static_cast<int>(greater);
     id_cut_k = nth_lowest_id(sh, r, n, need, [&](int, uint32_t w) { return w == weight_k; });
   }
@@ -430,7 +460,9 @@ __global__ void __launch_bounds__(kFinishThreads)
     unsigned long long above = sh.running;
     __syncthreads();
     // The crossing digit's tokens: still in the list when it is digit_k, else one more pass.
-    const auto in_digit_p = [&](int i, uint32_t w) { return kept_k(i, w) && static_cast<int>(w >> 24) == digit_p; };
+    const auto in_digit_p = [&](int i, uint32_t w) {
+      return kept_k(i, w) && static_cast<int>(w >> 24) == digit_p;
+    };
     const int n = (cut_k && digit_p == digit_k) ? sh.list_size : build_list(sh, r, vocab, in_digit_p);
     unsigned at = 0;
     weight_p = refine_weight<false>(sh, r, n, digit_p, in_digit_p, total_k, top_p, above, at);
@@ -444,7 +476,8 @@ __global__ void __launch_bounds__(kFinishThreads)
         lo = mid + 1;
       }
     }
-    id_cut_p = nth_lowest_id(sh, r, n, lo, [&](int i, uint32_t w) { return in_digit_p(i, w) && w == weight_p; });
+    id_cut_p =
+        nth_lowest_id(sh, r, n, lo, [&](int i, uint32_t w) { return in_digit_p(i, w) && w == weight_p; });
   }
   const auto kept = [&](int i, uint32_t w) {
     return kept_k(i, w) && (!cut_p || w > weight_p || (w == weight_p && i <= id_cut_p));
@@ -497,13 +530,13 @@ void launch_sample(const StepBatch& batch, const View& logits, void* scratch, cu
   const int n_chunks = chunks_for(vocab);
   const dim3 chunk_grid(static_cast<unsigned>(n_chunks), static_cast<unsigned>(batch.n_seqs));
   sample_argmax_kernel<<<chunk_grid, kChunkThreads, 0, stream>>>(logits.as<const float>(), logits.ld, vocab,
-                                                                  scratch);
+                                                                 scratch);
   CUDA_CHECK_LAUNCH("sample_argmax_kernel");
   sample_weights_kernel<<<chunk_grid, kChunkThreads, 0, stream>>>(batch, logits.as<const float>(), logits.ld,
-                                                                   vocab, scratch);
+                                                                  vocab, scratch);
   CUDA_CHECK_LAUNCH("sample_weights_kernel");
-  sample_finish_kernel<<<batch.n_seqs, kFinishThreads, 0, stream>>>(batch, logits.as<const float>(), logits.ld,
-                                                                     vocab, n_chunks, scratch);
+  sample_finish_kernel<<<batch.n_seqs, kFinishThreads, 0, stream>>>(batch, logits.as<const float>(),
+                                                                    logits.ld, vocab, n_chunks, scratch);
   CUDA_CHECK_LAUNCH("sample_finish_kernel");
 }
 
