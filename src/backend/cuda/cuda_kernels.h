@@ -39,8 +39,10 @@ void launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, 
 
 // ---- decode_attention.cu (tensor cores; launch_attention dispatches to it) ----
 // Whether the tensor-core decode kernel takes this step: one row per sequence, head_dim 64 or 128, a
-// GQA group of at most 16, pages of 16 slots, and splits whose merge weights fit its shared memory.
-bool decode_attention_supports(const StepBatch& batch, int head_dim, int group, int page_slots, int n_splits);
+// GQA group of at most 16, pages of 16 slots, splits whose merge weights fit its shared memory, and
+// queries aligned for bf16-pair loads.
+bool decode_attention_supports(const StepBatch& batch, const void* q, int64_t q_ld, int head_dim, int group,
+                               int page_slots, int n_splits);
 // Writes out; with n_splits > 1 through the split partials (attention.cu's layout), merged by the
 // last split to finish, counted in split_counters ([n_seqs][n_kv_heads], zero before and after).
 void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld, const void* keys,

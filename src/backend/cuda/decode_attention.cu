@@ -383,12 +383,15 @@ void launch_for(const DecodeArgs& args, cudaStream_t stream) {
 
 }  // namespace
 
-bool decode_attention_supports(const StepBatch& batch, int head_dim, int group, int page_slots, int n_splits) {
+bool decode_attention_supports(const StepBatch& batch, const void* q, int64_t q_ld, int head_dim, int group,
+                               int page_slots, int n_splits) {
   // The fused merge keeps the splits' weights in the (drained) stage memory.
   const int merge_bytes = kRows * (n_splits + 1) * static_cast<int>(sizeof(float));
   const int shared = head_dim == 128 ? DecodeShape<128>::kSharedBytes : DecodeShape<64>::kSharedBytes;
+  // Queries are read as bf16 pairs.
+  const bool q_aligned = q_ld % 2 == 0 && reinterpret_cast<uintptr_t>(q) % 4 == 0;
   return batch.max_rows_per_seq == 1 && (head_dim == 64 || head_dim == 128) && group >= 1 &&
-         group <= kRows && page_slots == kPageSlots && merge_bytes <= shared;
+         group <= kRows && page_slots == kPageSlots && merge_bytes <= shared && q_aligned;
 }
 
 void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld, const void* keys,
