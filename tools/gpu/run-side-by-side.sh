@@ -29,9 +29,12 @@ OUT="$WORK" MODE=full MODEL=$M LIMIT=${LIMIT:-100} bash tools/gpu/run-bench.sh >
 grep -E "^(==|exit)" "$WORK/bench.log" >> "$WORK/summary.md"
 [ -f "$WORK/bench.md" ] && cat "$WORK/bench.md" >> "$WORK/summary.md"
 
-if [ -d .gpu-peers ] && (( $(left) > 60 )); then
+# The peers: llama.cpp and the HF harness from the pack, or the HF harness alone from tools/peers/
+# when no pack was carried (it needs only the GPU machine's torch and transformers).
+PEERS=tools/peers/run-peers.sh; [ -d .gpu-peers ] && PEERS=.gpu-peers/run-peers.sh
+if (( $(left) > 60 )); then
   summary "## peers ($(left) s left)"
-  BUDGET_S=$(( $(left) - 15 )) bash .gpu-peers/run-peers.sh $M "$WORK/peers" > "$WORK/peers.log" 2>&1
+  BUDGET_S=$(( $(left) - 15 )) bash $PEERS $M "$WORK/peers" > "$WORK/peers.log" 2>&1
   cat "$WORK/peers/summary.md" >> "$WORK/summary.md" 2>/dev/null
 fi
 cp "$WORK/summary.md" "$OUT/summary.md"

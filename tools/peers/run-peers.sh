@@ -29,8 +29,11 @@ OUT="${2:?usage: run-peers.sh CHECKPOINT_DIR OUT_DIR}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 if [[ -d "$HERE/llama.cpp" ]]; then  # run from inside a pack (.gpu-peers/run-peers.sh)
   PACK="${PACK:-$HERE}"
-else
+elif [[ -d "$(cd "$HERE/../.." && pwd)/.gpu-peers" ]]; then
   PACK="${PACK:-$(cd "$HERE/../.." && pwd)/.gpu-peers}"
+else  # no llama.cpp pack: the HF harness alone, from this folder
+  PACK="${PACK:-$HERE}"
+  STAGES="${STAGES:-hf}"
 fi
 SCRATCH="${SCRATCH:-/tmp/kvdice-peers}"
 BUDGET_S="${BUDGET_S:-450}"
