@@ -73,9 +73,11 @@ std::vector<std::pair<std::string, std::string>> headline(const Json& run) {
                      fmt_number(Json(run.value("peak_memory_bytes", int64_t{0}) / 1073741824.0), 2),
                      fmt_number(m["eviction_rounds_total"])));
     } else if (m.contains("round_ms_model")) {
+      const bool per_call = m.value("round_ms_layer_from", std::string("one-layer evict call")) ==
+                            "one-layer evict call";
       out.emplace_back(label,
-                       fmt::format("round {} ms/model, {} ms/layer call, {}% of decode",
-                                   fmt_number(m["round_ms_model"], 4), fmt_number(m["round_ms_layer"], 4),
+                       fmt::format("round {} ms/model, {} ms/{}, {}% of decode", fmt_number(m["round_ms_model"], 4),
+                                   fmt_number(m["round_ms_layer"], 4), per_call ? "layer call" : "layer (model / layers)",
                                    fmt_number(Json(100.0 * m.value("decode_share", 0.0)), 3)));
     }
   }

@@ -134,6 +134,32 @@ TEST_F(BenchCli, EvictTimesEveryPolicyAtEachBatch) {
   }
 }
 
+// TriAttention scores every layer in one call (one keep-set per KV head for the whole model), so it has
+// no one-layer round: its per-layer figure is the model round over the layers, and says so. (Timing a
+// one-layer call failed on its statistics check: "the cache has 1" layer.)
+TEST_F(BenchCli, EvictTimesAWholeModelScorerPerModel) {
+  const std::string stats = path("tri.safetensors"), text = path("text.txt"), json = path("t.json");
+  std::string words;
+  for (int i = 0; i < 400; ++i) words += fmt::format("word{} and more text {} ", i, i * 7);
+  write_file_atomically(text, words);
+  const CommandResult c = run_kvdice({"calibrate", "--model", kModel, "--text", text, "--tokens", "256",
+                                      "--segment", "128", "--out", stats, "--threads", "1"});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  const CommandResult r = run_kvdice(cpu({"bench", "evict", "--model", kModel, "--budget", "64", "--window",
+                                          "16", "--prompt-len", "8", "--batches", "2", "--policies",
+                                          "triattention:stats=" + stats + ",random_pp", "--repeats", "2",
+                                          "--json-out", json}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json results = read_runs(json)[0]["results"];
+  ASSERT_EQ(results.size(), 2u);
+  const Json& tri = results[0]["metrics"];
+  EXPECT_TRUE(results[0]["validation"]["ok"].get<bool>()) << results[0].dump();
+  EXPECT_DOUBLE_EQ(tri["round_ms_layer"].get<double>(), tri["round_ms_model"].get<double>() / 2.0);
+  EXPECT_NE(tri["round_ms_layer_from"].get<std::string>().find("whole-model"), std::string::npos);
+  EXPECT_EQ(results[1]["metrics"]["round_ms_layer_from"], "one-layer evict call");
+  EXPECT_TRUE(results[1]["validation"]["ok"].get<bool>());
+}
+
 TEST_F(BenchCli, LatencyAgainstTheWeightsOnlyRoofline) {
   const std::string json = path("l.json"), md = path("l.md");
   const CommandResult r =
