@@ -33,6 +33,13 @@ constexpr int64_t cuda_head_scratch_bytes(int capacity) {
   const int64_t bytes = 16 * cuda_sort_capacity(capacity) + 4 * int64_t{capacity} + 3 * 8 * int64_t{capacity};
   return (bytes + 255) / 256 * 256;
 }
+// What a policy reading the windowed attention (window_attention.cuh) adds to each head scratch: the
+// per-query-head mean weights per candidate (fp64) and the candidate tiles' softmax statistics.
+constexpr int64_t cuda_window_scratch_bytes(int capacity, int group) {
+  const int64_t cells = int64_t{group} * capacity;
+  const int64_t bytes = 8 * ((cells + 1) / 2 * 2) + 16 * cells;  // means padded to 16 bytes
+  return (bytes + 255) / 256 * 256;
+}
 // Per-(row, KV head) scratch of a round scorer (TriAttention): the head scratch plus one fp64 array per
 // query head of the GQA group.
 constexpr int64_t cuda_round_scratch_bytes(int capacity, int group) {
@@ -69,7 +76,8 @@ struct CudaSelectionArgs {
   int queries = 0;
   double threshold = 0.0;
   const double* table = nullptr;  // EvictionPolicy::device_params().table, uploaded once
-  // cuda_head_scratch_bytes(capacity) bytes per (row, layer of the launch, KV head), at
+  // cuda_head_scratch_bytes(capacity) bytes (plus cuda_window_scratch_bytes for policies that need
+  // window queries) per (row, layer of the launch, KV head), at
   // scratch + (((s - row_begin) * n_layers + l) * n_kv_heads + h) * head_scratch; a round scorer uses
   // cuda_round_scratch_bytes per (row, KV head) instead.
   char* scratch = nullptr;

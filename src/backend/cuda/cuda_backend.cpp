@@ -389,6 +389,9 @@ class CudaBackend final : public Backend {
       if (reads_pool) check_scoring_inputs(layers, policy, needs, *params);
       if (params->params.table_heads > 0) n_heads = params->params.table_heads;
       head_scratch = policy::cuda_head_scratch_bytes(capacity);
+      // Windowed-attention policies also keep per-query-head means and tile statistics per head.
+      if (needs.window_queries)
+        head_scratch += policy::cuda_window_scratch_bytes(capacity, n_heads / first.n_kv_heads);
       const size_t per_row_layer = static_cast<size_t>(first.n_kv_heads) * head_scratch;
       chunk = std::min(
           chunk, static_cast<int>(std::clamp<size_t>(kScoreScratchBytes / (per_row_layer * batch.n_seqs), 1,

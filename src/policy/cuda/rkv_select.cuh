@@ -69,7 +69,7 @@ struct RkvDevice {
                                 uint8_t* keep) {
     HeadScratch w(scratch, args.capacity);
     age_order(h, w);
-    windowed_attention_device(args, h, s, w);  // w.b; w.a is free again afterwards
+    windowed_attention_device(args, h, s, w, scratch);  // w.b; w.a is free again afterwards
     key_redundancy_device(args, h, w);         // w.a
     for (int a = threadIdx.x; a < h.n_candidates; a += blockDim.x)
       w.b[a] = args.lambda * w.b[a] - (1.0 - args.lambda) * w.a[a];
