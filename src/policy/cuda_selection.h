@@ -34,12 +34,17 @@ constexpr int64_t cuda_head_scratch_bytes(int capacity) {
   return (bytes + 255) / 256 * 256;
 }
 // What a policy reading the windowed attention (window_attention.cuh) adds to each head scratch: the
-// per-query-head mean weights per candidate (fp64) and the candidate tiles' softmax statistics.
-constexpr int64_t cuda_window_scratch_bytes(int capacity, int group) {
+// per-query-head mean weights per candidate (fp64), the candidate tiles' softmax statistics and, for up
+// to logit_queries window queries, every scaled logit (fp64, so the second pass reads instead of
+// recomputing them).
+constexpr int64_t cuda_window_scratch_bytes(int capacity, int group, int logit_queries) {
   const int64_t cells = int64_t{group} * capacity;
-  const int64_t bytes = 8 * ((cells + 1) / 2 * 2) + 16 * cells;  // means padded to 16 bytes
+  const int64_t bytes = 8 * ((cells + 1) / 2 * 2) + 16 * cells + 8 * cells * logit_queries;  // means padded to 16 B
   return (bytes + 255) / 256 * 256;
 }
+// Window queries whose logits the window scratch holds when it fits (the default r; a longer window
+// recomputes them).
+inline constexpr int kCudaStoredLogitQueries = 64;
 // Per-(row, KV head) scratch of a round scorer (TriAttention): the head scratch plus one fp64 array per
 // query head of the GQA group.
 constexpr int64_t cuda_round_scratch_bytes(int capacity, int group) {
@@ -76,6 +81,9 @@ struct CudaSelectionArgs {
   int queries = 0;
   double threshold = 0.0;
   const double* table = nullptr;  // EvictionPolicy::device_params().table, uploaded once
+  // Windowed attention: the window scratch holds the logits of up to this many window queries (0: none;
+  // rows with more queries recompute them). Set with the scratch by the backend.
+  int logit_queries = 0;
   // cuda_head_scratch_bytes(capacity) bytes (plus cuda_window_scratch_bytes for policies that need
   // window queries) per (row, layer of the launch, KV head), at
   // scratch + (((s - row_begin) * n_layers + l) * n_kv_heads + h) * head_scratch; a round scorer uses

@@ -5,19 +5,22 @@
 //
 // Precision, chosen so the keep-sets equal the CPU's: the CPU works in double. Here each logit is an
 // fp64 dot product of the fp32 ring query with the bf16 key in the CPU's order (every product of an
-// fp32 and a bf16 value is exact in fp64, so the logits equal the CPU's bit for bit); exp and the sums
-// are fp64 too, and differ from the CPU's only by summation order (about 1e-16 relative).
+// fp32 and a bf16 value is exact in fp64, so the logits equal the CPU's bit for bit), scaled by one
+// rounded multiply as on the CPU (scaled_logit: no FMA contraction into the exp's argument); exp and the
+// sums are fp64 too, and differ from the CPU's only by summation order (about 1e-16 relative).
 //
-// Parallel layout (kernels in window_scores.cu): one head's score is spread over a grid of (candidate tile, query head, layer x KV
-// head, row) CTAs, because one CTA per KV head leaves most of the GPU idle (8 CTAs per layer call at
-// batch 1) while each does ~2000 candidates x 64 queries x group x D fp64 FMAs. Two launches run before
-// the per-head selection kernel, both over that grid, queries kQueryTile at a time in shared memory as
-// fp64, one candidate (slot) per thread:
-//   1. window_stats_kernel: each tile's per-query online max and denominator, written to the window
-//      scratch;
+// Parallel layout (kernels in window_scores.cu): one head's score is spread over a grid of (candidate
+// tile, layer x KV head x query head, row) CTAs, because one CTA per KV head leaves most of the GPU idle
+// (8 CTAs per layer call at batch 1) while each does ~2000 candidates x 64 queries x group x D x 2 fp64
+// FMAs in series. Two launches run before the per-head selection kernel, both over that grid, one
+// candidate slot per thread:
+//   1. window_stats_kernel: queries kQueryTile at a time in shared memory as fp64; the logits, each
+//      tile's per-query online max and denominator (merged across the CTA in a fixed order), written to
+//      the window scratch together with the logits themselves when they fit (args.logit_queries);
 //   2. window_means_kernel: merges the tiles' statistics in tile order (every CTA of the head the same
-//      way, so the result is one number), recomputes the logits and writes each candidate slot's mean
-//      softmax weight per query head, queries in the CPU's order (newest first).
+//      way, so each CTA sees the same numbers), then adds each candidate slot's normalised weights per
+//      query head, queries in the CPU's order (newest first), reading the stored logits (or recomputing
+//      them when the window has more queries than the scratch holds).
 // The selection kernel then pools the means along age order (windowed_attention_device).
 #pragma once
 
@@ -32,19 +35,25 @@ inline constexpr int kMaxScoringHeadDim = 256;
 inline constexpr int kWindowThreads = 128;  // small CTAs: several per SM hide the fp64 latency
 inline constexpr int kMaxWindowTiles = 16;  // candidate tiles per (row, layer, query head)
 
-// The window scratch of one (row, layer, KV head), placed right after its head scratch:
-// means[group][capacity] (the mean softmax weight of candidate slot j for query head gh), then
-// stats[group][capacity] (m, d) pairs, [gh][query * n_tiles + tile].
+// The window scratch of one (row, layer, KV head), placed right after its head scratch
+// (cuda_window_scratch_bytes): means[group][capacity] (the mean softmax weight of candidate slot j for
+// query head gh), stats[group][capacity] (m, d) pairs at [gh][query * n_tiles + tile], then
+// logits[group][logit_queries][capacity] (the scaled logit of query i and slot j).
 struct WindowScratch {
   double* means = nullptr;
   double2* stats = nullptr;
+  double* logits = nullptr;
 
   __device__ WindowScratch(char* head_base, int capacity, int group) {
+    const int64_t cells = static_cast<int64_t>(group) * capacity;
     means = reinterpret_cast<double*>(head_base + cuda_head_scratch_bytes(capacity));
-    // stats start 16-byte aligned (group * capacity may be odd).
-    stats = reinterpret_cast<double2*>(means + ((static_cast<int64_t>(group) * capacity + 1) & ~int64_t{1}));
+    stats = reinterpret_cast<double2*>(means + ((cells + 1) & ~int64_t{1}));  // 16-byte aligned
+    logits = reinterpret_cast<double*>(stats + cells);
   }
 };
+
+// The CPU's scaled logit, dot * scale rounded once (no FMA contraction with what follows).
+__device__ inline double scaled_logit(double dot, double scale) { return __dmul_rn(dot, scale); }
 
 // Tiles of one head: enough to fill the GPU, at most kMaxWindowTiles, no emptier than one candidate per
 // thread, and n_tiles * nq <= capacity so the statistics fit (nq <= r < capacity keeps it >= 1).
@@ -98,6 +107,7 @@ struct WindowItem {
   HeadSelect h;
   int s = 0, gh = 0, qh = 0, group = 0;
   int nq = 0, n_tiles = 0, tile = 0, begin = 0, end = 0;
+  bool stored = false;  // the window scratch holds this head's logits (nq <= args.logit_queries)
   int64_t appended = 0;
   int window = 0;
   SelectionLayer layer;
@@ -116,6 +126,7 @@ struct WindowItem {
     appended = args.batch.appended[s];
     nq = static_cast<int>(appended < window ? appended : window);
     n_tiles = window_tiles(h.n_candidates, nq, args.capacity);
+    stored = nq <= args.logit_queries;
     tile = static_cast<int>(blockIdx.x);
     if (tile >= n_tiles) return;
     const int size = (h.n_candidates + n_tiles - 1) / n_tiles;

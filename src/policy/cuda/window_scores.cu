@@ -15,8 +15,9 @@ __global__ void __launch_bounds__(kWindowThreads) window_stats_kernel(CudaSelect
   const auto* keys = static_cast<const __nv_bfloat16*>(it.layer.keys);
   const double scale = 1.0 / (sqrt(static_cast<double>(d)) * args.temperature);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  double2* stats = WindowScratch(it.head_scratch(args), args.capacity, it.group).stats +
-                   static_cast<int64_t>(it.gh) * args.capacity;
+  const WindowScratch ws(it.head_scratch(args), args.capacity, it.group);
+  double2* stats = ws.stats + static_cast<int64_t>(it.gh) * args.capacity;
+  double* logits = ws.logits + static_cast<int64_t>(it.gh) * args.logit_queries * args.capacity;
   for (int first = 0; first < it.nq; first += kQueryTile) {
     it.load_queries(args, first, qs);
     double m[kQueryTile], den[kQueryTile], acc[kQueryTile];
@@ -25,11 +26,13 @@ __global__ void __launch_bounds__(kWindowThreads) window_stats_kernel(CudaSelect
       m[t] = -INFINITY;
       den[t] = 0.0;
     }
+    const int tq = min(kQueryTile, it.nq - first);
     for (int j = it.begin + static_cast<int>(threadIdx.x); j < it.end; j += blockDim.x) {
       tile_logits(keys, pool_index(it.h, j), d, qs, acc);
 #pragma unroll
       for (int t = 0; t < kQueryTile; ++t) {
-        const double l = acc[t] * scale;
+        const double l = scaled_logit(acc[t], scale);
+        if (it.stored && t < tq) logits[static_cast<int64_t>(first + t) * args.capacity + j] = l;
         if (l > m[t]) {
           den[t] = (m[t] == -INFINITY ? 0.0 : den[t] * exp(m[t] - l)) + 1.0;
           m[t] = l;
@@ -71,6 +74,7 @@ __global__ void __launch_bounds__(kWindowThreads) window_means_kernel(CudaSelect
   const double scale = 1.0 / (sqrt(static_cast<double>(d)) * args.temperature);
   const WindowScratch ws(it.head_scratch(args), args.capacity, it.group);
   const double2* stats = ws.stats + static_cast<int64_t>(it.gh) * args.capacity;
+  const double* logits = ws.logits + static_cast<int64_t>(it.gh) * args.logit_queries * args.capacity;
   double* mean = ws.means + static_cast<int64_t>(it.gh) * args.capacity;
   for (int j = it.begin + static_cast<int>(threadIdx.x); j < it.end; j += blockDim.x) mean[j] = 0.0;
   for (int first = 0; first < nq; first += kQueryTile) {
@@ -87,6 +91,17 @@ __global__ void __launch_bounds__(kWindowThreads) window_means_kernel(CudaSelect
       stat_m[t] = mt;
       stat_d[t] = dt;
     }
+    if (it.stored) {
+      __syncthreads();  // publishes stat_m / stat_d
+      // The stats launch left the logits: read, not recomputed (half the fp64 work of the score).
+      for (int j = it.begin + static_cast<int>(threadIdx.x); j < it.end; j += blockDim.x) {
+        double sum = mean[j];
+        for (int q = 0; q < tq; ++q)
+          sum += exp(logits[static_cast<int64_t>(first + q) * args.capacity + j] - stat_m[q]) / stat_d[q] / nq;
+        mean[j] = sum;
+      }
+      continue;
+    }
     it.load_queries(args, first, qs);  // its barriers also publish stat_m / stat_d
     double acc[kQueryTile];
     for (int j = it.begin + static_cast<int>(threadIdx.x); j < it.end; j += blockDim.x) {
@@ -94,7 +109,7 @@ __global__ void __launch_bounds__(kWindowThreads) window_means_kernel(CudaSelect
       double sum = mean[j];
 #pragma unroll
       for (int q = 0; q < kQueryTile; ++q)
-        if (q < tq) sum += exp(acc[q] * scale - stat_m[q]) / stat_d[q] / nq;
+        if (q < tq) sum += exp(scaled_logit(acc[q], scale) - stat_m[q]) / stat_d[q] / nq;
       mean[j] = sum;
     }
   }
