@@ -37,10 +37,21 @@ constexpr int64_t cuda_head_scratch_bytes(int capacity) {
 // per-query-head mean weights per candidate (fp64), the candidate tiles' softmax statistics and, for up
 // to logit_queries window queries, every scaled logit (fp64, so the second pass reads instead of
 // recomputing them).
-constexpr int64_t cuda_window_scratch_bytes(int capacity, int group, int logit_queries) {
+// Byte offsets from the window scratch's start: means at 0, then the (m, d) pairs (16-byte aligned),
+// then the logits; bytes = the whole, a multiple of 256. Host and device (WindowScratch) share it.
+struct CudaWindowLayout {
+  int64_t stats = 0, logits = 0, bytes = 0;
+};
+constexpr CudaWindowLayout cuda_window_layout(int capacity, int group, int logit_queries) {
   const int64_t cells = int64_t{group} * capacity;
-  const int64_t bytes = 8 * ((cells + 1) / 2 * 2) + 16 * cells + 8 * cells * logit_queries;  // means padded to 16 B
-  return (bytes + 255) / 256 * 256;
+  CudaWindowLayout layout;
+  layout.stats = 8 * ((cells + 1) / 2 * 2);
+  layout.logits = layout.stats + 16 * cells;
+  layout.bytes = (layout.logits + 8 * cells * logit_queries + 255) / 256 * 256;
+  return layout;
+}
+constexpr int64_t cuda_window_scratch_bytes(int capacity, int group, int logit_queries) {
+  return cuda_window_layout(capacity, group, logit_queries).bytes;
 }
 // Window queries whose logits the window scratch holds when it fits (the default r; a longer window
 // recomputes them).

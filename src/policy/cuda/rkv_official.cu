@@ -99,7 +99,7 @@ __device__ inline double add_product(double acc, double x, double y) { return __
 // spare_kernel left in w.sort; uses w.c; leaves w.b alone). Collective.
 __device__ void spared_redundancy_device(const CudaSelectionArgs& args, const cuda::HeadSelect& h,
                                          cuda::HeadScratch& w) {
-  __shared__ double sum_unit[cuda::kMaxScoringHeadDim * 2];
+  __shared__ double sum_unit[cuda::kMaxScoringHeadDim];
   const int n = h.n_candidates, d = args.head_dim;
   const auto* keys = static_cast<const __nv_bfloat16*>(args.layers[h.layer].keys);
   double* norm = w.c;
@@ -108,15 +108,7 @@ __device__ void spared_redundancy_device(const CudaSelectionArgs& args, const cu
   auto key = [&](int64_t index, int c) { return static_cast<double>(cuda::key_element(keys, index, d, c)); };
   key_norms_device(args, h, w);  // the importance pass used w.c
   // Plain column sums u_a · (S − u_a), S = Σ u_i (rkv_select.cuh).
-  for (int t = threadIdx.x; t < 2 * d; t += blockDim.x) {
-    const int c = t % d, parity = t / d;
-    double part = 0.0;
-    for (int a = parity; a < n; a += 2) part += key(index_of(a), c) / norm[a];
-    sum_unit[t] = part;
-  }
-  __syncthreads();
-  for (int c = threadIdx.x; c < d; c += blockDim.x) sum_unit[c] += sum_unit[c + d];
-  __syncthreads();
+  cuda::sum_unit_keys_device(keys, h, w, norm, n, d, sum_unit);
   for (int a = threadIdx.x; a < n; a += blockDim.x) {
     const int64_t index = index_of(a);
     double dot = 0.0;

@@ -45,10 +45,11 @@ struct WindowScratch {
   double* logits = nullptr;
 
   __device__ WindowScratch(char* head_base, int capacity, int group) {
-    const int64_t cells = static_cast<int64_t>(group) * capacity;
-    means = reinterpret_cast<double*>(head_base + cuda_head_scratch_bytes(capacity));
-    stats = reinterpret_cast<double2*>(means + ((cells + 1) & ~int64_t{1}));  // 16-byte aligned
-    logits = reinterpret_cast<double*>(stats + cells);
+    char* base = head_base + cuda_head_scratch_bytes(capacity);
+    const CudaWindowLayout layout = cuda_window_layout(capacity, group, 0);
+    means = reinterpret_cast<double*>(base);
+    stats = reinterpret_cast<double2*>(base + layout.stats);
+    logits = reinterpret_cast<double*>(base + layout.logits);
   }
 };
 
@@ -178,9 +179,8 @@ void launch_window_scoring_selection(const CudaSelectionArgs& args, void* stream
 // Writes w.b[a] = the windowed attention score of the a-th oldest candidate (needs w.slot_of_age and the
 // window launches' means): the average pool along age order (zero padding, divided by the kernel), then
 // the group mean. Collective.
-__device__ inline void windowed_attention_device(const CudaSelectionArgs& args, const HeadSelect& h, int s,
+__device__ inline void windowed_attention_device(const CudaSelectionArgs& args, const HeadSelect& h,
                                                  HeadScratch& w, char* scratch) {
-  (void)s;
   const int n = h.n_candidates;
   const int group = args.n_heads / args.n_kv_heads;
   const int half = args.pool / 2;
