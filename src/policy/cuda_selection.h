@@ -33,6 +33,29 @@ constexpr int64_t cuda_head_scratch_bytes(int capacity) {
   const int64_t bytes = 16 * cuda_sort_capacity(capacity) + 4 * int64_t{capacity} + 3 * 8 * int64_t{capacity};
   return (bytes + 255) / 256 * 256;
 }
+// What a policy reading the windowed attention (window_attention.cuh) adds to each head scratch: the
+// per-query-head mean weights per candidate (fp64), the candidate tiles' softmax statistics and, for up
+// to logit_queries window queries, every scaled logit (fp64, so the second pass reads instead of
+// recomputing them).
+// Byte offsets from the window scratch's start: means at 0, then the (m, d) pairs (16-byte aligned),
+// then the logits; bytes = the whole, a multiple of 256. Host and device (WindowScratch) share it.
+struct CudaWindowLayout {
+  int64_t stats = 0, logits = 0, bytes = 0;
+};
+constexpr CudaWindowLayout cuda_window_layout(int capacity, int group, int logit_queries) {
+  const int64_t cells = int64_t{group} * capacity;
+  CudaWindowLayout layout;
+  layout.stats = 8 * ((cells + 1) / 2 * 2);
+  layout.logits = layout.stats + 16 * cells;
+  layout.bytes = (layout.logits + 8 * cells * logit_queries + 255) / 256 * 256;
+  return layout;
+}
+constexpr int64_t cuda_window_scratch_bytes(int capacity, int group, int logit_queries) {
+  return cuda_window_layout(capacity, group, logit_queries).bytes;
+}
+// Window queries whose logits the window scratch holds when it fits (the default r; a longer window
+// recomputes them).
+inline constexpr int kCudaStoredLogitQueries = 64;
 // Per-(row, KV head) scratch of a round scorer (TriAttention): the head scratch plus one fp64 array per
 // query head of the GQA group.
 constexpr int64_t cuda_round_scratch_bytes(int capacity, int group) {
@@ -69,7 +92,11 @@ struct CudaSelectionArgs {
   int queries = 0;
   double threshold = 0.0;
   const double* table = nullptr;  // EvictionPolicy::device_params().table, uploaded once
-  // cuda_head_scratch_bytes(capacity) bytes per (row, layer of the launch, KV head), at
+  // Windowed attention: the window scratch holds the logits of up to this many window queries (0: none;
+  // rows with more queries recompute them). Set with the scratch by the backend.
+  int logit_queries = 0;
+  // cuda_head_scratch_bytes(capacity) bytes (plus cuda_window_scratch_bytes for policies that need
+  // window queries) per (row, layer of the launch, KV head), at
   // scratch + (((s - row_begin) * n_layers + l) * n_kv_heads + h) * head_scratch; a round scorer uses
   // cuda_round_scratch_bytes per (row, KV head) instead.
   char* scratch = nullptr;

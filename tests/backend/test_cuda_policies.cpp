@@ -228,6 +228,7 @@ std::vector<Row> small_rows(int pl) {
       {32, 8, 40, 40, pl},             // due, positions in slot order before scrambling
       {100, 4, 200, 300, pl ? 3 : 0},  // due with 100 victims (a long prompt's first round)
       {40, 20, 60, 1000, pl},          // due, the window is a third of the budget
+      {160, 80, 240, 400, pl},         // due, more window queries than the CUDA scratch keeps logits of
   };
 }
 

@@ -370,11 +370,25 @@ class CudaBackend final : public Backend {
     // Scoring scratch is per (row, layer, KV head): rows go in groups so one group's scratch for a chunk
     // of layers stays under kScoreScratchBytes (one row and one layer at least).
     int64_t head_scratch = 0, round_scratch = 0;
+    int logit_queries = 0;
     int group_rows = batch.n_seqs, round_rows = batch.n_seqs;
     if (scoring) {
       if (reads_pool) check_scoring_inputs(layers, policy, needs, *params);
       if (params->params.table_heads > 0) n_heads = params->params.table_heads;
       head_scratch = policy::cuda_head_scratch_bytes(capacity);
+      // Windowed-attention policies also keep per-query-head means, tile statistics and, when one row
+      // and layer of them fits a quarter of the cap (a launch still spans >= 4 row-layers), the logits
+      // of up to kCudaStoredLogitQueries window queries.
+      if (needs.window_queries) {
+        const int group = n_heads / first.n_kv_heads;
+        const int64_t stored = policy::cuda_window_scratch_bytes(capacity, group, policy::kCudaStoredLogitQueries);
+        if (static_cast<size_t>(first.n_kv_heads) * (head_scratch + stored) <= kScoreScratchBytes / 4) {
+          logit_queries = policy::kCudaStoredLogitQueries;
+          head_scratch += stored;
+        } else {
+          head_scratch += policy::cuda_window_scratch_bytes(capacity, group, 0);
+        }
+      }
       const size_t per_row_layer = static_cast<size_t>(first.n_kv_heads) * head_scratch;
       chunk = std::min(
           chunk, static_cast<int>(std::clamp<size_t>(kScoreScratchBytes / (per_row_layer * batch.n_seqs), 1,
@@ -405,6 +419,7 @@ class CudaBackend final : public Backend {
     args.queries = params->params.queries;
     args.threshold = params->params.threshold;
     args.table = static_cast<const double*>(params->table.data());
+    args.logit_queries = logit_queries;
     if (scoring) {
       const size_t selection_bytes =
           static_cast<size_t>(group_rows) * chunk * first.n_kv_heads * head_scratch;

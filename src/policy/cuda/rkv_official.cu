@@ -9,12 +9,18 @@
 // threshold, else the oldest) is found by the CPU's own arithmetic (unit keys by division, products and
 // sums rounded one by one, no FMA), so the spare decisions are the CPU's bit for bit, and its entry is
 // subtracted from the spare's column. The spare search is O(n² · D) per head, as on the CPU.
+//
+// Three launches, so the spare search is not one CTA's serial work per head (8 CTAs per layer call at
+// batch 1): a per-head pass puts the age order and the key norms in the head scratch; spare_kernel
+// searches the spares over (tiles of kSpareRows rows, layer x KV head, row) CTAs into w.sort; the
+// per-head selection then scores and ranks (its importance pass reuses w.c once the spares are found).
 #include "policy/cuda/rkv_select.cuh"
 
 namespace kvdice::policy {
 namespace {
 
-constexpr int kSpareTile = 8;  // candidates whose unit keys sit in shared memory at a time
+constexpr int kSpareTile = 16;  // candidates whose unit keys sit in shared memory at a time
+constexpr int kSpareRows = 128; // rows (one per thread) of a spare_kernel CTA
 
 // w.b[a] = the importance of the a-th oldest candidate (needs w.slot_of_age; uses w.a and w.c).
 __device__ void importance_device(const CudaSelectionArgs& args, const cuda::HeadSelect& h, int s,
@@ -70,38 +76,39 @@ __device__ void importance_device(const CudaSelectionArgs& args, const cuda::Hea
   __syncthreads();
 }
 
+// w.c[a] = |k_a| + 1e-8 of the a-th oldest candidate (needs w.slot_of_age). Collective.
+__device__ void key_norms_device(const CudaSelectionArgs& args, const cuda::HeadSelect& h, cuda::HeadScratch& w) {
+  const int n = h.n_candidates, d = args.head_dim;
+  const auto* keys = static_cast<const __nv_bfloat16*>(args.layers[h.layer].keys);
+  for (int a = threadIdx.x; a < n; a += blockDim.x) {
+    const int64_t index = cuda::pool_index(h, w.slot_of_age[a]);
+    double sq = 0.0;
+    for (int c = 0; c < d; ++c) {
+      const double k = cuda::key_element(keys, index, d, c);
+      sq += k * k;  // exact products: fma or not, same sum
+    }
+    w.c[a] = sqrt(sq) + 1e-8;
+  }
+  __syncthreads();
+}
+
 // The CPU's cosine entry of unit keys: products and sums rounded one at a time, in dimension order.
 __device__ inline double add_product(double acc, double x, double y) { return __dadd_rn(acc, __dmul_rn(x, y)); }
 
-// w.a[a] = the spared key redundancy of the a-th oldest candidate (needs w.slot_of_age; uses w.c and
-// w.sort; leaves w.b alone). Collective.
+// w.a[a] = the spared key redundancy of the a-th oldest candidate (needs w.slot_of_age and the spares
+// spare_kernel left in w.sort; uses w.c; leaves w.b alone). Collective.
 __device__ void spared_redundancy_device(const CudaSelectionArgs& args, const cuda::HeadSelect& h,
                                          cuda::HeadScratch& w) {
-  __shared__ double sum_unit[cuda::kMaxScoringHeadDim * 2];
-  __shared__ double tile[kSpareTile][cuda::kMaxScoringHeadDim];
+  __shared__ double sum_unit[cuda::kMaxScoringHeadDim];
   const int n = h.n_candidates, d = args.head_dim;
   const auto* keys = static_cast<const __nv_bfloat16*>(args.layers[h.layer].keys);
   double* norm = w.c;
   double* column = w.a;
   auto index_of = [&](int a) { return cuda::pool_index(h, w.slot_of_age[a]); };
   auto key = [&](int64_t index, int c) { return static_cast<double>(cuda::key_element(keys, index, d, c)); };
-  for (int a = threadIdx.x; a < n; a += blockDim.x) {
-    const int64_t index = index_of(a);
-    double sq = 0.0;
-    for (int c = 0; c < d; ++c) sq += key(index, c) * key(index, c);  // exact products: fma or not, same sum
-    norm[a] = sqrt(sq) + 1e-8;
-  }
-  __syncthreads();
+  key_norms_device(args, h, w);  // the importance pass used w.c
   // Plain column sums u_a · (S − u_a), S = Σ u_i (rkv_select.cuh).
-  for (int t = threadIdx.x; t < 2 * d; t += blockDim.x) {
-    const int c = t % d, parity = t / d;
-    double part = 0.0;
-    for (int a = parity; a < n; a += 2) part += key(index_of(a), c) / norm[a];
-    sum_unit[t] = part;
-  }
-  __syncthreads();
-  for (int c = threadIdx.x; c < d; c += blockDim.x) sum_unit[c] += sum_unit[c + d];
-  __syncthreads();
+  cuda::sum_unit_keys_device(keys, h, w, norm, n, d, sum_unit);
   for (int a = threadIdx.x; a < n; a += blockDim.x) {
     const int64_t index = index_of(a);
     double dot = 0.0;
@@ -110,50 +117,6 @@ __device__ void spared_redundancy_device(const CudaSelectionArgs& args, const cu
       dot += u * (sum_unit[c] - u);
     }
     column[a] = dot;
-  }
-  // Spares, one row (age rank i) per thread: tiles of candidates from the newest down until every row of
-  // the pass has found a similar candidate; rows that find none spare the oldest (age 0).
-  for (int base = 0; base < n; base += blockDim.x) {
-    const int i = base + static_cast<int>(threadIdx.x);
-    bool found = i >= n;
-    const int64_t index_i = i < n ? index_of(i) : 0;
-    int spare = 0;
-    double spare_dot = 0.0;
-    for (int newest = n - 1; newest >= 0; newest -= kSpareTile) {
-      if (!__syncthreads_or(!found)) break;
-      for (int idx = threadIdx.x; idx < kSpareTile * d; idx += blockDim.x) {
-        const int t = idx / d, c = idx % d, j = newest - t;
-        tile[t][c] = j >= 0 ? key(index_of(j), c) / norm[j] : 0.0;
-      }
-      __syncthreads();
-      if (!found) {
-        double dots[kSpareTile];
-#pragma unroll
-        for (int t = 0; t < kSpareTile; ++t) dots[t] = 0.0;
-        for (int c = 0; c < d; ++c) {
-          const double ui = key(index_i, c) / norm[i];
-#pragma unroll
-          for (int t = 0; t < kSpareTile; ++t) dots[t] = add_product(dots[t], ui, tile[t][c]);
-        }
-        for (int t = 0; t < kSpareTile && !found; ++t) {
-          const int j = newest - t;
-          if (j >= 0 && j != i && dots[t] > args.threshold) {
-            found = true;
-            spare = j;
-            spare_dot = dots[t];
-          }
-        }
-      }
-    }
-    if (i < n) {
-      if (!found && i != 0) {  // the oldest's entry (the diagonal, already zero, when i is the oldest)
-        spare_dot = 0.0;
-        const int64_t index_0 = index_of(0);
-        for (int c = 0; c < d; ++c)
-          spare_dot = add_product(spare_dot, key(index_i, c) / norm[i], key(index_0, c) / norm[0]);
-      }
-      w.sort[i] = {static_cast<uint64_t>(__double_as_longlong(spare_dot)), static_cast<uint32_t>(spare), 0};
-    }
   }
   __syncthreads();
   double local_max = -INFINITY;
@@ -172,11 +135,80 @@ __device__ void spared_redundancy_device(const CudaSelectionArgs& args, const cu
   __syncthreads();
 }
 
+// Launch 1, per head: the age order and the norms the spare search reads.
+struct RkvOfficialPrepare {
+  __device__ static void select(const CudaSelectionArgs& args, const cuda::HeadSelect& h, int, char* scratch,
+                                uint8_t*) {
+    cuda::HeadScratch w(scratch, args.capacity);
+    cuda::age_order(h, w);
+    key_norms_device(args, h, w);
+  }
+};
+
+// Launch 2: each row's spare (age rank i, one row per thread, kSpareRows rows per CTA) into w.sort[i] =
+// (bits of the spared entry, spare). The rows search tiles of candidates from the newest down until
+// every row of the CTA has found a similar candidate; rows that find none spare the oldest (age 0).
+__global__ void __launch_bounds__(kSpareRows) spare_kernel(CudaSelectionArgs args) {
+  __shared__ double tile[kSpareTile][cuda::kMaxScoringHeadDim];
+  const int s = args.row_begin + static_cast<int>(blockIdx.z);
+  const int local_layer = static_cast<int>(blockIdx.y) / args.n_kv_heads;
+  const int head = static_cast<int>(blockIdx.y) % args.n_kv_heads;
+  if (!cuda::eviction_due(args.batch, s, args.policy_id)) return;
+  const cuda::HeadSelect h = cuda::make_head_select(args, s, local_layer, head);
+  if (cuda::selection_input_invalid(args, h, args.batch.length[s])) return;
+  const int n = h.n_candidates, d = args.head_dim;
+  const int i = static_cast<int>(blockIdx.x) * kSpareRows + static_cast<int>(threadIdx.x);
+  if (static_cast<int>(blockIdx.x) * kSpareRows >= n) return;  // the whole CTA
+  const int64_t item = (static_cast<int64_t>(s - args.row_begin) * args.n_layers + local_layer) * args.n_kv_heads + head;
+  cuda::HeadScratch w(args.scratch + item * args.head_scratch, args.capacity);
+  const auto* keys = static_cast<const __nv_bfloat16*>(args.layers[h.layer].keys);
+  const double* norm = w.c;
+  auto index_of = [&](int a) { return cuda::pool_index(h, w.slot_of_age[a]); };
+  auto key = [&](int64_t index, int c) { return static_cast<double>(cuda::key_element(keys, index, d, c)); };
+  bool found = i >= n;
+  const int64_t index_i = i < n ? index_of(i) : 0;
+  int spare = 0;
+  double spare_dot = 0.0;
+  for (int newest = n - 1; newest >= 0; newest -= kSpareTile) {
+    if (!__syncthreads_or(!found)) break;
+    for (int idx = threadIdx.x; idx < kSpareTile * d; idx += blockDim.x) {
+      const int t = idx / d, c = idx % d, j = newest - t;
+      tile[t][c] = j >= 0 ? key(index_of(j), c) / norm[j] : 0.0;
+    }
+    __syncthreads();
+    if (!found) {
+      double dots[kSpareTile];
+#pragma unroll
+      for (int t = 0; t < kSpareTile; ++t) dots[t] = 0.0;
+      for (int c = 0; c < d; ++c) {
+        const double ui = key(index_i, c) / norm[i];
+#pragma unroll
+        for (int t = 0; t < kSpareTile; ++t) dots[t] = add_product(dots[t], ui, tile[t][c]);
+      }
+      for (int t = 0; t < kSpareTile && !found; ++t) {
+        const int j = newest - t;
+        if (j >= 0 && j != i && dots[t] > args.threshold) {
+          found = true;
+          spare = j;
+          spare_dot = dots[t];
+        }
+      }
+    }
+  }
+  if (i < n) {
+    if (!found && i != 0) {  // the oldest's entry (the diagonal, already zero, when i is the oldest)
+      spare_dot = 0.0;
+      const int64_t index_0 = index_of(0);
+      for (int c = 0; c < d; ++c) spare_dot = add_product(spare_dot, key(index_i, c) / norm[i], key(index_0, c) / norm[0]);
+    }
+    w.sort[i] = {static_cast<uint64_t>(__double_as_longlong(spare_dot)), static_cast<uint32_t>(spare), 0};
+  }
+}
+
 struct RkvOfficialDevice {
   __device__ static void select(const CudaSelectionArgs& args, const cuda::HeadSelect& h, int s, char* scratch,
                                 uint8_t* keep) {
-    cuda::HeadScratch w(scratch, args.capacity);
-    cuda::age_order(h, w);
+    cuda::HeadScratch w(scratch, args.capacity);  // age order and spares from launches 1 and 2
     importance_device(args, h, s, w);       // w.b
     spared_redundancy_device(args, h, w);   // w.a
     for (int a = threadIdx.x; a < h.n_candidates; a += blockDim.x)
@@ -189,6 +221,13 @@ struct RkvOfficialDevice {
 }  // namespace
 
 void cuda_select_rkv_official(const CudaSelectionArgs& args, void* stream) {
+  cuda::launch_scoring_selection<RkvOfficialPrepare>(args, stream);
+  if (args.n_rows > 0 && args.n_layers > 0 && args.n_kv_heads > 0) {
+    const dim3 grid(static_cast<unsigned>((args.capacity + kSpareRows - 1) / kSpareRows),
+                    static_cast<unsigned>(args.n_layers * args.n_kv_heads), static_cast<unsigned>(args.n_rows));
+    spare_kernel<<<grid, kSpareRows, 0, static_cast<cudaStream_t>(stream)>>>(args);
+    CUDA_CHECK_LAUNCH("spare_kernel");
+  }
   cuda::launch_scoring_selection<RkvOfficialDevice>(args, stream);
 }
 

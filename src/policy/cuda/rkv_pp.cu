@@ -5,7 +5,7 @@
 namespace kvdice::policy {
 
 void cuda_select_rkv_pp(const CudaSelectionArgs& args, void* stream) {
-  cuda::launch_scoring_selection<cuda::RkvDevice>(args, stream);
+  cuda::launch_window_scoring_selection<cuda::RkvDevice>(args, stream);
 }
 
 }  // namespace kvdice::policy

@@ -16,10 +16,41 @@ __device__ inline float key_element(const __nv_bfloat16* keys, int64_t index, in
   return __bfloat162float(keys[index * head_dim + c]);
 }
 
+// sum_unit[c] = S[c] = Σ_a k_a[c] / norm[a] over the n candidates (fp64, a fixed order): warp w adds the
+// age ranks a ≡ w (mod warps), lane l the dimensions l, l + 32, ... (coalesced key reads, one index
+// lookup per candidate and warp), then the warps' partials are added in warp order. sum_unit has
+// kMaxScoringHeadDim entries (shared memory). Collective.
+__device__ inline void sum_unit_keys_device(const __nv_bfloat16* keys, const HeadSelect& h, const HeadScratch& w,
+                                            const double* norm, int n, int d, double* sum_unit) {
+  constexpr int kWarps = kSelectionThreads / 32, kPerLane = kMaxScoringHeadDim / 32;
+  __shared__ double partial[kWarps][kMaxScoringHeadDim];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  double acc[kPerLane];
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) acc[k] = 0.0;
+  for (int a = warp; a < n; a += kWarps) {
+    const int64_t index = pool_index(h, w.slot_of_age[a]);
+    const double na = norm[a];
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k)
+      if (lane + 32 * k < d) acc[k] += key_element(keys, index, d, lane + 32 * k) / na;
+  }
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k)
+    if (lane + 32 * k < d) partial[warp][lane + 32 * k] = acc[k];
+  __syncthreads();
+  for (int c = threadIdx.x; c < d; c += blockDim.x) {
+    double total = 0.0;
+    for (int k = 0; k < kWarps; ++k) total += partial[k][c];
+    sum_unit[c] = total;
+  }
+  __syncthreads();
+}
+
 // w.a[a] = the redundancy of the a-th oldest candidate (needs w.slot_of_age; uses w.c). Collective.
 __device__ inline void key_redundancy_device(const CudaSelectionArgs& args, const HeadSelect& h,
                                              HeadScratch& w) {
-  __shared__ double sum_unit[kMaxScoringHeadDim * 2];
+  __shared__ double sum_unit[kMaxScoringHeadDim];
   const int n = h.n_candidates, d = args.head_dim;
   const auto* keys = static_cast<const __nv_bfloat16*>(args.layers[h.layer].keys);
   double* norm = w.c;
@@ -34,17 +65,7 @@ __device__ inline void key_redundancy_device(const CudaSelectionArgs& args, cons
     norm[a] = sqrt(sq) + 1e-8;
   }
   __syncthreads();
-  // S[c]: two threads per dimension (even and odd age ranks), added in a fixed order.
-  for (int t = threadIdx.x; t < 2 * d; t += blockDim.x) {
-    const int c = t % d, parity = t / d;
-    double part = 0.0;
-    for (int a = parity; a < n; a += 2)
-      part += key_element(keys, pool_index(h, w.slot_of_age[a]), d, c) / norm[a];
-    sum_unit[t] = part;
-  }
-  __syncthreads();
-  for (int c = threadIdx.x; c < d; c += blockDim.x) sum_unit[c] += sum_unit[c + d];
-  __syncthreads();
+  sum_unit_keys_device(keys, h, w, norm, n, d, sum_unit);
   double local_max = -INFINITY;
   for (int a = threadIdx.x; a < n; a += blockDim.x) {
     const int64_t index = pool_index(h, w.slot_of_age[a]);
@@ -69,7 +90,7 @@ struct RkvDevice {
                                 uint8_t* keep) {
     HeadScratch w(scratch, args.capacity);
     age_order(h, w);
-    windowed_attention_device(args, h, s, w);  // w.b; w.a is free again afterwards
+    windowed_attention_device(args, h, w, scratch);  // w.b; w.a is free again afterwards
     key_redundancy_device(args, h, w);         // w.a
     for (int a = threadIdx.x; a < h.n_candidates; a += blockDim.x)
       w.b[a] = args.lambda * w.b[a] - (1.0 - args.lambda) * w.a[a];

@@ -11,7 +11,7 @@ struct SnapKvDevice {
                                 uint8_t* keep) {
     HeadScratch w(scratch, args.capacity);
     age_order(h, w);
-    windowed_attention_device(args, h, s, w);
+    windowed_attention_device(args, h, w, scratch);
     keep_prompt_and_highest_device(h, w, w.b, keep);
   }
 };

@@ -5,7 +5,7 @@
 namespace kvdice::policy {
 
 void cuda_select_vase_pp(const CudaSelectionArgs& args, void* stream) {
-  cuda::launch_scoring_selection<cuda::VaseDevice>(args, stream);
+  cuda::launch_window_scoring_selection<cuda::VaseDevice>(args, stream);
 }
 
 }  // namespace kvdice::policy

@@ -70,7 +70,7 @@ struct VaseDevice {
     __syncthreads();
     kept += n_range;
 
-    windowed_attention_device(args, h, s, w);  // w.b[a]: attention of the a-th oldest
+    windowed_attention_device(args, h, w, scratch);  // w.b[a]: attention of the a-th oldest
     // The remaining pool in age order: left[j] = age rank (in w.sort[j].index), its weight in .key.
     double local_max = 0.0;
     for (int a = threadIdx.x; a < n; a += blockDim.x)

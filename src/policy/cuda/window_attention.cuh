@@ -5,11 +5,23 @@
 //
 // Precision, chosen so the keep-sets equal the CPU's: the CPU works in double. Here each logit is an
 // fp64 dot product of the fp32 ring query with the bf16 key in the CPU's order (every product of an
-// fp32 and a bf16 value is exact in fp64, so the logits equal the CPU's bit for bit); exp and the sums
-// are fp64 too, and differ from the CPU's only by summation order (about 1e-16 relative). Keys are read
-// in age order, one candidate per thread; queries sit in shared memory, kQueryTile at a time, as fp64.
-// Two passes per tile: the per-query max and denominator (online, merged across the CTA in a fixed
-// order), then the normalised weights added into each candidate's mean.
+// fp32 and a bf16 value is exact in fp64, so the logits equal the CPU's bit for bit), scaled by one
+// rounded multiply as on the CPU (scaled_logit: no FMA contraction into the exp's argument); exp and the
+// sums are fp64 too, and differ from the CPU's only by summation order (about 1e-16 relative).
+//
+// Parallel layout (kernels in window_scores.cu): one head's score is spread over a grid of (candidate
+// tile, layer x KV head x query head, row) CTAs, because one CTA per KV head leaves most of the GPU idle
+// (8 CTAs per layer call at batch 1) while each does ~2000 candidates x 64 queries x group x D x 2 fp64
+// FMAs in series. Two launches run before the per-head selection kernel, both over that grid, one
+// candidate slot per thread:
+//   1. window_stats_kernel: queries kQueryTile at a time in shared memory as fp64; the logits, each
+//      tile's per-query online max and denominator (merged across the CTA in a fixed order), written to
+//      the window scratch together with the logits themselves when they fit (args.logit_queries);
+//   2. window_means_kernel: merges the tiles' statistics in tile order (every CTA of the head the same
+//      way, so each CTA sees the same numbers), then adds each candidate slot's normalised weights per
+//      query head, queries in the CPU's order (newest first), reading the stored logits (or recomputing
+//      them when the window has more queries than the scratch holds).
+// The selection kernel then pools the means along age order (windowed_attention_device).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -20,6 +32,37 @@ namespace kvdice::policy::cuda {
 
 inline constexpr int kQueryTile = 16;
 inline constexpr int kMaxScoringHeadDim = 256;
+inline constexpr int kWindowThreads = 128;  // small CTAs: several per SM hide the fp64 latency
+inline constexpr int kMaxWindowTiles = 16;  // candidate tiles per (row, layer, query head)
+
+// The window scratch of one (row, layer, KV head), placed right after its head scratch
+// (cuda_window_scratch_bytes): means[group][capacity] (the mean softmax weight of candidate slot j for
+// query head gh), stats[group][capacity] (m, d) pairs at [gh][query * n_tiles + tile], then
+// logits[group][logit_queries][capacity] (the scaled logit of query i and slot j).
+struct WindowScratch {
+  double* means = nullptr;
+  double2* stats = nullptr;
+  double* logits = nullptr;
+
+  __device__ WindowScratch(char* head_base, int capacity, int group) {
+    char* base = head_base + cuda_head_scratch_bytes(capacity);
+    const CudaWindowLayout layout = cuda_window_layout(capacity, group, 0);
+    means = reinterpret_cast<double*>(base);
+    stats = reinterpret_cast<double2*>(base + layout.stats);
+    logits = reinterpret_cast<double*>(base + layout.logits);
+  }
+};
+
+// The CPU's scaled logit, dot * scale rounded once (no FMA contraction with what follows).
+__device__ inline double scaled_logit(double dot, double scale) { return __dmul_rn(dot, scale); }
+
+// Tiles of one head: enough to fill the GPU, at most kMaxWindowTiles, no emptier than one candidate per
+// thread, and n_tiles * nq <= capacity so the statistics fit (nq <= r < capacity keeps it >= 1).
+__device__ inline int window_tiles(int n, int nq, int capacity) {
+  int tiles = min(kMaxWindowTiles, (n + kWindowThreads - 1) / kWindowThreads);
+  if (nq > 0) tiles = min(tiles, capacity / nq);
+  return max(tiles, 1);
+}
 
 // The kQueryTile logits (unscaled dot products) of the key at pool index `index` with the tile's queries.
 __device__ inline void tile_logits(const __nv_bfloat16* keys, int64_t index, int head_dim, const double* qs,
@@ -57,105 +100,102 @@ __device__ inline void merge_stats(double& m, double& d, double m2, double d2) {
   m = top;
 }
 
-// Writes w.b[a] = the windowed attention score of the a-th oldest candidate (needs w.slot_of_age).
-// Uses w.a as the per-query-head mean. Collective.
-__device__ inline void windowed_attention_device(const CudaSelectionArgs& args, const HeadSelect& h, int s,
-                                                 HeadScratch& w) {
-  __shared__ __align__(16) double qs[kMaxScoringHeadDim * kQueryTile];
-  __shared__ double warp_m[kSelectionThreads / 32][kQueryTile], warp_d[kSelectionThreads / 32][kQueryTile];
-  __shared__ double stat_m[kQueryTile], stat_d[kQueryTile];
-  const backend::StepBatch& batch = args.batch;
-  const int n = h.n_candidates, d = args.head_dim;
-  const int group = args.n_heads / args.n_kv_heads;
-  const int window = batch.window[s];
-  const int64_t appended = batch.appended[s];
-  const int nq = static_cast<int>(appended < window ? appended : window);
-  const SelectionLayer layer = args.layers[h.layer];
-  const auto* keys = static_cast<const __nv_bfloat16*>(layer.keys);
-  const double scale = 1.0 / (sqrt(static_cast<double>(d)) * args.temperature);
-  const int half = args.pool / 2;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  double* mean = w.a;
-  double* score = w.b;
-  for (int a = threadIdx.x; a < n; a += blockDim.x) score[a] = 0.0;
-  for (int gh = 0; gh < group; ++gh) {
-    const int qh = h.kv_head * group + gh;
-    for (int a = threadIdx.x; a < n; a += blockDim.x) mean[a] = 0.0;
-    for (int tile = 0; tile < nq; tile += kQueryTile) {
-      const int tq = min(kQueryTile, nq - tile);
-      // Query i (newest first) of head qh sits in ring slot (appended - 1 - i) % r.
-      for (int idx = threadIdx.x; idx < d * kQueryTile; idx += blockDim.x) {
-        const int c = idx / kQueryTile, t = idx % kQueryTile;
-        double q = 0.0;
-        if (t < tq) {
-          const int ring_slot = static_cast<int>((appended - 1 - (tile + t)) % window);
-          const int64_t page = h.page_table[ring_slot / h.page_slots];
-          q = layer
-                  .query_ring[((page * args.n_heads + qh) * h.page_slots + ring_slot % h.page_slots) * d + c];
-        }
-        qs[idx] = q;
+// One CTA's share of the window grid: blockIdx.x = candidate tile, blockIdx.y = (layer, KV head, query
+// head of the group), blockIdx.z = row of the launch. valid is false for rows not due, invalid inputs
+// (the selection kernel flags those) and tiles past the head's n_tiles.
+struct WindowItem {
+  bool valid = false;
+  HeadSelect h;
+  int s = 0, gh = 0, qh = 0, group = 0;
+  int nq = 0, n_tiles = 0, tile = 0, begin = 0, end = 0;
+  bool stored = false;  // the window scratch holds this head's logits (nq <= args.logit_queries)
+  int64_t appended = 0;
+  int window = 0;
+  SelectionLayer layer;
+
+  __device__ WindowItem(const CudaSelectionArgs& args) {
+    s = args.row_begin + static_cast<int>(blockIdx.z);
+    group = args.n_heads / args.n_kv_heads;
+    gh = static_cast<int>(blockIdx.y) % group;
+    const int head = static_cast<int>(blockIdx.y) / group % args.n_kv_heads;
+    const int local_layer = static_cast<int>(blockIdx.y) / (group * args.n_kv_heads);
+    if (!eviction_due(args.batch, s, args.policy_id)) return;
+    h = make_head_select(args, s, local_layer, head);
+    if (selection_input_invalid(args, h, args.batch.length[s])) return;
+    qh = head * group + gh;
+    window = args.batch.window[s];
+    appended = args.batch.appended[s];
+    nq = static_cast<int>(appended < window ? appended : window);
+    n_tiles = window_tiles(h.n_candidates, nq, args.capacity);
+    stored = nq <= args.logit_queries;
+    tile = static_cast<int>(blockIdx.x);
+    if (tile >= n_tiles) return;
+    const int size = (h.n_candidates + n_tiles - 1) / n_tiles;
+    begin = min(h.n_candidates, tile * size);
+    end = min(h.n_candidates, begin + size);
+    layer = args.layers[h.layer];
+    valid = true;
+  }
+
+  __device__ char* head_scratch(const CudaSelectionArgs& args) const {
+    const int64_t item =
+        (static_cast<int64_t>(s - args.row_begin) * args.n_layers + (h.layer - args.layer_begin)) *
+            args.n_kv_heads +
+        h.kv_head;
+    return args.scratch + item * args.head_scratch;
+  }
+
+  // Queries [first, first + kQueryTile) of head qh into qs[c * kQueryTile + t] as fp64, zero past nq.
+  // Query i (newest first) sits in ring slot (appended - 1 - i) % r. Collective; ends synchronised.
+  __device__ void load_queries(const CudaSelectionArgs& args, int first, double* qs) const {
+    const int d = args.head_dim;
+    const int tq = min(kQueryTile, nq - first);
+    __syncthreads();  // the previous tile's readers are done
+    for (int idx = threadIdx.x; idx < d * kQueryTile; idx += blockDim.x) {
+      const int c = idx / kQueryTile, t = idx % kQueryTile;
+      double q = 0.0;
+      if (t < tq) {
+        const int ring_slot = static_cast<int>((appended - 1 - (first + t)) % window);
+        const int64_t page = h.page_table[ring_slot / h.page_slots];
+        q = layer.query_ring[((page * args.n_heads + qh) * h.page_slots + ring_slot % h.page_slots) * d + c];
       }
-      __syncthreads();
-      // Pass 1: each thread's online statistics over its candidates, then merged in a fixed order.
-      double m[kQueryTile], den[kQueryTile], acc[kQueryTile];
-#pragma unroll
-      for (int t = 0; t < kQueryTile; ++t) {
-        m[t] = -INFINITY;
-        den[t] = 0.0;
-      }
-      for (int a = threadIdx.x; a < n; a += blockDim.x) {
-        tile_logits(keys, pool_index(h, w.slot_of_age[a]), d, qs, acc);
-#pragma unroll
-        for (int t = 0; t < kQueryTile; ++t) {
-          const double l = acc[t] * scale;
-          if (l > m[t]) {
-            den[t] = (m[t] == -INFINITY ? 0.0 : den[t] * exp(m[t] - l)) + 1.0;
-            m[t] = l;
-          } else {
-            den[t] += exp(l - m[t]);
-          }
-        }
-      }
-#pragma unroll
-      for (int t = 0; t < kQueryTile; ++t) {
-        for (int offset = 16; offset > 0; offset /= 2) {
-          const double m2 = __shfl_down_sync(0xffffffffu, m[t], offset);
-          const double d2 = __shfl_down_sync(0xffffffffu, den[t], offset);
-          merge_stats(m[t], den[t], m2, d2);
-        }
-        if (lane == 0) {
-          warp_m[warp][t] = m[t];
-          warp_d[warp][t] = den[t];
-        }
-      }
-      __syncthreads();
-      if (threadIdx.x < kQueryTile) {
-        double mt = -INFINITY, dt = 0.0;
-        for (int k = 0; k < kSelectionThreads / 32; ++k)
-          merge_stats(mt, dt, warp_m[k][threadIdx.x], warp_d[k][threadIdx.x]);
-        stat_m[threadIdx.x] = mt;
-        stat_d[threadIdx.x] = dt;
-      }
-      __syncthreads();
-      // Pass 2: mean[a] += softmax weight / n_q, queries in the CPU's order (newest first).
-      for (int a = threadIdx.x; a < n; a += blockDim.x) {
-        tile_logits(keys, pool_index(h, w.slot_of_age[a]), d, qs, acc);
-        double sum = mean[a];
-#pragma unroll
-        for (int t = 0; t < kQueryTile; ++t)
-          if (t < tq) sum += exp(acc[t] * scale - stat_m[t]) / stat_d[t] / nq;
-        mean[a] = sum;
-      }
-      __syncthreads();
-    }
-    // Average pool along age order (zero padding, divided by the kernel), then the group mean.
-    for (int a = threadIdx.x; a < n; a += blockDim.x) {
-      double sum = 0.0;
-      for (int t = max(0, a - half); t <= min(n - 1, a + half); ++t) sum += mean[t];
-      score[a] += sum / args.pool / group;
+      qs[idx] = q;
     }
     __syncthreads();
   }
+};
+
+// The two window launches (window_scores.cu) over (tiles, layers x KV heads x group, rows); they run
+// before the selection kernel whose policy calls windowed_attention_device.
+void launch_window_scores(const CudaSelectionArgs& args, void* stream);
+
+// A scoring selection whose policy reads the windowed attention: the window launches, then the policy.
+template <class Policy>
+void launch_window_scoring_selection(const CudaSelectionArgs& args, void* stream) {
+  launch_window_scores(args, stream);
+  launch_scoring_selection<Policy>(args, stream);
+}
+
+// Writes w.b[a] = the windowed attention score of the a-th oldest candidate (needs w.slot_of_age and the
+// window launches' means): the average pool along age order (zero padding, divided by the kernel), then
+// the group mean. Collective.
+__device__ inline void windowed_attention_device(const CudaSelectionArgs& args, const HeadSelect& h,
+                                                 HeadScratch& w, char* scratch) {
+  const int n = h.n_candidates;
+  const int group = args.n_heads / args.n_kv_heads;
+  const int half = args.pool / 2;
+  const WindowScratch ws(scratch, args.capacity, group);
+  double* score = w.b;
+  for (int a = threadIdx.x; a < n; a += blockDim.x) score[a] = 0.0;
+  for (int gh = 0; gh < group; ++gh) {
+    const double* mean = ws.means + static_cast<int64_t>(gh) * args.capacity;
+    for (int a = threadIdx.x; a < n; a += blockDim.x) {
+      double sum = 0.0;
+      for (int t = max(0, a - half); t <= min(n - 1, a + half); ++t) sum += mean[w.slot_of_age[t]];
+      score[a] += sum / args.pool / group;
+    }
+  }
+  __syncthreads();
 }
 
 }  // namespace kvdice::policy::cuda
