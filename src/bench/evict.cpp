@@ -257,7 +257,10 @@ Json run_evict(const BenchContext& ctx) {
       const RoundTiming model = pool.time(*policy, pool.layers(), repeats, key_base | 1);
       const double n_layers = static_cast<double>(pool.layers().size());
       const RoundTiming layer =
-          whole_round ? RoundTiming{.mean_ms = model.mean_ms / n_layers, .min_ms = model.min_ms / n_layers}
+          whole_round ? RoundTiming{.mean_ms = model.mean_ms / n_layers,
+                                    .min_ms = model.min_ms / n_layers,
+                                    .graph = model.graph,
+                                    .problems = {}}
                       : pool.time(*policy, one_layer, repeats, key_base);
       std::vector<std::string> step_problems;
       const double step_ms = pool.decode_step_ms(forward, std::min(repeats, 10), key_base | 2, step_problems);

@@ -15,8 +15,6 @@
 namespace kvdice::eval {
 namespace {
 
-bool starts_with_at(std::string_view s, size_t i, std::string_view p) { return s.substr(i, p.size()) == p; }
-
 void replace_all(std::string& s, std::string_view from, std::string_view to) {
   for (size_t i = s.find(from); i != std::string::npos; i = s.find(from, i + to.size()))
     s.replace(i, from.size(), to);
@@ -369,7 +367,10 @@ char compare_in_child(const std::string& a_text, const std::string& b_text) {
     for (const auto& point : points) {
       GiNaC::exmap values;
       int k = 0;
-      for (const auto& [name, sym] : symbols) values[sym] = GiNaC::numeric(point[k++ % 3] + 0.37 * (k / 3));
+      for (const auto& [name, sym] : symbols) {
+        values[sym] = GiNaC::numeric(point[k % 3] + 0.37 * (k / 3));
+        ++k;
+      }
       const GiNaC::ex value = diff.subs(values).evalf();
       if (!GiNaC::is_a<GiNaC::numeric>(value)) return 'U';
       const GiNaC::numeric n = GiNaC::ex_to<GiNaC::numeric>(value);

@@ -165,8 +165,10 @@ backend::View ForwardPass::run(const backend::StepBatch& batch, const kv::KvPool
     be.matmul(mlp, w.down, x, /*accumulate=*/true);
   }
   // Final norm and logits only for the rows asked for.
+  // A decode step (one row per sequence) already has them in order: no gather.
   View last = x;
-  if (!all_positions) {
+  const bool one_row_each = batch.max_rows_per_seq == 1 && rows == seqs;
+  if (!all_positions && !one_row_each) {
     last = a_.last.row_slice(0, seqs);
     be.gather_last_rows(batch, x, last);
   }

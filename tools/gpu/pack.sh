@@ -6,6 +6,12 @@ cd "$(dirname "$0")/../.."
 BUILD=${1:-build-cuda}
 rm -rf .gpu-bin && mkdir -p .gpu-bin/lib
 cp "$BUILD/kvdice" "$BUILD/test_backend" .gpu-bin/
+[ -f "$BUILD/kvdice_gemv_chain_bench" ] && cp "$BUILD/kvdice_gemv_chain_bench" .gpu-bin/
+# The kernel timeline's CUPTI injection library (tools/gpu/kernel_trace.cpp), with CUPTI beside it.
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+g++ -O2 -shared -fPIC tools/gpu/kernel_trace.cpp -I"$CUDA_HOME/include" -L"$CUDA_HOME/lib" -L"$CUDA_HOME/lib64" \
+  -lcupti -o .gpu-bin/lib/libkernel_trace.so
+cp -L "$(ldd .gpu-bin/lib/libkernel_trace.so | awk '/libcupti/ {print $3}')" .gpu-bin/lib/
 # Every Debian library the binaries link, except the C/C++ runtime and what the GPU machine's image
 # has (OpenBLAS with its Fortran runtime, libgomp; CUDA's own libraries).
 for bin in .gpu-bin/kvdice .gpu-bin/test_backend; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Per-kernel GPU time of a few decode steps (ncu, one metric, one pass), batch 1 and batch 128, on a
+# Per-kernel GPU time of a few decode steps (ncu, one metric, one pass; NCU=0 skips it), batch 1 and batch 128, on a
 # random-weight checkpoint of SHAPE (default qwen3-4b), prompt PROMPT, budget BUDGET. Results under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -8,6 +8,7 @@ CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.
 export LD_LIBRARY_PATH="$PWD/.gpu-bin/lib:$CUBLAS_DIR:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 SHAPE=${SHAPE:-qwen3-4b}
 M=.gpu/$SHAPE
+if [ "${NCU:-1}" = 1 ]; then
 [ -f $M/config.json ] || python3 tools/gpu/make_checkpoint.py --shape configs/shapes/$SHAPE.json --out $M 2>&1 | tail -1
 for batch in ${BATCHES:-1 128}; do
   ncu --metrics gpu__time_duration.sum --launch-skip ${SKIP:-800} --launch-count ${COUNT:-1200} --print-summary per-kernel \
@@ -33,28 +34,20 @@ for t, n, a, name in rows[:14]:
     print(f"{t/1e3:9.2f} ms {100*t/max(total,1e-9):5.1f}%  {n:5d} x {a:9.2f} us  {name}")
 PY
 done
+fi
 
 # Real (unserialised) kernel times inside the decode graphs, and how much of the step the GPU idles:
-# nsys traces every graph node; the kernel-sum table against the run's decode time gives the gap share.
-if [ "${NSYS:-0}" = 1 ] && command -v nsys >/dev/null; then
+# the CUPTI injection library (tools/gpu/kernel_trace.cpp; nsys is not installed there) records every
+# graph node's start and end, and kernel_timeline.py splits them into steps.
+if [ "${TRACE:-0}" = 1 ]; then
   for batch in ${BATCHES:-1 128}; do
-    nsys profile -q --cuda-graph-trace=node -o "$OUT/nsys_b$batch" --force-overwrite true \
-      .gpu-bin/kvdice generate --backend cuda -m $M -p "${PROMPT:-hello world}" --samples $batch -n ${STEPS:-256} \
-      --ignore-eos --policy ${POLICY:-random_pp} --budget ${BUDGET:-256} --window 64 --json > "$OUT/nsys_b$batch.json" 2>/dev/null
-    nsys stats -q -r cuda_gpu_kern_sum --format csv -o "$OUT/nsys_b$batch" "$OUT/nsys_b$batch.nsys-rep" >/dev/null 2>&1
-    python3 - "$OUT/nsys_b${batch}_cuda_gpu_kern_sum.csv" "$OUT/nsys_b$batch.json" <<'PY'
-import csv, json, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-total_ns = sum(float(r["Total Time (ns)"]) for r in rows)
-print(f"{sys.argv[1]}: kernels {total_ns/1e6:.1f} ms in all")
-for r in sorted(rows, key=lambda r: -float(r["Total Time (ns)"]))[:12]:
-    print(f'{float(r["Total Time (ns)"])/1e6:9.2f} ms {float(r["Time (%)"]):5.1f}% {int(r["Instances"]):7d} x {float(r["Avg (ns)"])/1e3:8.2f} us  {r["Name"][:90]}')
-try:
-    res = json.load(open(sys.argv[2])); res = res if isinstance(res, list) else [res]
-    decode = max(x["stats"]["decode_seconds"] for x in res)
-    print(f"decode wall {decode*1e3:.1f} ms (kernel time includes prefill)")
-except Exception as e:
-    print("no decode time:", e)
-PY
+    CUDA_INJECTION64_PATH="$PWD/.gpu-bin/lib/libkernel_trace.so" KERNEL_TRACE_OUT="$OUT/trace_b$batch.csv" \
+      .gpu-bin/kvdice bench throughput --backend cuda --random-weights --config configs/shapes/$SHAPE.json \
+      --requests $batch --prompt-len ${PROMPT_LEN:-1024} --output-len ${STEPS:-128} --policy ${POLICY:-random_pp} \
+      --budget 2048 --window 64 > "$OUT/trace_b$batch.log" 2>&1
+    python3 tools/gpu/kernel_timeline.py "$OUT/trace_b$batch.csv" --json "$OUT/timeline_b$batch.json" \
+      > "$OUT/timeline_b$batch.txt" 2>&1
+    head -30 "$OUT/timeline_b$batch.txt"
+    xz -T4 -f "$OUT/trace_b$batch.csv"  # ~1 MB: kept for a closer look
   done
 fi

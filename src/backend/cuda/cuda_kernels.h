@@ -65,6 +65,8 @@ bool gemv_supports(const View& x, const View& w, const View& y);
 void launch_gemv(const View& x, const View& w, const View& y, bool accumulate, cudaStream_t stream);
 
 // ---- sample.cu ----
+// The largest vocabulary the sampler's 32-bit histogram parts can sum without overflow.
+inline constexpr int64_t kMaxSampleVocab = int64_t{1} << 21;
 // Per-row weight scratch of the sample kernel.
 size_t sample_scratch_bytes(int n_seqs, int64_t vocab);
 void launch_sample(const StepBatch& batch, const View& logits, void* scratch, cudaStream_t stream);

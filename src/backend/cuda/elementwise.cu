@@ -51,10 +51,18 @@ template <int V>
 __global__ void __launch_bounds__(kNormThreads)
     rmsnorm_vec4_kernel(const float* x, int64_t x_ld, const float* w, void* y, DType y_dtype, int64_t y_ld,
                         int cols, float eps) {
+  // The norm's weights are constant: fetched while the predecessor drains.
+  const int groups = cols / 4;
+  const float4* w4 = reinterpret_cast<const float4*>(w);
+  float4 wv[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const int gi = threadIdx.x + i * kNormThreads;
+    wv[i] = gi < groups ? w4[gi] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
   enter_dependent();
   __shared__ float warp_sums[kNormThreads / 32];
   const float4* xr = reinterpret_cast<const float4*>(x + blockIdx.x * x_ld);
-  const int groups = cols / 4;
   float4 v[V];
   float sum = 0.0f;
 #pragma unroll
@@ -71,14 +79,12 @@ __global__ void __launch_bounds__(kNormThreads)
 #pragma unroll
   for (int k = 0; k < kNormThreads / 32; ++k) total += warp_sums[k];
   const float inv = 1.0f / sqrtf(total / static_cast<float>(cols) + eps);
-  const float4* w4 = reinterpret_cast<const float4*>(w);
 #pragma unroll
   for (int i = 0; i < V; ++i) {
     const int gi = threadIdx.x + i * kNormThreads;
     if (gi >= groups) continue;
-    const float4 wv = w4[gi];
-    const float r0 = v[i].x * inv * wv.x, r1 = v[i].y * inv * wv.y, r2 = v[i].z * inv * wv.z,
-                r3 = v[i].w * inv * wv.w;
+    const float r0 = v[i].x * inv * wv[i].x, r1 = v[i].y * inv * wv[i].y, r2 = v[i].z * inv * wv[i].z,
+                r3 = v[i].w * inv * wv[i].w;
     if (y_dtype == DType::BF16) {
       const __nv_bfloat162 lo = __floats2bfloat162_rn(r0, r1), hi = __floats2bfloat162_rn(r2, r3);
       uint2 packed;

@@ -68,7 +68,8 @@ __device__ inline void record_value_signals(const KvLayer& kv, int64_t kv_index,
 }
 
 __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_append_kernel(RopeArgs a) {
-  enter_dependent();
+  // Before the wait: only what earlier steps wrote (the batch's positions and page table; the
+  // predecessor's own predecessor has completed once this kernel runs at all) and the rotation table.
   __shared__ float buffer[kWarps][kMaxHeadDim];
   __shared__ float cos_table[kMaxHeadDim / 2], sin_table[kMaxHeadDim / 2];
   const int row = blockIdx.x;
@@ -94,6 +95,7 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_append_kernel(RopeAr
       sin_table[c] = static_cast<float>(sin_d);
     }
   }
+  enter_dependent();
   __syncthreads();
   {
     const int item = first_item + warp;
