@@ -6,7 +6,7 @@
 namespace kvdice::policy::cuda {
 namespace {
 
-__global__ void __launch_bounds__(kWindowThreads) window_stats_kernel(CudaSelectionArgs args) {
+__global__ void __launch_bounds__(kWindowThreads, 8) window_stats_kernel(CudaSelectionArgs args) {
   __shared__ __align__(16) double qs[kMaxScoringHeadDim * kQueryTile];
   __shared__ double warp_m[kWindowThreads / 32][kQueryTile], warp_d[kWindowThreads / 32][kQueryTile];
   const WindowItem it(args);
