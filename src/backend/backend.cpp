@@ -1,5 +1,7 @@
 #include "backend/backend.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <utility>
 
 #include "core/error.h"
@@ -29,6 +31,17 @@ void Buffer::reset() {
   if (data_ != nullptr && free_) free_(data_);
   data_ = nullptr;
   bytes_ = 0;
+}
+
+Buffer Backend::alloc_host(size_t bytes, const std::string& what) {
+  void* p = std::malloc(std::max<size_t>(bytes, 1));
+  if (p == nullptr) fail("cannot allocate {} bytes of host memory for {}", bytes, what);
+  return Buffer(p, bytes, [](void* q) { std::free(q); });
+}
+
+uint64_t Backend::download_async(void* dst, const void* src, size_t bytes) {
+  download(dst, src, bytes);
+  return 0;
 }
 
 void* Buffer::Carver::take(size_t bytes) {

@@ -145,6 +145,14 @@ class Backend {
   // Reads `src` back as fp32 [rows, cols] (tests and mechanism studies; not on the fast path).
   virtual void download_matrix(const View& src, float* dst) = 0;
   virtual void synchronize() = 0;
+  // Reading a step's outputs while the next step runs (the engine reads sampled tokens one step late):
+  // alloc_host gives host memory that download_async can copy into without waiting (CUDA: pinned);
+  // download_async enqueues the copy after everything issued so far and returns a ticket, and
+  // wait(ticket) blocks until that copy is done. A backend whose ops run at once (the CPU) copies
+  // immediately and waits for nothing: these defaults.
+  virtual Buffer alloc_host(size_t bytes, const std::string& what);
+  virtual uint64_t download_async(void* dst, const void* src, size_t bytes);
+  virtual void wait(uint64_t ticket) {}
   virtual MemoryInfo memory() const = 0;
   // Highest memory use seen so far (kvdice bench): CUDA, the device's used memory (total - free, the
   // context included) sampled at every allocation and at this call; CPU, the process's peak RSS.

@@ -25,6 +25,7 @@ StepStorage::StepStorage(Backend& backend, int max_seqs, int max_rows, int max_p
   h_forced_is_argmax_.assign(seqs, 0);
   h_forced_.assign(seqs, -1);
 
+  ring_ = backend_.alloc_host(2 * seqs * sizeof(int32_t), "the sampled-token ring");
   host_.max_pages = device_.max_pages = max_pages;
   host_.tokens = h_tokens_.data();
   host_.row_seq = h_row_seq_.data();
@@ -151,6 +152,18 @@ void StepStorage::download_outputs(bool forced_scores, bool self_feeding) {
     backend_.download(host_.forced_logprob, device_.forced_logprob, sizeof(float) * n);
     backend_.download(host_.forced_is_argmax, device_.forced_is_argmax, n);
   }
+}
+
+uint64_t StepStorage::download_tokens_async(int slot, bool self_feeding) {
+  KVDICE_CHECK(slot == 0 || slot == 1, "token ring slot {} (0 or 1)", slot);
+  int32_t* dst = static_cast<int32_t*>(ring_.data()) + static_cast<size_t>(slot) * static_cast<size_t>(max_seqs_);
+  return backend_.download_async(dst, self_feeding ? device_.tokens : device_.next_token,
+                                 sizeof(int32_t) * static_cast<size_t>(host_.n_seqs));
+}
+
+const int32_t* StepStorage::ring_tokens(int slot) const {
+  KVDICE_CHECK(slot == 0 || slot == 1, "token ring slot {} (0 or 1)", slot);
+  return static_cast<const int32_t*>(ring_.data()) + static_cast<size_t>(slot) * static_cast<size_t>(max_seqs_);
 }
 
 }  // namespace kvdice::backend

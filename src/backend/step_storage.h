@@ -32,6 +32,11 @@ class StepStorage {
   // Reads next_token (and the forced-token scores) of the first n_seqs sequences into the mirror;
   // a self-feeding batch's sampled tokens are in its token rows.
   void download_outputs(bool forced_scores, bool self_feeding = false);
+  // Starts copying the sampled tokens of the first n_seqs sequences into host ring slot `slot` (0 or
+  // 1) and returns the backend's ticket: once backend.wait(ticket) returns, ring_tokens(slot) holds
+  // them, while later steps may already run. The decode step reads its tokens this way, one step late.
+  uint64_t download_tokens_async(int slot, bool self_feeding);
+  const int32_t* ring_tokens(int slot) const;
 
  private:
   template <class F>
@@ -40,6 +45,7 @@ class StepStorage {
   Backend& backend_;
   int max_seqs_, max_rows_, max_pages_;
   Buffer buffer_;
+  Buffer ring_;  // [2][max_seqs] sampled tokens, host memory the backend copies into without waiting
   StepBatch host_, device_;
   std::vector<int32_t> h_tokens_, h_row_seq_, h_seq_row_begin_, h_length_, h_appended_, h_page_table_,
       h_budget_, h_window_, h_n_protected_, h_policy_id_, h_round_, h_top_k_, h_gen_step_, h_forced_,

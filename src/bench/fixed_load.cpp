@@ -156,6 +156,7 @@ LoadResult run_load(const model::Model& model, backend::Backend& backend, const 
   while (!engine.idle()) {
     const int waiting_before = engine.waiting();
     const int64_t tokens_before = tokens;
+    const int64_t steps_before = engine.decode_steps();
     const auto step_start = Clock::now();
     engine.step();
     const double seconds = since(step_start);
@@ -163,11 +164,13 @@ LoadResult run_load(const model::Model& model, backend::Backend& backend, const 
     if (engine.waiting() < waiting_before) {  // admitted and prefilled (a step does one or the other)
       out.prefill_seconds += seconds;
       ++out.prefill_steps;
-    } else if (tokens > tokens_before) {
+    } else if (tokens > tokens_before || engine.running() > 0) {
+      // A decode call. The engine reads a step's tokens while the next one runs: the first call
+      // reads none and the last reads two, so count the steps it read, not the calls.
       out.decode_seconds += seconds;
-      ++out.decode_steps;
+      out.decode_steps += engine.decode_steps() - steps_before;
       out.decode_tokens += tokens - tokens_before;
-    } else if (engine.running() == 0) {
+    } else {
       fail("the load stalled: {} requests wait and none can be admitted (the KV pool is too small for one)",
            engine.waiting());
     }

@@ -129,7 +129,16 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
 }
 
 // The decode graphs bake in this engine's pool and batch buffers: they go with it.
-Engine::~Engine() { backend_.drop_graphs(this); }
+Engine::~Engine() {
+  if (in_flight_) {  // its copy lands in the batch's host ring: let it finish first
+    try {
+      backend_.synchronize();
+    } catch (const std::exception&) {
+      // the device failed; nothing is left to protect
+    }
+  }
+  backend_.drop_graphs(this);
+}
 
 int Engine::policy_index(const std::string& name) {
   // A spec may carry options ("random_block_pp:block=8"): equal specs share one policy instance.
@@ -232,10 +241,13 @@ bool Engine::cancel(uint64_t id) {
 bool Engine::idle() const { return waiting_.empty() && running_.empty(); }
 
 void Engine::set_round_observer(std::function<void(uint64_t, const kv::RoundRecord&)> observer) {
+  drain();  // an observer reads the pool as of the step it sees
   round_observer_ = std::move(observer);
 }
 
 void Engine::admit() {
+  // Admission rewrites decode rows from the host's mirror, which must include every launched step.
+  if (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_batch) drain();
   std::vector<Sequence*> admitted;
   int64_t rows = 0;
   while (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_batch) {
@@ -349,19 +361,20 @@ void Engine::write_decode_row(int row) {
 }
 
 void Engine::decode() {
-  const auto start = Clock::now();
   const int n = static_cast<int>(running_.size());
   if (n == 0) return;
   backend::StepStorage& storage = *decode_batch_;
   backend::StepBatch& b = storage.host();
+  bool any_forced = false;
+  for (int row = 0; row < n; ++row) any_forced = any_forced || running_[static_cast<size_t>(row)]->forced_now() >= 0;
+  // Teacher forcing needs each step's count before the next forced token, and a round observer reads
+  // the pool as of the step it sees: those runs read every step at once.
+  const bool overlap = config_.overlap_readback && !any_forced && !round_observer_;
+  if (!overlap) drain();
+  if (!in_flight_) decode_clock_ = Clock::now();
   b.n_seqs = b.n_rows = n;
   b.max_rows_per_seq = 1;
-  bool any_forced = false;
-  for (int row = 0; row < n; ++row) {
-    const int forced = running_[static_cast<size_t>(row)]->forced_now();
-    any_forced = any_forced || forced >= 0;
-    b.forced[row] = forced;
-  }
+  for (int row = 0; row < n; ++row) b.forced[row] = running_[static_cast<size_t>(row)]->forced_now();
   if (any_forced) storage.upload_forced();  // teacher forcing (probes) only; sampling needs no host data
 
   const backend::StepBatch view = storage.device(/*self_feeding=*/true);
@@ -386,18 +399,55 @@ void Engine::decode() {
     }
     ++seen;
   }
-  storage.download_outputs(any_forced, /*self_feeding=*/true);
+  std::vector<Sequence*> rows;
+  rows.reserve(static_cast<size_t>(n));
+  for (const auto& seq : running_) rows.push_back(seq.get());
+  if (!overlap) {
+    storage.download_outputs(any_forced, /*self_feeding=*/true);
+    apply_decode(rows, b.next_token, b.forced_logprob, b.forced_is_argmax);
+    return;
+  }
+  InFlightStep launched{std::move(rows), next_slot_, storage.download_tokens_async(next_slot_, true)};
+  next_slot_ ^= 1;
+  drain();  // the previous step, read while this one runs
+  in_flight_ = std::move(launched);
+  // Read this step at once when no further step may run before it: a sequence stopped in the previous
+  // step (it ran in this one too), or one whose length this step completes.
+  for (const auto& seq : running_) {
+    if (seq->finish != FinishReason::Running ||
+        static_cast<int>(seq->generated.size()) + 1 >= seq->request.max_new_tokens) {
+      drain();
+      break;
+    }
+  }
+}
 
-  const double elapsed = seconds_since(start);
-  for (int row = 0; row < n; ++row) {
-    Sequence& seq = *running_[static_cast<size_t>(row)];
+void Engine::drain() {
+  if (!in_flight_) return;
+  const InFlightStep step = std::move(*in_flight_);
+  in_flight_.reset();
+  backend_.wait(step.ticket);
+  apply_decode(step.rows, decode_batch_->ring_tokens(step.slot), nullptr, nullptr);
+}
+
+void Engine::apply_decode(const std::vector<Sequence*>& rows, const int32_t* tokens, const float* forced_logprob,
+                          const uint8_t* forced_is_argmax) {
+  const auto now = Clock::now();
+  const double elapsed = std::chrono::duration<double>(now - decode_clock_).count();
+  decode_clock_ = now;
+  ++decode_steps_;
+  backend::StepBatch& b = decode_batch_->host();
+  for (size_t row = 0; row < rows.size(); ++row) {
+    Sequence& seq = *rows[row];
+    if (seq.finish != FinishReason::Running) continue;
     seq.length += 1;
     seq.appended += 1;
     seq.stats.peak_resident_slots = std::max(seq.stats.peak_resident_slots, seq.length);
     seq.stats.decode_seconds += elapsed;
     if (seq.budget.should_evict(seq.length)) finish_round(seq);
-    b.tokens[row] = b.next_token[row];
-    accept_token(seq, b.next_token[row], b.forced_logprob[row], b.forced_is_argmax[row] != 0);
+    b.tokens[row] = tokens[row];
+    accept_token(seq, tokens[row], forced_logprob != nullptr ? forced_logprob[row] : 0.0f,
+                 forced_is_argmax != nullptr && forced_is_argmax[row] != 0);
   }
 }
 
@@ -445,6 +495,10 @@ void Engine::accept_token(Sequence& seq, int token, float forced_logprob, bool f
 }
 
 void Engine::retire_finished() {
+  // Retiring moves rows and rewrites them from the host's mirror: read the step in flight first.
+  if (in_flight_ && std::any_of(running_.begin(), running_.end(),
+                                [](const auto& seq) { return seq->finish != FinishReason::Running; }))
+    drain();
   for (size_t row = 0; row < running_.size();) {
     Sequence& seq = *running_[row];
     if (seq.finish == FinishReason::Running) {

@@ -6,11 +6,13 @@
 // back only the sampled tokens.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,10 @@ struct EngineConfig {
   int64_t kv_pool_bytes = 0;   // KV pool size; 0 = sized from free memory (CUDA) or the limits (CPU)
   int max_context = 0;         // longest reservation of one sequence in slots; 0 = the model's max position
   bool graphs = true;          // replay each decode-step shape as one graph where the backend can
+  // Read a decode step's sampled tokens while the next step runs (one step late), so the device
+  // never waits for the host between steps. Token events come one step later; a sequence that stops
+  // on a stop id has run one step more, whose token is dropped. Off: every step is read at once.
+  bool overlap_readback = true;
 };
 
 struct TokenEvent {
@@ -79,6 +85,8 @@ class Engine {
   int running() const { return static_cast<int>(running_.size()); }
   int waiting() const { return static_cast<int>(waiting_.size()); }
   int64_t reserved_slots() const { return reserved_slots_; }
+  // Decode steps whose tokens the host has read so far (a step launched and not yet read is not one).
+  int64_t decode_steps() const { return decode_steps_; }
   // One scheduler iteration: admit + prefill new sequences, or one decode step for all running.
   void step();
   // Runs until every submitted request finished; calls `on_token` for each sampled token.
@@ -101,6 +109,18 @@ class Engine {
   void decode();
   void decode_ops(const backend::StepBatch& view, const std::vector<uint8_t>& policy_used);
   void write_decode_row(int row);
+  // A launched decode step whose tokens are not read yet (overlap_readback).
+  struct InFlightStep {
+    std::vector<Sequence*> rows;  // the sequence in each row when it was launched
+    int slot = 0;                 // host ring slot of its tokens
+    uint64_t ticket = 0;
+  };
+  // Reads the step in flight, if any, and applies it.
+  void drain();
+  // The host's side of a decode step read back: mirrors lengths and rounds, accepts the tokens of the
+  // rows whose sequence still runs (one stopped in an earlier step ran this one too: dropped).
+  void apply_decode(const std::vector<Sequence*>& rows, const int32_t* tokens, const float* forced_logprob,
+                    const uint8_t* forced_is_argmax);
   void accept_token(Sequence& seq, int token, float forced_logprob, bool forced_is_argmax);
   void finish_round(Sequence& seq);
   void retire_finished();
@@ -124,6 +144,10 @@ class Engine {
   int64_t reserved_slots_ = 0;
   std::function<void(const TokenEvent&)> on_token_;
   std::function<void(uint64_t, const kv::RoundRecord&)> round_observer_;
+  std::optional<InFlightStep> in_flight_;
+  int next_slot_ = 0;
+  int64_t decode_steps_ = 0;
+  std::chrono::steady_clock::time_point decode_clock_;  // when the last decode step was applied
 };
 
 }  // namespace kvdice::engine

@@ -183,6 +183,74 @@ TEST(Engine, RejectsBadRequests) {
   EXPECT_THROW(Engine(*bundle().model, *backend, budgeted("random_pp", 30, 8)), Error);
 }
 
+// Reading tokens one step late must not change anything a caller sees: the same tokens, finish
+// reasons, rounds and resident lengths, with sequences stopping on stop ids mid-batch (they run one
+// step more, whose token must be dropped), different lengths, a sequence admitted mid-run (a slot
+// limit of two), a cancellation and every step counted once.
+TEST(Engine, OverlappedReadBackChangesNothing) {
+  const SamplingParams sampling{0.9f, 1.0f, 0, 23};
+  const auto free_run = run_all(budgeted("random_pp", 32, 8), {request("stop here", 40, sampling, 0)});
+  auto make_requests = [&] {
+    std::vector<GenerationRequest> reqs;
+    for (int i = 0; i < 4; ++i) reqs.push_back(request("seq " + std::to_string(i), 30 + 7 * i, sampling, i));
+    reqs.push_back(request("stop here", 40, sampling, 0));
+    reqs.back().stop_ids = {free_run[0].tokens[5]};  // stops after 6 tokens
+    return reqs;
+  };
+  struct Run {
+    std::vector<GenerationResult> results;
+    int64_t steps = 0, events = 0;
+  };
+  auto run = [&](bool overlap) {
+    EngineConfig c = budgeted("random_pp", 32, 8);
+    c.overlap_readback = overlap;
+    c.kv_slot_limit = 3 * (40 + 8);  // three at a time: the others are admitted as sequences finish
+    auto backend = backend::make_cpu_backend(2);
+    Engine engine(*bundle().model, *backend, c);
+    std::vector<uint64_t> ids;
+    for (auto& r : make_requests()) ids.push_back(engine.submit(std::move(r)));
+    Run out;
+    int calls = 0;
+    engine.set_token_callback([&](const TokenEvent&) { ++out.events; });
+    while (!engine.idle()) {
+      engine.step();
+      if (++calls == 9) engine.cancel(ids[1]);
+    }
+    out.steps = engine.decode_steps();
+    out.results = engine.take_finished();
+    std::sort(out.results.begin(), out.results.end(), [](const auto& x, const auto& y) { return x.id < y.id; });
+    return out;
+  };
+  const Run at_once = run(false), overlapped = run(true);
+  ASSERT_EQ(overlapped.results.size(), at_once.results.size());
+  int64_t tokens = 0, overlap_tokens_delta = 0;
+  for (size_t i = 0; i < at_once.results.size(); ++i) {
+    const GenerationResult &a = at_once.results[i], &o = overlapped.results[i];
+    EXPECT_EQ(o.finish, a.finish) << "request " << i;
+    tokens += static_cast<int64_t>(a.tokens.size());
+    if (i == 1) {  // cancelled after the 9th call, when the overlapped host has read one step less
+      const size_t n = std::min(o.tokens.size(), a.tokens.size());
+      EXPECT_LE(std::max(o.tokens.size(), a.tokens.size()) - n, 1u);
+      EXPECT_TRUE(std::equal(o.tokens.begin(), o.tokens.begin() + static_cast<std::ptrdiff_t>(n), a.tokens.begin()));
+      overlap_tokens_delta = static_cast<int64_t>(o.tokens.size()) - static_cast<int64_t>(a.tokens.size());
+      continue;
+    }
+    EXPECT_EQ(o.tokens, a.tokens) << "request " << i;
+    EXPECT_EQ(o.stats.eviction_rounds, a.stats.eviction_rounds) << "request " << i;
+    EXPECT_EQ(o.stats.final_resident_slots, a.stats.final_resident_slots) << "request " << i;
+    EXPECT_EQ(o.stats.peak_resident_slots, a.stats.peak_resident_slots) << "request " << i;
+  }
+  EXPECT_EQ(at_once.results[4].finish, FinishReason::Stop);
+  EXPECT_EQ(at_once.results[4].tokens.size(), 6u);
+  EXPECT_EQ(at_once.results[1].finish, FinishReason::Cancelled);
+  EXPECT_EQ(overlapped.events, tokens + overlap_tokens_delta);
+  EXPECT_EQ(at_once.events, tokens);
+  // The same steps: a sequence that reaches its length is read at once, never one step late (else the
+  // last one to finish would cost a step more). A stop or a cancellation of the last running
+  // sequence would add one step; here others still run then.
+  EXPECT_EQ(overlapped.steps, at_once.steps);
+}
+
 TEST(Engine, SlotPoolAdmitsOnlyWhatFits) {
   EngineConfig c = budgeted("random_pp", 32, 8);
   const int64_t one = 32 + 8;  // short prompts reserve T + r

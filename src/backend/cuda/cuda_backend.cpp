@@ -58,6 +58,7 @@ class CudaBackend final : public Backend {
     *error_host_ = 0;
     CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&error_device_), error_host_, 0));
     gemm_ = std::make_unique<cuda::LtGemm>();
+    for (cudaEvent_t& e : ticket_events_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
 
   ~CudaBackend() override {
@@ -69,6 +70,8 @@ class CudaBackend final : public Backend {
     for (Scratch* s : {&attention_scratch_, &split_counters_, &sample_scratch_, &keep_scratch_, &layer_table_,
                        &score_scratch_, &round_keep_scratch_})
       if (s->data != nullptr) cudaFree(s->data);
+    for (cudaEvent_t e : ticket_events_)
+      if (e != nullptr) cudaEventDestroy(e);
     if (error_host_ != nullptr) cudaFreeHost(error_host_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
@@ -113,6 +116,32 @@ class CudaBackend final : public Backend {
   void download(void* dst, const void* src, size_t bytes) override {
     if (bytes != 0) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     synchronize();
+  }
+
+  Buffer alloc_host(size_t bytes, const std::string& what) override {
+    void* p = nullptr;
+    const cudaError_t status = cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocDefault);
+    if (status != cudaSuccess)
+      fail("cannot allocate {} bytes of pinned host memory for {}: {}", bytes, what, cudaGetErrorString(status));
+    const int device = device_;
+    return Buffer(p, bytes, [device](void* q) {
+      cudaSetDevice(device);
+      cudaFreeHost(q);  // waits for copies into it
+    });
+  }
+
+  uint64_t download_async(void* dst, const void* src, size_t bytes) override {
+    if (bytes != 0) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    const uint64_t ticket = next_ticket_++;
+    CUDA_CHECK(cudaEventRecord(ticket_events_[ticket % kTicketEvents], stream_));
+    return ticket;
+  }
+
+  void wait(uint64_t ticket) override {
+    // An event is reused kTicketEvents tickets later: an older ticket can no longer be told apart.
+    KVDICE_CHECK(ticket < next_ticket_ && next_ticket_ - ticket <= kTicketEvents,
+                 "wait: ticket {} is not among the last {} (next {})", ticket, kTicketEvents, next_ticket_);
+    CUDA_CHECK(cudaEventSynchronize(ticket_events_[ticket % kTicketEvents]));
   }
 
   void fill_zero(void* dst, size_t bytes) override {
@@ -648,6 +677,9 @@ class CudaBackend final : public Backend {
   int device_;
   cudaDeviceProp properties_{};
   cudaStream_t stream_ = nullptr;
+  static constexpr uint64_t kTicketEvents = 4;  // download_async tickets in flight at most
+  cudaEvent_t ticket_events_[kTicketEvents] = {};
+  uint64_t next_ticket_ = 0;
   int* error_host_ = nullptr;    // pinned, mapped: written by the eviction kernels
   int* error_device_ = nullptr;  // the same word as the device sees it
   std::unique_ptr<cuda::LtGemm> gemm_;
