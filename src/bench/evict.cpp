@@ -7,10 +7,14 @@
 // Where the backend records graphs, the timed round is a recorded graph replay (as inside the engine's
 // decode graph); otherwise the op runs eagerly. A policy that scores the whole model at once
 // (TriAttention: one keep-set per KV head shared by all layers) has no one-layer call: its per-layer
-// figure is the whole-model round over the layer count, and says so.
+// figure is the whole-model round over the layer count, and says so. A policy that records signals
+// on every step (the query ring, attention mass, value ranges) also gets the step timed without them
+// (random_pp's pool at the same batch and budget) and the share of decode its round and signals take.
 #include <algorithm>
 #include <chrono>
 #include <numeric>
+
+#include <fmt/ranges.h>
 
 #include "backend/step_storage.h"
 #include "bench/protocols.h"
@@ -23,6 +27,15 @@
 namespace kvdice::bench {
 namespace {
 using Clock = std::chrono::steady_clock;
+
+// The signals a policy has recorded on every decode step, for the report.
+std::string signal_names(const policy::SignalNeeds& needs) {
+  std::vector<std::string> names;
+  if (needs.window_queries) names.emplace_back("query ring");
+  if (needs.accumulated_attention) names.emplace_back("attention mass");
+  if (needs.value_ranges) names.emplace_back("value ranges");
+  return names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "));
+}
 
 struct RoundTiming {
   double mean_ms = 0.0, min_ms = 0.0;
@@ -250,8 +263,20 @@ Json run_evict(const BenchContext& ctx) {
       const std::string& name = policies[pi];
       const auto policy = policy::make_policy(name);
       const LoadSpec spec = load_spec(o, name);
-      FilledPool pool(ctx, *policy, batch, spec.budget.engine, o.prompt_len);
       const uint64_t key_base = (uint64_t{1} << 63) | (uint64_t{bi} << 40) | (uint64_t{pi} << 20);
+      // A policy that records signals makes every decode step dearer (H2O's attention mass after each
+      // layer's attention, the query ring, value ranges): the same step on a pool that records none
+      // (random_pp's) says by how much. Measured first, so the two pools never coexist.
+      const policy::SignalNeeds needs = policy->needs();
+      const bool records = needs.any();
+      std::vector<std::string> step_problems;
+      double plain_step_ms = 0.0;
+      if (records) {
+        const auto plain = policy::make_policy("random_pp");
+        FilledPool plain_pool(ctx, *plain, batch, spec.budget.engine, o.prompt_len);
+        plain_step_ms = plain_pool.decode_step_ms(forward, std::min(repeats, 10), key_base | 3, step_problems);
+      }
+      FilledPool pool(ctx, *policy, batch, spec.budget.engine, o.prompt_len);
       const bool whole_round = policy->scores_whole_round();
       const std::vector<backend::KvLayer> one_layer{pool.layers().front()};
       const RoundTiming model = pool.time(*policy, pool.layers(), repeats, key_base | 1);
@@ -262,8 +287,8 @@ Json run_evict(const BenchContext& ctx) {
                                     .graph = model.graph,
                                     .problems = {}}
                       : pool.time(*policy, one_layer, repeats, key_base);
-      std::vector<std::string> step_problems;
       const double step_ms = pool.decode_step_ms(forward, std::min(repeats, 10), key_base | 2, step_problems);
+      if (!records) plain_step_ms = step_ms;
       const double r = o.window;
       Validation validation;
       validation.sequences = batch;
@@ -284,7 +309,11 @@ Json run_evict(const BenchContext& ctx) {
                                                        : "one-layer evict call"},
                    {"timed_as", model.graph ? "graph replay" : "eager op"},
                    {"decode_step_ms", step_ms},
-                   {"decode_share", model.mean_ms / (r * step_ms + model.mean_ms)}};
+                   {"decode_share", model.mean_ms / (r * step_ms + model.mean_ms)},
+                   {"signals", signal_names(needs)},
+                   {"decode_step_ms_without_signals", plain_step_ms},
+                   {"decode_share_with_signals",
+                    (model.mean_ms + r * (step_ms - plain_step_ms)) / (r * step_ms + model.mean_ms)}};
       out["results"].push_back(Json{{"label", fmt::format("{} batch {}", name, batch)},
                                     {"metrics", metrics},
                                     {"validation", validation.to_json()}});
@@ -301,7 +330,10 @@ Json run_evict(const BenchContext& ctx) {
            {"step_time_from",
             "decode steps (forward, sample, advance) over the filled pool at T + r/2 resident slots, same "
             "batch, the policy's signals recorded"},
-           {"decode_share_rule", "round_model / (r * step + round_model)"}};
+           {"decode_share_rule", "round_model / (r * step + round_model)"},
+           {"decode_share_with_signals_rule",
+            "(round_model + r * (step - step_without_signals)) / (r * step + round_model): the round and the "
+            "signals' extra step time; the step without signals is random_pp's on the same batch and budget"}};
   return out;
 }
 

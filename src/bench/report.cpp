@@ -75,10 +75,16 @@ std::vector<std::pair<std::string, std::string>> headline(const Json& run) {
     } else if (m.contains("round_ms_model")) {
       const bool per_call = m.value("round_ms_layer_from", std::string("one-layer evict call")) ==
                             "one-layer evict call";
-      out.emplace_back(label,
-                       fmt::format("round {} ms/model, {} ms/{}, {}% of decode", fmt_number(m["round_ms_model"], 4),
-                                   fmt_number(m["round_ms_layer"], 4), per_call ? "layer call" : "layer (model / layers)",
-                                   fmt_number(Json(100.0 * m.value("decode_share", 0.0)), 3)));
+      std::string text =
+          fmt::format("round {} ms/model, {} ms/{}, {}% of decode", fmt_number(m["round_ms_model"], 4),
+                      fmt_number(m["round_ms_layer"], 4), per_call ? "layer call" : "layer (model / layers)",
+                      fmt_number(Json(100.0 * m.value("decode_share", 0.0)), 3));
+      if (m.value("signals", std::string("none")) != "none")
+        text += fmt::format("; step {} ms with its signals ({}), {} ms without: {}% of decode with them",
+                            fmt_number(m["decode_step_ms"], 3), m["signals"].get<std::string>(),
+                            fmt_number(m["decode_step_ms_without_signals"], 3),
+                            fmt_number(Json(100.0 * m.value("decode_share_with_signals", 0.0)), 3));
+      out.emplace_back(label, text);
     }
   }
   return out;

@@ -131,6 +131,17 @@ TEST_F(BenchCli, EvictTimesEveryPolicyAtEachBatch) {
     EXPECT_LT(m["decode_share"].get<double>(), 1.0);
     EXPECT_EQ(m["layers"], 2);
     EXPECT_TRUE(result["validation"]["ok"].get<bool>()) << result.dump();
+    // The step without signals: measured apart for a policy that records some (snapkv's query ring),
+    // the same step for one that records none.
+    const bool records = m["policy"] == "snapkv";
+    EXPECT_EQ(m["signals"], records ? "query ring" : "none") << result.dump();
+    EXPECT_GT(m["decode_step_ms_without_signals"].get<double>(), 0.0);
+    if (records) {
+      EXPECT_NE(m["decode_step_ms_without_signals"].get<double>(), m["decode_step_ms"].get<double>());
+    } else {
+      EXPECT_EQ(m["decode_step_ms_without_signals"].get<double>(), m["decode_step_ms"].get<double>());
+      EXPECT_DOUBLE_EQ(m["decode_share_with_signals"].get<double>(), m["decode_share"].get<double>());
+    }
   }
 }
 
