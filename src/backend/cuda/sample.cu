@@ -250,6 +250,7 @@ struct FinishShared {
   int local_size;
   unsigned long long value_u64;
   int found;
+  int point_warp;  // the draw: the warp whose id range holds the point (kFinishWarps: none)
 };
 
 // Where a descent's candidates are: the whole vocabulary (filtered by the descent's predicate) or the
@@ -606,11 +607,11 @@ __global__ void __launch_bounds__(kFinishThreads)
     const uint64_t point = sampling_point(batch.sample_key[s], static_cast<uint32_t>(batch.gen_step[s]), total);
     sh.found = -1;
     sh.value_u64 = point;
-    sh.at_count = kFinishWarps;  // the warp holding the point (none when the total is zero)
+    sh.point_warp = kFinishWarps;  // none when the total is zero
     unsigned long long before = 0;
     for (int k = 0; k < kFinishWarps; ++k) {
       if (point < before + sh.warp_sums[k]) {
-        sh.at_count = static_cast<unsigned>(k);
+        sh.point_warp = k;
         sh.running = before;
         break;
       }
@@ -618,7 +619,7 @@ __global__ void __launch_bounds__(kFinishThreads)
     }
   }
   __syncthreads();
-  if (warp == static_cast<int>(sh.at_count)) {
+  if (warp == sh.point_warp) {
     const unsigned long long point = sh.value_u64;
     unsigned long long running = sh.running;
     for (int q0 = g_begin; q0 < g_end; q0 += 32) {
