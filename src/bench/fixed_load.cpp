@@ -153,23 +153,23 @@ LoadResult run_load(const model::Model& model, backend::Backend& backend, const 
   });
   backend.synchronize();
   const auto start = Clock::now();
+  int64_t prefilled = 0;  // sequences whose first token came from their prefill
   while (!engine.idle()) {
-    const int waiting_before = engine.waiting();
-    const int64_t tokens_before = tokens;
     const int64_t steps_before = engine.decode_steps();
+    const int waiting_before = engine.waiting();
     const auto step_start = Clock::now();
-    engine.step();
+    const engine::StepKind kind = engine.step();
     const double seconds = since(step_start);
     out.max_running = std::max(out.max_running, engine.running());
-    if (engine.waiting() < waiting_before) {  // admitted and prefilled (a step does one or the other)
+    // The engine reads a decode step's tokens while the next one runs (the first call reads none, the
+    // last two): count the steps it read, not the calls.
+    out.decode_steps += engine.decode_steps() - steps_before;
+    if (kind == engine::StepKind::Prefill) {  // admitted and prefilled, or a long prompt's chunk
       out.prefill_seconds += seconds;
       ++out.prefill_steps;
-    } else if (tokens > tokens_before || engine.running() > 0) {
-      // A decode call. The engine reads a step's tokens while the next one runs: the first call
-      // reads none and the last reads two, so count the steps it read, not the calls.
+      prefilled += waiting_before - engine.waiting();
+    } else if (kind == engine::StepKind::Decode) {
       out.decode_seconds += seconds;
-      out.decode_steps += engine.decode_steps() - steps_before;
-      out.decode_tokens += tokens - tokens_before;
     } else {
       fail("the load stalled: {} requests wait and none can be admitted (the KV pool is too small for one)",
            engine.waiting());
@@ -177,6 +177,7 @@ LoadResult run_load(const model::Model& model, backend::Backend& backend, const 
   }
   out.wall_seconds = since(start);
   out.total_tokens = tokens;
+  out.decode_tokens = tokens - prefilled;
   out.validation = validate_load(spec, engine.take_finished(), streamed);
   out.kv_bytes_read = out.sequence_plan.attended_slots * out.kv_bytes_per_slot * out.validation.sequences;
   return out;

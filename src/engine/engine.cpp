@@ -235,10 +235,14 @@ bool Engine::cancel(uint64_t id) {
     seq->finish = FinishReason::Cancelled;
     return true;
   }
+  if (chunking_ && chunking_->id == id && chunking_->finish == FinishReason::Running) {
+    chunking_->finish = FinishReason::Cancelled;  // released at its next chunk's turn
+    return true;
+  }
   return false;
 }
 
-bool Engine::idle() const { return waiting_.empty() && running_.empty(); }
+bool Engine::idle() const { return waiting_.empty() && running_.empty() && !chunking_; }
 
 void Engine::set_round_observer(std::function<void(uint64_t, const kv::RoundRecord&)> observer) {
   drain();  // an observer reads the pool as of the step it sees
@@ -246,6 +250,7 @@ void Engine::set_round_observer(std::function<void(uint64_t, const kv::RoundReco
 }
 
 void Engine::admit() {
+  if (chunking_) return;  // one long prompt at a time: its chunks alternate with decode steps (step())
   // Admission rewrites decode rows from the host's mirror, which must include every launched step.
   if (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_batch) drain();
   std::vector<Sequence*> admitted;
@@ -267,69 +272,90 @@ void Engine::admit() {
     admitted.push_back(running_.back().get());
     if (prompt > config_.prefill_chunk) break;
   }
-  if (!admitted.empty()) prefill(admitted);
+  if (admitted.empty()) return;
+  if (admitted.back()->stats.prompt_tokens > config_.prefill_chunk) {
+    // A long prompt stays out of the decode batch until its last chunk; this step runs its first.
+    chunking_ = std::move(running_.back());
+    running_.pop_back();
+    prefill_chunk_step();
+    return;
+  }
+  prefill(admitted);  // whole prompts: one chunk
+  // The admitted sequences take the last rows of the decode batch.
+  for (size_t row = running_.size() - admitted.size(); row < running_.size(); ++row)
+    write_decode_row(static_cast<int>(row));
 }
 
-void Engine::prefill(const std::vector<Sequence*>& batch) {
+void Engine::prefill_chunk_step() {
+  Sequence& seq = *chunking_;
+  if (seq.finish == FinishReason::Cancelled) {  // cancelled between its chunks
+    reserved_slots_ -= seq.stats.reserved_slots;
+    pool_->release(seq.pages);
+    finished_.push_back({seq.id, std::move(seq.request.prompt), {}, {}, {}, FinishReason::Cancelled, seq.stats});
+    chunking_.reset();
+    return;
+  }
+  if (!prefill({&seq})) return;
+  running_.push_back(std::move(chunking_));
+  write_decode_row(static_cast<int>(running_.size()) - 1);
+}
+
+bool Engine::prefill(const std::vector<Sequence*>& batch) {
   const auto start = Clock::now();
   backend::StepStorage& storage = *prefill_batch_;
   backend::StepBatch& b = storage.host();
   const int n = static_cast<int>(batch.size());
   const int chunk = config_.prefill_chunk;
-  const int total = batch.size() == 1 ? batch[0]->stats.prompt_tokens : chunk;  // whole prompts fit one chunk
-  bool any_forced = false;
-  for (int done = 0; done < total; done += chunk) {
-    b.n_seqs = n;
-    int row = 0;
-    for (int s = 0; s < n; ++s) {
-      Sequence& seq = *batch[static_cast<size_t>(s)];
-      const std::vector<int>& prompt = seq.request.prompt;
-      const int begin = std::min<int>(done, static_cast<int>(prompt.size()));
-      const int end = std::min<int>(begin + chunk, static_cast<int>(prompt.size()));
-      b.seq_row_begin[s] = row;
-      b.length[s] = seq.length;
-      b.appended[s] = static_cast<int32_t>(seq.appended);
-      b.budget[s] = seq.budget.budget;  // the query ring (signals) fills only under a budget,
-      b.window[s] = seq.budget.window;  // with r as its modulus
-      std::fill_n(b.page_table + int64_t{s} * max_pages_, max_pages_, 0);
-      std::copy(seq.pages.begin(), seq.pages.end(), b.page_table + int64_t{s} * max_pages_);
-      b.sample_key[s] = philox_key(seq.request.sampling.seed, seq.stream_id, RngDomain::Sampling);
-      b.temperature[s] = seq.request.sampling.temperature;
-      b.top_p[s] = seq.request.sampling.top_p;
-      b.top_k[s] = seq.request.sampling.top_k;
-      b.gen_step[s] = 0;
-      b.forced[s] = seq.forced_now();
-      any_forced = any_forced || b.forced[s] >= 0;
-      for (int i = begin; i < end; ++i) {
-        b.tokens[row] = prompt[static_cast<size_t>(i)];
-        b.row_seq[row] = s;
-        ++row;
-      }
-      seq.length += end - begin;
-      seq.appended += end - begin;
+  bool any_forced = false, last = true;
+  b.n_seqs = n;
+  int row = 0;
+  for (int s = 0; s < n; ++s) {
+    Sequence& seq = *batch[static_cast<size_t>(s)];
+    const std::vector<int>& prompt = seq.request.prompt;
+    const int begin = static_cast<int>(seq.appended);  // the prompt tokens prefilled so far
+    const int end = std::min<int>(begin + chunk, static_cast<int>(prompt.size()));
+    last = last && end == static_cast<int>(prompt.size());
+    b.seq_row_begin[s] = row;
+    b.length[s] = seq.length;
+    b.appended[s] = static_cast<int32_t>(seq.appended);
+    b.budget[s] = seq.budget.budget;  // the query ring (signals) fills only under a budget,
+    b.window[s] = seq.budget.window;  // with r as its modulus
+    std::fill_n(b.page_table + int64_t{s} * max_pages_, max_pages_, 0);
+    std::copy(seq.pages.begin(), seq.pages.end(), b.page_table + int64_t{s} * max_pages_);
+    b.sample_key[s] = philox_key(seq.request.sampling.seed, seq.stream_id, RngDomain::Sampling);
+    b.temperature[s] = seq.request.sampling.temperature;
+    b.top_p[s] = seq.request.sampling.top_p;
+    b.top_k[s] = seq.request.sampling.top_k;
+    b.gen_step[s] = 0;
+    b.forced[s] = seq.forced_now();
+    any_forced = any_forced || b.forced[s] >= 0;
+    for (int i = begin; i < end; ++i) {
+      b.tokens[row] = prompt[static_cast<size_t>(i)];
+      b.row_seq[row] = s;
+      ++row;
     }
-    b.seq_row_begin[n] = row;
-    b.n_rows = row;
-    b.max_rows_per_seq = 0;
-    for (int s = 0; s < n; ++s)
-      b.max_rows_per_seq = std::max(b.max_rows_per_seq, b.seq_row_begin[s + 1] - b.seq_row_begin[s]);
-    storage.upload_all();
-    const backend::StepBatch view = storage.device();
-    const backend::View logits = forward_->run(view, *pool_, false);
-    if (done + chunk >= total) backend_.sample(view, logits);  // the last chunk's logits give the first token
-    backend_.advance(view);
+    seq.length += end - begin;
+    seq.appended += end - begin;
   }
-  storage.download_outputs(any_forced);
+  b.seq_row_begin[n] = row;
+  b.n_rows = row;
+  b.max_rows_per_seq = 0;
+  for (int s = 0; s < n; ++s)
+    b.max_rows_per_seq = std::max(b.max_rows_per_seq, b.seq_row_begin[s + 1] - b.seq_row_begin[s]);
+  storage.upload_all();
+  const backend::StepBatch view = storage.device();
+  const backend::View logits = forward_->run(view, *pool_, false);
+  if (last) backend_.sample(view, logits);  // the last chunk's logits give the first token
+  backend_.advance(view);
+  if (last) storage.download_outputs(any_forced);
   const double elapsed = seconds_since(start);
   for (int s = 0; s < n; ++s) {
     Sequence& seq = *batch[static_cast<size_t>(s)];
-    seq.stats.prefill_seconds = elapsed;
+    seq.stats.prefill_seconds += elapsed;
     seq.stats.peak_resident_slots = std::max(seq.stats.peak_resident_slots, seq.length);
-    accept_token(seq, b.next_token[s], b.forced_logprob[s], b.forced_is_argmax[s] != 0);
+    if (last) accept_token(seq, b.next_token[s], b.forced_logprob[s], b.forced_is_argmax[s] != 0);
   }
-  // The admitted sequences take the last rows of the decode batch.
-  for (size_t row = running_.size() - batch.size(); row < running_.size(); ++row)
-    write_decode_row(static_cast<int>(row));
+  return last;
 }
 
 void Engine::write_decode_row(int row) {
@@ -519,22 +545,34 @@ void Engine::retire_finished() {
   }
 }
 
-void Engine::step() {
+StepKind Engine::step() {
   retire_finished();  // cancellations since the last step
-  // New work first so a waiting sequence joins the next decode step (continuous batching).
-  const size_t running_before = running_.size();
-  admit();
-  if (running_.size() == running_before) decode();
+  StepKind kind = StepKind::Idle;
+  if (chunking_ && (chunk_turn_ || running_.empty())) {
+    prefill_chunk_step();  // a long prompt's next chunk, every other step while others decode
+    kind = StepKind::Prefill;
+    chunk_turn_ = false;
+  } else {
+    // New work first so a waiting sequence joins the next decode step (continuous batching).
+    const size_t waiting_before = waiting_.size();
+    admit();
+    if (waiting_.size() != waiting_before) {
+      kind = StepKind::Prefill;
+      chunk_turn_ = false;  // a long prompt's first chunk just ran: a decode step next
+    } else if (!running_.empty()) {
+      decode();
+      kind = StepKind::Decode;
+      chunk_turn_ = true;
+    }
+  }
   retire_finished();
+  return kind;
 }
 
 void Engine::run(const std::function<void(const TokenEvent&)>& on_token) {
   auto previous = std::exchange(on_token_, on_token);
   while (!idle()) {
-    const size_t waiting_before = waiting_.size();
-    const bool was_empty = running_.empty();
-    step();
-    if (was_empty && running_.empty() && !waiting_.empty() && waiting_.size() == waiting_before) {
+    if (step() == StepKind::Idle && !waiting_.empty()) {
       fail("request {} can never be admitted: it needs {} KV slots and the pool has {} free",
            waiting_.front()->id, waiting_.front()->stats.reserved_slots,
            pool_->free_pages() * pool_->page_slots());

@@ -44,6 +44,13 @@ struct EngineConfig {
   bool overlap_readback = true;
 };
 
+// What one scheduler iteration ran.
+enum class StepKind {
+  Idle,     // nothing could run (every waiting request needs more KV than is free)
+  Prefill,  // admitted requests and prefilled them, or ran one chunk of a long prompt
+  Decode,   // one decode step of the running sequences
+};
+
 struct TokenEvent {
   uint64_t id;  // request id
   int token;
@@ -87,8 +94,10 @@ class Engine {
   int64_t reserved_slots() const { return reserved_slots_; }
   // Decode steps whose tokens the host has read so far (a step launched and not yet read is not one).
   int64_t decode_steps() const { return decode_steps_; }
-  // One scheduler iteration: admit + prefill new sequences, or one decode step for all running.
-  void step();
+  // One scheduler iteration: admit + prefill new sequences, or one decode step for all running. A
+  // prompt longer than the prefill chunk is prefilled one chunk per iteration, alternating with decode
+  // steps of the running sequences, so neither starves.
+  StepKind step();
   // Runs until every submitted request finished; calls `on_token` for each sampled token.
   void run(const std::function<void(const TokenEvent&)>& on_token = {});
   // Per-token callback for step()-driven use (the server); run() sets its own for its duration.
@@ -105,7 +114,11 @@ class Engine {
   struct Sequence;
   int policy_index(const std::string& name);
   void admit();
-  void prefill(const std::vector<Sequence*>& batch);
+  // Prefills the next chunk of each sequence's prompt (their prompts together fit one chunk, or one
+  // sequence's prompt is longer); after its last chunk samples the first tokens. True when done.
+  bool prefill(const std::vector<Sequence*>& batch);
+  // chunking_'s next chunk; after its last, it joins the decode batch (or leaves, cancelled).
+  void prefill_chunk_step();
   void decode();
   void decode_ops(const backend::StepBatch& view, const std::vector<uint8_t>& policy_used);
   void write_decode_row(int row);
@@ -145,6 +158,8 @@ class Engine {
   std::function<void(const TokenEvent&)> on_token_;
   std::function<void(uint64_t, const kv::RoundRecord&)> round_observer_;
   std::optional<InFlightStep> in_flight_;
+  std::unique_ptr<Sequence> chunking_;  // admitted, its long prompt partly prefilled; not yet a decode row
+  bool chunk_turn_ = false;             // the next step prefills chunking_'s next chunk
   int next_slot_ = 0;
   int64_t decode_steps_ = 0;
   std::chrono::steady_clock::time_point decode_clock_;  // when the last decode step was applied

@@ -251,6 +251,68 @@ TEST(Engine, OverlappedReadBackChangesNothing) {
   EXPECT_EQ(overlapped.steps, at_once.steps);
 }
 
+// A prompt longer than the prefill chunk is prefilled one chunk per step, every other step, while
+// the running sequences keep decoding; the results are what each request gives alone, and a request
+// cancelled between its chunks leaves with its pages.
+TEST(Engine, LongPromptChunksAlternateWithDecodeSteps) {
+  std::string text;
+  for (int i = 0; i < 6; ++i) text += "chunk" + std::to_string(i) + " ";
+  const SamplingParams sampling{0.8f, 1.0f, 0, 9};
+  GenerationRequest running = request("go", 40, sampling, 0);
+  GenerationRequest longer = request(text, 12, sampling, 1);
+  const int chunk = 8;
+  const int chunks = static_cast<int>((longer.prompt.size() + chunk - 1) / chunk);
+  ASSERT_LE(running.prompt.size(), static_cast<size_t>(chunk));
+  ASSERT_GE(chunks, 4);
+  ASSERT_LE(chunks, 12);
+  EngineConfig c = budgeted("full", 0, 64);
+  c.prefill_chunk = chunk;
+  auto backend = backend::make_cpu_backend(2);
+  Engine engine(*bundle().model, *backend, c);
+  const uint64_t a = engine.submit(running);
+  int tokens_of_a = 0, a_tokens_while_chunking = 0;
+  bool b_started = false;
+  engine.set_token_callback([&](const TokenEvent& e) {
+    if (e.id == a) ++tokens_of_a;
+    if (e.id != a) b_started = true;
+  });
+  EXPECT_EQ(engine.step(), StepKind::Prefill);  // a's prompt fits one chunk
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(engine.step(), StepKind::Decode);
+  engine.submit(longer);
+  std::vector<StepKind> kinds;
+  while (!b_started && kinds.size() < 100) {
+    const int before = tokens_of_a;
+    kinds.push_back(engine.step());
+    if (!b_started) a_tokens_while_chunking += tokens_of_a - before;
+  }
+  // Chunk, decode, chunk, decode, ...: every chunk but the last is followed by a decode step.
+  ASSERT_EQ(static_cast<int>(kinds.size()), 2 * chunks - 1);
+  for (size_t i = 0; i < kinds.size(); ++i)
+    EXPECT_EQ(kinds[i], i % 2 == 0 ? StepKind::Prefill : StepKind::Decode) << "step " << i;
+  EXPECT_GE(a_tokens_while_chunking, chunks - 2);  // tokens are read one step late
+  engine.run();
+  auto out = engine.take_finished();
+  std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.id < y.id; });
+  ASSERT_EQ(out.size(), 2u);
+  EngineConfig alone_config = c;
+  alone_config.prefill_chunk = 2048;
+  EXPECT_EQ(out[0].tokens, run_all(alone_config, {running})[0].tokens);
+  EXPECT_EQ(out[1].tokens, run_all(alone_config, {longer})[0].tokens);
+
+  // Cancelled between its chunks: it leaves with no tokens and its reservation is free again.
+  Engine cancelling(*bundle().model, *backend, c);
+  const uint64_t id = cancelling.submit(longer);
+  EXPECT_EQ(cancelling.step(), StepKind::Prefill);
+  EXPECT_TRUE(cancelling.cancel(id));
+  cancelling.run();
+  const auto cancelled = cancelling.take_finished();
+  ASSERT_EQ(cancelled.size(), 1u);
+  EXPECT_EQ(cancelled[0].finish, FinishReason::Cancelled);
+  EXPECT_TRUE(cancelled[0].tokens.empty());
+  EXPECT_EQ(cancelling.reserved_slots(), 0);
+  EXPECT_TRUE(cancelling.idle());
+}
+
 TEST(Engine, SlotPoolAdmitsOnlyWhatFits) {
   EngineConfig c = budgeted("random_pp", 32, 8);
   const int64_t one = 32 + 8;  // short prompts reserve T + r
