@@ -391,8 +391,8 @@ void Engine::decode() {
   if (n == 0) return;
   backend::StepStorage& storage = *decode_batch_;
   backend::StepBatch& b = storage.host();
-  bool any_forced = false;
-  for (int row = 0; row < n; ++row) any_forced = any_forced || running_[static_cast<size_t>(row)]->forced_now() >= 0;
+  const bool any_forced =
+      std::any_of(running_.begin(), running_.end(), [](const auto& seq) { return seq->forced_now() >= 0; });
   // Teacher forcing needs each step's count before the next forced token, and a round observer reads
   // the pool as of the step it sees: those runs read every step at once.
   const bool overlap = config_.overlap_readback && !any_forced && !round_observer_;

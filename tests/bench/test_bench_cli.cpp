@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "cli/run_command.h"
 #include "core/file_io.h"
@@ -120,10 +121,11 @@ TEST_F(BenchCli, EvictTimesEveryPolicyAtEachBatch) {
   const std::string json = path("e.json");
   const CommandResult r = run_kvdice(cpu({"bench", "evict", "--model", kModel, "--budget", "64", "--window",
                                           "16", "--prompt-len", "8", "--batches", "1,3", "--policies",
-                                          "random_pp,recency,snapkv", "--repeats", "2", "--json-out", json}));
+                                          "random_pp,recency,snapkv,h2o", "--repeats", "2", "--json-out", json}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json run = read_runs(json)[0];
-  ASSERT_EQ(run["results"].size(), 6u);
+  ASSERT_EQ(run["results"].size(), 8u);
+  std::map<int, double> step_without_signals;  // per batch: one measurement, shared by snapkv and h2o
   for (const Json& result : run["results"]) {
     const Json& m = result["metrics"];
     EXPECT_GT(m["round_ms_model"].get<double>(), 0.0);
@@ -133,11 +135,15 @@ TEST_F(BenchCli, EvictTimesEveryPolicyAtEachBatch) {
     EXPECT_TRUE(result["validation"]["ok"].get<bool>()) << result.dump();
     // The step without signals: measured apart for a policy that records some (snapkv's query ring),
     // the same step for one that records none.
-    const bool records = m["policy"] == "snapkv";
-    EXPECT_EQ(m["signals"], records ? "query ring" : "none") << result.dump();
+    const bool records = m["policy"] == "snapkv" || m["policy"] == "h2o";
+    EXPECT_EQ(m["signals"], m["policy"] == "snapkv" ? "query ring" : records ? "attention mass" : "none")
+        << result.dump();
     EXPECT_GT(m["decode_step_ms_without_signals"].get<double>(), 0.0);
     if (records) {
       EXPECT_NE(m["decode_step_ms_without_signals"].get<double>(), m["decode_step_ms"].get<double>());
+      const auto [it, first] =
+          step_without_signals.emplace(m["batch"].get<int>(), m["decode_step_ms_without_signals"].get<double>());
+      if (!first) EXPECT_EQ(it->second, m["decode_step_ms_without_signals"].get<double>());
     } else {
       EXPECT_EQ(m["decode_step_ms_without_signals"].get<double>(), m["decode_step_ms"].get<double>());
       EXPECT_DOUBLE_EQ(m["decode_share_with_signals"].get<double>(), m["decode_share"].get<double>());

@@ -1,9 +1,10 @@
 // The batch-1 decode step's weight stream in isolation: Qwen3-4B's 36 layers of GEMVs (qkv, o, gate/up,
 // down) and the logits head, chained with programmatic dependent launch inside one CUDA graph, as the
 // decode step runs them, timed with events. It answers what the GEMVs alone cost per step against the
-// copy bandwidth, per shape and chained, for the library's kernel (gemv.cu) and candidate kernels, and
-// what a tiny dependent kernel adds between them. A development tool (tools/gpu/run-gemv-chain.sh);
-// the engine's own figure is `kvdice bench latency`.
+// copy bandwidth, per shape and chained, for the library's kernel (gemv.cu), and what a tiny dependent
+// kernel adds between them. A development tool (`.gpu-bin/kvdice_gemv_chain_bench [rows]` on the GPU
+// machine, after tools/gpu/pack.sh); the engine's own figure is `kvdice bench latency`. Candidate
+// kernels that held a warp's whole weight slice in flight (2026-12-01) were no faster and are gone.
 #include <cuda_bf16.h>
 
 #include <cstdio>
@@ -20,99 +21,6 @@ using kvdice::backend::View;
 namespace cu = kvdice::backend::cuda;
 
 namespace {
-
-__device__ inline float dot8(const uint4& w, const uint4& x, float acc) {
-  const uint32_t ws[4] = {w.x, w.y, w.z, w.w}, xs[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    acc = fmaf(__uint_as_float(ws[i] << 16), __uint_as_float(xs[i] << 16), acc);
-    acc = fmaf(__uint_as_float(ws[i] & 0xffff0000u), __uint_as_float(xs[i] & 0xffff0000u), acc);
-  }
-  return acc;
-}
-
-template <bool kL2Hint>
-__device__ inline uint4 load_weight(const uint4* p) {
-  if constexpr (kL2Hint) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-  } else {
-    return __ldcs(p);
-  }
-}
-
-// Candidate: every warp holds its whole slice of a weight row in flight at once (up to kCpl 16-byte
-// chunks per lane) before waiting on the previous kernel; rows longer than 32·kCpl chunks are split
-// over `split` warps of the CTA and summed in shared memory.
-template <int M, int kCpl, bool kL2Hint>
-__global__ void __launch_bounds__(128) gemv_slice_kernel(const __nv_bfloat16* x, int64_t x_ld, const __nv_bfloat16* w,
-                                                         int64_t w_ld, float* y, int64_t y_ld, int n_out, int chunks,
-                                                         int split, bool accumulate) {
-  __shared__ float partial[4][M];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int rows_per_cta = 4 / split;
-  const int n = blockIdx.x * rows_per_cta + warp / split, part = warp % split;
-  const int per = (chunks + split - 1) / split, begin = part * per, end = min(chunks, begin + per);
-  const uint4* row = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(n, n_out - 1)) * w_ld);
-  uint4 wv[kCpl];
-#pragma unroll
-  for (int u = 0; u < kCpl; ++u) {
-    const int c = begin + lane + 32 * u;
-    wv[u] = (n < n_out && c < end) ? load_weight<kL2Hint>(row + c) : make_uint4(0, 0, 0, 0);
-  }
-  cu::enter_dependent();
-  float acc[M];
-#pragma unroll
-  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
-#pragma unroll
-  for (int u = 0; u < kCpl; ++u) {
-    const int c = begin + lane + 32 * u;
-    if (c < end) {
-#pragma unroll
-      for (int m = 0; m < M; ++m) acc[m] = dot8(wv[u], __ldg(reinterpret_cast<const uint4*>(x + m * x_ld) + c), acc[m]);
-    }
-  }
-#pragma unroll
-  for (int m = 0; m < M; ++m)
-    for (int offset = 16; offset > 0; offset /= 2) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], offset);
-  if (split > 1) {
-    if (lane == 0) {
-#pragma unroll
-      for (int m = 0; m < M; ++m) partial[warp][m] = acc[m];
-    }
-    __syncthreads();
-    if (part != 0) return;
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      acc[m] = 0.0f;
-      for (int p = 0; p < split; ++p) acc[m] += partial[warp + p][m];
-    }
-  }
-  if (n >= n_out) return;
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    if (lane == m) {
-      float* dst = y + m * y_ld + n;
-      *dst = accumulate ? *dst + acc[m] : acc[m];
-    }
-  }
-}
-
-template <int M, int kCpl, bool kL2Hint>
-void launch_slice(const View& x, const View& w, const View& y, bool accumulate, cudaStream_t stream) {
-  const int n_out = static_cast<int>(w.rows), chunks = static_cast<int>(w.cols / 8);
-  int split = 1;
-  while (split < 4 && (chunks + split - 1) / split > 32 * kCpl) split *= 2;
-  if ((chunks + split - 1) / split > 32 * kCpl) throw std::runtime_error("row too long for the slice kernel");
-  const int rows_per_cta = 4 / split;
-  cu::launch_dependent(gemv_slice_kernel<M, kCpl, kL2Hint>, dim3((n_out + rows_per_cta - 1) / rows_per_cta), dim3(128),
-                       0, stream, x.as<const __nv_bfloat16>(), x.ld, w.as<const __nv_bfloat16>(), w.ld, y.as<float>(),
-                       y.ld, n_out, chunks, split, accumulate);
-  CUDA_CHECK_LAUNCH("gemv_slice_kernel");
-}
 
 // A stand-in for the step's small kernels (norms, rope, silu): one CTA, a dependent wait, a store.
 __global__ void tiny_kernel(float* out) {
@@ -225,13 +133,9 @@ int main(int argc, char** argv) {
              x_inter = matrix(act, rows, s.inter, DType::BF16);
   auto y_of = [&](int64_t cols) { return matrix(out, rows, cols, DType::F32); };
 
-  std::vector<std::pair<std::string, Gemv>> variants = {
+  const std::vector<std::pair<std::string, Gemv>> variants = {
       {"library gemv.cu", [](auto& x, auto& w, auto& y, bool acc, cudaStream_t st) { cu::launch_gemv(x, w, y, acc, st); }},
   };
-  if (rows == 1) {
-    variants.push_back({"slice cpl10", launch_slice<1, 10, false>});
-    variants.push_back({"slice cpl16", launch_slice<1, 16, false>});
-  }
   std::printf("rows %d, Qwen3-4B shapes, %d layers, %.2f GB of weights per step\n", rows, s.layers, total * 2 / 1e9);
   for (auto& [label, gemv] : variants) {
     struct One {
