@@ -67,8 +67,8 @@ class CudaBackend final : public Backend {
     for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
     gemm_.reset();
     params_.clear();  // device tables, freed while the device is current
-    for (Scratch* s : {&attention_scratch_, &split_counters_, &sample_scratch_, &keep_scratch_, &layer_table_,
-                       &score_scratch_, &round_keep_scratch_})
+    for (Scratch* s : {&attention_scratch_, &split_counters_, &mass_scratch_, &sample_scratch_, &keep_scratch_,
+                       &layer_table_, &score_scratch_, &round_keep_scratch_})
       if (s->data != nullptr) cudaFree(s->data);
     for (cudaEvent_t e : ticket_events_)
       if (e != nullptr) cudaEventDestroy(e);
@@ -333,7 +333,9 @@ class CudaBackend final : public Backend {
         fail("CUDA attention: attention mass takes head_dim a multiple of 8 up to 256 and GQA groups up to 16, "
              "got {} and {}",
              kv.head_dim, group);
-      cuda::launch_attention_mass(batch, q, kv, n_heads, scale, stream_);
+      void* mass_scratch = grow(mass_scratch_, cuda::attention_mass_scratch_bytes(batch, kv, n_heads),
+                                "attention mass tile statistics");
+      cuda::launch_attention_mass(batch, q, kv, n_heads, scale, mass_scratch, stream_);
     }
   }
 
@@ -683,8 +685,8 @@ class CudaBackend final : public Backend {
   int* error_host_ = nullptr;    // pinned, mapped: written by the eviction kernels
   int* error_device_ = nullptr;  // the same word as the device sees it
   std::unique_ptr<cuda::LtGemm> gemm_;
-  Scratch attention_scratch_, split_counters_, sample_scratch_, keep_scratch_, layer_table_, score_scratch_,
-      round_keep_scratch_;
+  Scratch attention_scratch_, split_counters_, mass_scratch_, sample_scratch_, keep_scratch_, layer_table_,
+      score_scratch_, round_keep_scratch_;
   std::vector<DeviceKvLayer> table_host_;
   std::vector<policy::SelectionLayer> selection_host_;
   std::map<const policy::EvictionPolicy*, CachedParams> params_;

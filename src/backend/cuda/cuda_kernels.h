@@ -54,9 +54,11 @@ void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld
 // Head dims (a multiple of 8, at most 256) and GQA groups (at most 16) the mass kernel takes.
 bool attention_mass_supports(int head_dim, int group);
 // kv.attention_mass[slot] += the softmax weight every row of the step gives the slot, summed over the
-// query heads of its KV head (after launch_attention, on the same q and pool).
+// query heads of its KV head (after launch_attention, on the same q and pool). A decode step needs
+// attention_mass_scratch_bytes of scratch (the tiles' statistics); other steps none.
+size_t attention_mass_scratch_bytes(const StepBatch& batch, const KvLayer& kv, int n_heads);
 void launch_attention_mass(const StepBatch& batch, const View& q, const KvLayer& kv, int n_heads, float scale,
-                           cudaStream_t stream);
+                           void* scratch, cudaStream_t stream);
 
 // ---- gemv.cu (small-M matmul; CudaBackend::matmul takes it over cuBLASLt where it applies) ----
 inline constexpr int kGemvMaxRows = 8;
