@@ -154,6 +154,9 @@ class Backend {
   virtual uint64_t download_async(void* dst, const void* src, size_t bytes);
   virtual void wait(uint64_t ticket) {}
   virtual MemoryInfo memory() const = 0;
+  // What the backend chose for the work it has run so far that a reader of a benchmark should know
+  // (CUDA: where each GEMM shape's cuBLASLt algorithm came from); empty when there is nothing to say.
+  virtual std::string kernel_choices() const { return {}; }
   // Highest memory use seen so far (kvdice bench): CUDA, the device's used memory (total - free, the
   // context included) sampled at every allocation and at this call; CPU, the process's peak RSS.
   virtual int64_t peak_memory_bytes() const = 0;

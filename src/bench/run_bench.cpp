@@ -42,6 +42,7 @@ Json run_bench(const BenchOptions& options) {
   if (options.protocol == "capacity") body = run_capacity(ctx);
   if (options.protocol == "evict") body = run_evict(ctx);
   if (options.protocol == "latency") body = run_latency(ctx);
+  if (const std::string choices = backend->kernel_choices(); !choices.empty()) run["kernel_choices"] = choices;
   run["parameters"] = body["parameters"];
   run["parameters"]["seed"] = options.seed;
   run["parameters"]["graphs"] = options.graphs;

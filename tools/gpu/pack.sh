@@ -7,6 +7,7 @@ BUILD=${1:-build-cuda}
 rm -rf .gpu-bin && mkdir -p .gpu-bin/lib
 cp "$BUILD/kvdice" "$BUILD/test_backend" .gpu-bin/
 [ -f "$BUILD/kvdice_gemv_chain_bench" ] && cp "$BUILD/kvdice_gemv_chain_bench" .gpu-bin/
+[ -f "$BUILD/kvdice_gemm_sweep" ] && cp "$BUILD/kvdice_gemm_sweep" .gpu-bin/
 # The kernel timeline's CUPTI injection library (tools/gpu/kernel_trace.cpp), with CUPTI beside it.
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 g++ -O2 -shared -fPIC tools/gpu/kernel_trace.cpp -I"$CUDA_HOME/include" -L"$CUDA_HOME/lib" -L"$CUDA_HOME/lib64" \

@@ -76,6 +76,8 @@ class CudaBackend final : public Backend {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
+  std::string kernel_choices() const override { return gemm_->describe(); }
+
   std::string name() const override {
     return fmt::format("cuda (bf16, device {}: {}, {} SMs)", device_, properties_.name,
                        properties_.multiProcessorCount);
