@@ -287,6 +287,8 @@ TEST(CudaOps, Attention) {
       {"decode qwen3-4b batch 1 long (split)", 32, 8, 128, {1}, {2111}},
       {"decode qwen3-4b batch 1 big capacity", 32, 8, 128, {1}, {2111}, 600},
       {"decode qwen3-4b batch 1 short, big capacity", 32, 8, 128, {1}, {20}, 600},
+      // 255 and 256 visible slots run as one split (the output written directly), 257 and 258 split.
+      {"decode qwen3-4b around the single-split edge", 32, 8, 128, {1, 1, 1, 1}, {254, 255, 256, 257}, 600},
       {"decode qwen3-4b batch 1 odd length", 32, 8, 128, {1}, {9001}},
       {"decode hd64 g7 batch 3 mixed, big capacity", 14, 2, 64, {1, 1, 1}, {0, 777, 3000}, 300},
       {"decode qwen3-4b batch 128 short", 32, 8, 128, std::vector<int>(128, 1), {}},

@@ -7,6 +7,8 @@
 // rounded to bf16 (ldmatrix.trans of V). The 4 warps' (max, sum, O) are merged in shared memory into
 // the normalised bf16 output, or into split partials; the last split of a (sequence, KV head) to
 // finish (counted with an atomic) merges all of them by log-sum-exp, so no separate merge launch runs.
+// A sequence of up to kSingleSplitSlots visible slots takes one split whatever the launch's split
+// count: one CTA per KV head writes the output directly.
 // Slots past the split's range are zero-filled by cp.async (never read), and their scores masked.
 #include <cuda_bf16.h>
 
@@ -23,6 +25,7 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kPageSlots = 16;  // one page = one m16n8k16 k-step of P V
 constexpr int kRows = 16;       // mma rows: query heads of the group (the rest are zero)
+constexpr int kSingleSplitSlots = 256;  // up to this many visible slots, one CTA per KV head does all
 
 template <int HD>
 struct DecodeShape {
@@ -115,19 +118,22 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeArgs a
   if (batch.seq_row_begin[s + 1] == row) return;  // no row of this sequence in the step
   const int visible = batch.length[s] + 1;        // resident slots plus the one appended this step
 
-  // This split's share of the visible slots, in whole groups of kWarps pages (a function of the
-  // actual length, read on the device; splits past the end report an empty partial).
-  int range_begin = 0, range_end = visible;
-  if (a.n_splits > 1) {
-    constexpr int kUnit = kWarps * kPageSlots;
-    const int per_split = ((visible + a.n_splits - 1) / a.n_splits + kUnit - 1) / kUnit * kUnit;
-    range_begin = min(split * per_split, visible);
-    range_end = min(range_begin + per_split, visible);
+  // The splits this length uses (a function of the actual length, read on the device): none past the
+  // end, and one alone for a short sequence, whose CTA then writes the output directly (no partials,
+  // no counter, no merge: at batch 1 those were most of a short context's attention time).
+  constexpr int kUnit = kWarps * kPageSlots;
+  const int units = (visible + kUnit - 1) / kUnit;
+  int splits = 1, per_split = units * kUnit;
+  if (visible > kSingleSplitSlots) {
+    const int per_units = (units + min(a.n_splits, units) - 1) / min(a.n_splits, units);
+    splits = (units + per_units - 1) / per_units;
+    per_split = per_units * kUnit;
   }
-  // range_begin is a multiple of the unit unless the split is empty (clamped to `visible`, which may
-  // sit inside a page: that page belongs to an earlier split, so an empty split takes no page).
+  if (split >= splits) return;
+  // This split's share of the visible slots, whole groups of kWarps pages; every split is non-empty.
+  const int range_begin = split * per_split, range_end = min(range_begin + per_split, visible);
   const int first_page = range_begin / kPageSlots;
-  const int end_page = range_begin < range_end ? (range_end + kPageSlots - 1) / kPageSlots : first_page;
+  const int end_page = (range_end + kPageSlots - 1) / kPageSlots;
   const int32_t* pages = batch.page_table + static_cast<int64_t>(s) * batch.max_pages;
 
   // This warp's stages: [stage][K page | V page].
@@ -304,7 +310,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeArgs a
       }
     }
     const int head = g * a.group + r;
-    if (a.n_splits == 1) {
+    if (splits == 1) {
       a.out[static_cast<int64_t>(row) * a.out_ld + static_cast<int64_t>(head) * HD + c] =
           __float2bfloat16_rn(value / sum);
     } else {
@@ -317,13 +323,13 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeArgs a
     }
   }
 
-  if (a.n_splits == 1) return;
+  if (splits == 1) return;
   // Fused merge: publish this split, count it, and let the last one combine every split's partial.
   __shared__ bool last_split;
   __threadfence();
   __syncthreads();
   int* counter = a.split_counters + s * a.n_kv_heads + g;
-  if (threadIdx.x == 0) last_split = atomicAdd(counter, 1) == a.n_splits - 1;
+  if (threadIdx.x == 0) last_split = atomicAdd(counter, 1) == splits - 1;
   __syncthreads();
   if (!last_split) return;
   __threadfence();
@@ -333,13 +339,13 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeArgs a
   for (int r = warp; r < a.group; r += kWarps) {
     const int64_t first = (static_cast<int64_t>(row) * a.n_heads + g * a.group + r) * a.n_splits;
     float best = -INFINITY;
-    for (int sp = lane; sp < a.n_splits; sp += 32) {
+    for (int sp = lane; sp < splits; sp += 32) {
       const float2 ml = __ldcg(reinterpret_cast<const float2*>(a.partial_ml) + first + sp);
       if (ml.y > 0.0f) best = fmaxf(best, ml.x);
     }
     for (int offset = 16; offset > 0; offset /= 2) best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, offset));
     float denominator = 0.0f;
-    for (int sp = lane; sp < a.n_splits; sp += 32) {
+    for (int sp = lane; sp < splits; sp += 32) {
       const float2 ml = __ldcg(reinterpret_cast<const float2*>(a.partial_ml) + first + sp);
       const float w = ml.y > 0.0f ? expf(ml.x - best) : 0.0f;
       weights[r * a.n_splits + sp] = w;
@@ -354,7 +360,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeArgs a
     const int head = g * a.group + r;
     const int64_t first = (static_cast<int64_t>(row) * a.n_heads + head) * a.n_splits;
     float value = 0.0f;
-    for (int sp = 0; sp < a.n_splits; ++sp) {
+    for (int sp = 0; sp < splits; ++sp) {
       const float w = weights[r * a.n_splits + sp];
       if (w != 0.0f) value += __ldcg(a.partial_acc + (first + sp) * HD + c) * w;  // empty splits unwritten
     }
