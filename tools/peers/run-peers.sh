@@ -14,7 +14,7 @@
 # BUDGET_S (default 450 s), so one hang cannot eat the call. Knobs (environment, defaults shown):
 #   BUDGET_S=450  STAGES="convert llama hf"  SCRATCH=/tmp/kvdice-peers  PYTHON=python3
 #   PEER_TOKENIZER=small (GGUF tokenizer: small | own | auto)
-#   LLAMA_B1="128 128"  LLAMA_B128="1024 1024"  LLAMA_B128_SHORT="256 1024"   (prompt, generated)
+#   LLAMA_B1="128 128"  LLAMA_B128="1024 1024"  LLAMA_B128_SHORT="256 1024" (empty: skipped)   (prompt, generated)
 #   HF_BATCH=128  HF_PROMPT=1024  HF_GEN=1024  HF_RP_GEN=1536  HF_B1_GEN=128  HF_BUDGET=2048
 #   HF_WINDOW=64  HF_DEVICE=cuda  HF_DTYPE=bf16
 # (the small values make a CPU smoke test on a tiny checkpoint possible; the defaults are the protocol)
@@ -50,7 +50,7 @@ HF_DTYPE="${HF_DTYPE:-bf16}"
 LLAMA_BATCH="${LLAMA_BATCH:-128}"
 read -r B1_PP B1_TG <<<"${LLAMA_B1:-128 128}"
 read -r B128_PP B128_TG <<<"${LLAMA_B128:-1024 1024}"
-read -r B128S_PP B128S_TG <<<"${LLAMA_B128_SHORT:-256 1024}"
+read -r B128S_PP B128S_TG <<<"${LLAMA_B128_SHORT-256 1024}"
 PY="${PYTHON:-python3}"
 # The GGUF's tokenizer: the 746-token fixture one, padded to the checkpoint's vocabulary (the path
 # known to load in llama.cpp; throughput does not depend on the vocabulary's contents). `auto`
@@ -144,7 +144,8 @@ fi
 if has_stage llama && [[ -s "$GGUF" && -x "$BIN" ]]; then
   llama_run llama_b1 "$B1_PP" "$B1_TG" 1
   llama_run "llama_b${LLAMA_BATCH}" "$B128_PP" "$B128_TG" "$LLAMA_BATCH"
-  llama_run "llama_b${LLAMA_BATCH}_short" "$B128S_PP" "$B128S_TG" "$LLAMA_BATCH"
+  # LLAMA_B128_SHORT="" skips the short-context batch run (a call short of time).
+  [[ -n "$B128S_PP" ]] && llama_run "llama_b${LLAMA_BATCH}_short" "$B128S_PP" "$B128S_TG" "$LLAMA_BATCH"
 fi
 
 if has_stage hf; then
