@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeArgs a
 
   // The splits this length uses (a function of the actual length, read on the device): none past the
   // end, and one alone for a short sequence, whose CTA then writes the output directly (no partials,
-  // no counter, no merge: at batch 1 those were most of a short context's attention time).
+  // no counter, no merge).
   constexpr int kUnit = kWarps * kPageSlots;
   const int units = (visible + kUnit - 1) / kUnit;
   int splits = 1, per_split = units * kUnit;
@@ -362,7 +362,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeArgs a
     float value = 0.0f;
     for (int sp = 0; sp < splits; ++sp) {
       const float w = weights[r * a.n_splits + sp];
-      if (w != 0.0f) value += __ldcg(a.partial_acc + (first + sp) * HD + c) * w;  // empty splits unwritten
+      if (w != 0.0f) value += __ldcg(a.partial_acc + (first + sp) * HD + c) * w;  // w = 0: nothing written
     }
     a.out[static_cast<int64_t>(row) * a.out_ld + static_cast<int64_t>(head) * HD + c] =
         __float2bfloat16_rn(value / denominators[r]);
