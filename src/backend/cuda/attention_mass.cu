@@ -45,7 +45,8 @@ __device__ inline void merge_stats(float& m, double& d, float m2, double d2) {
 }
 
 // The group's logits (times scale) of the key at pool index `index`; qs holds the group's queries.
-__device__ inline void group_logits(const MassArgs& a, int64_t index, const float* qs, float (&logit)[kMaxGroup]) {
+__device__ inline void group_logits(const MassArgs& a, int64_t index, const float* qs,
+                                    float (&logit)[kMaxGroup]) {
 #pragma unroll
   for (int gh = 0; gh < kMaxGroup; ++gh) logit[gh] = 0.0f;
   const uint4* row = reinterpret_cast<const uint4*>(a.keys + index * a.head_dim);
@@ -69,85 +70,8 @@ __device__ inline void group_logits(const MassArgs& a, int64_t index, const floa
   for (int gh = 0; gh < kMaxGroup; ++gh) logit[gh] *= a.scale;
 }
 
-__global__ void __launch_bounds__(kThreads) attention_mass_kernel(MassArgs a) {
-  __shared__ float qs[kMaxGroup * kMaxHeadDim];
-  __shared__ float warp_m[kWarps][kMaxGroup];
-  __shared__ double warp_d[kWarps][kMaxGroup];
-  __shared__ float stat_m[kMaxGroup], stat_inv[kMaxGroup];
-  enter_dependent();
-  const int s = static_cast<int>(blockIdx.x) / a.n_kv_heads;
-  const int g = static_cast<int>(blockIdx.x) % a.n_kv_heads;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int begin = a.batch.seq_row_begin[s], end = a.batch.seq_row_begin[s + 1];
-  const int length = a.batch.length[s];
-  const int32_t* pages = a.batch.page_table + static_cast<int64_t>(s) * a.batch.max_pages;
-  auto index_of = [&](int slot) {
-    return (static_cast<int64_t>(pages[slot / a.page_slots]) * a.n_kv_heads + g) * a.page_slots +
-           slot % a.page_slots;
-  };
-  for (int r = begin; r < end; ++r) {
-    const int visible = length + (r - begin) + 1;
-    __syncthreads();  // the previous row is done with qs and the statistics
-    const __nv_bfloat16* q = a.q + r * a.q_ld + static_cast<int64_t>(g) * a.group * a.head_dim;
-    for (int i = threadIdx.x; i < a.group * a.head_dim; i += blockDim.x) qs[i] = __bfloat162float(q[i]);
-    __syncthreads();
-    float m[kMaxGroup], logit[kMaxGroup];
-    double den[kMaxGroup];
-#pragma unroll
-    for (int gh = 0; gh < kMaxGroup; ++gh) {
-      m[gh] = -INFINITY;
-      den[gh] = 0.0;
-    }
-    for (int j = threadIdx.x; j < visible; j += blockDim.x) {
-      group_logits(a, index_of(j), qs, logit);
-#pragma unroll
-      for (int gh = 0; gh < kMaxGroup; ++gh) {
-        if (gh >= a.group) continue;
-        if (logit[gh] > m[gh]) {
-          den[gh] = (m[gh] == -INFINITY ? 0.0 : den[gh] * exp(static_cast<double>(m[gh] - logit[gh]))) + 1.0;
-          m[gh] = logit[gh];
-        } else {
-          den[gh] += exp(static_cast<double>(logit[gh] - m[gh]));
-        }
-      }
-    }
-#pragma unroll
-    for (int gh = 0; gh < kMaxGroup; ++gh) {
-      if (gh >= a.group) continue;
-      for (int offset = 16; offset > 0; offset /= 2) {
-        const float m2 = __shfl_down_sync(0xffffffffu, m[gh], offset);
-        const double d2 = __shfl_down_sync(0xffffffffu, den[gh], offset);
-        merge_stats(m[gh], den[gh], m2, d2);
-      }
-      if (lane == 0) {
-        warp_m[warp][gh] = m[gh];
-        warp_d[warp][gh] = den[gh];
-      }
-    }
-    __syncthreads();
-    if (threadIdx.x < a.group) {
-      float mt = -INFINITY;
-      double dt = 0.0;
-      for (int k = 0; k < kWarps; ++k) merge_stats(mt, dt, warp_m[k][threadIdx.x], warp_d[k][threadIdx.x]);
-      stat_m[threadIdx.x] = mt;
-      stat_inv[threadIdx.x] = static_cast<float>(1.0 / dt);
-    }
-    __syncthreads();
-    // The CPU's weights exp(l − max) · (1 / denominator), added head by head into the slot's sum.
-    for (int j = threadIdx.x; j < visible; j += blockDim.x) {
-      const int64_t index = index_of(j);
-      group_logits(a, index, qs, logit);
-      float sum = a.mass[index];
-#pragma unroll
-      for (int gh = 0; gh < kMaxGroup; ++gh)
-        if (gh < a.group) sum += expf(logit[gh] - stat_m[gh]) * stat_inv[gh];
-      a.mass[index] = sum;
-    }
-  }
-}
-
-// A decode step's tiles: the statistics of tile t of (sequence, KV head) for each group head, written
-// to partial[((s * n_kv + g) * n_tiles + t) * group + gh].
+// Softmax statistics of one group head, and a decode step's tile of them: partial[((s * n_kv + g) *
+// n_tiles + t) * group + gh].
 struct TileStats {
   float m;
   double d;
@@ -165,6 +89,91 @@ __device__ inline int64_t slot_index(const MassArgs& a, const int32_t* pages, in
          slot % a.page_slots;
 }
 
+// The CTA's statistics per group head from each thread's (m, den): merged down each warp, then over
+// the warps in warp order (the same result on every run). Thread gh < group gets head gh's.
+__device__ inline TileStats block_stats(const MassArgs& a, float (&m)[kMaxGroup], double (&den)[kMaxGroup],
+                                        float (*warp_m)[kMaxGroup], double (*warp_d)[kMaxGroup]) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int gh = 0; gh < kMaxGroup; ++gh) {
+    if (gh >= a.group) continue;
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const float m2 = __shfl_down_sync(0xffffffffu, m[gh], offset);
+      const double d2 = __shfl_down_sync(0xffffffffu, den[gh], offset);
+      merge_stats(m[gh], den[gh], m2, d2);
+    }
+    if (lane == 0) {
+      warp_m[warp][gh] = m[gh];
+      warp_d[warp][gh] = den[gh];
+    }
+  }
+  __syncthreads();
+  TileStats total{-INFINITY, 0.0};
+  if (threadIdx.x < a.group)
+    for (int k = 0; k < kWarps; ++k)
+      merge_stats(total.m, total.d, warp_m[k][threadIdx.x], warp_d[k][threadIdx.x]);
+  return total;
+}
+
+// The CPU's weights exp(l − max) · (1 / denominator) of the slot at pool index `index`, added head by
+// head into its sum.
+__device__ inline void add_slot_weights(const MassArgs& a, int64_t index, const float* qs,
+                                        const float* stat_m, const float* stat_inv) {
+  float logit[kMaxGroup];
+  group_logits(a, index, qs, logit);
+  float sum = a.mass[index];
+#pragma unroll
+  for (int gh = 0; gh < kMaxGroup; ++gh)
+    if (gh < a.group) sum += expf(logit[gh] - stat_m[gh]) * stat_inv[gh];
+  a.mass[index] = sum;
+}
+
+__global__ void __launch_bounds__(kThreads) attention_mass_kernel(MassArgs a) {
+  __shared__ float qs[kMaxGroup * kMaxHeadDim];
+  __shared__ float warp_m[kWarps][kMaxGroup];
+  __shared__ double warp_d[kWarps][kMaxGroup];
+  __shared__ float stat_m[kMaxGroup], stat_inv[kMaxGroup];
+  enter_dependent();
+  const int s = static_cast<int>(blockIdx.x) / a.n_kv_heads;
+  const int g = static_cast<int>(blockIdx.x) % a.n_kv_heads;
+  const int begin = a.batch.seq_row_begin[s], end = a.batch.seq_row_begin[s + 1];
+  const int length = a.batch.length[s];
+  const int32_t* pages = a.batch.page_table + static_cast<int64_t>(s) * a.batch.max_pages;
+  for (int r = begin; r < end; ++r) {
+    const int visible = length + (r - begin) + 1;
+    __syncthreads();  // the previous row is done with qs and the statistics
+    load_group_queries(a, r, g, qs);
+    float m[kMaxGroup], logit[kMaxGroup];
+    double den[kMaxGroup];
+#pragma unroll
+    for (int gh = 0; gh < kMaxGroup; ++gh) {
+      m[gh] = -INFINITY;
+      den[gh] = 0.0;
+    }
+    for (int j = threadIdx.x; j < visible; j += blockDim.x) {
+      group_logits(a, slot_index(a, pages, g, j), qs, logit);
+#pragma unroll
+      for (int gh = 0; gh < kMaxGroup; ++gh) {
+        if (gh >= a.group) continue;
+        if (logit[gh] > m[gh]) {
+          den[gh] = (m[gh] == -INFINITY ? 0.0 : den[gh] * exp(static_cast<double>(m[gh] - logit[gh]))) + 1.0;
+          m[gh] = logit[gh];
+        } else {
+          den[gh] += exp(static_cast<double>(logit[gh] - m[gh]));
+        }
+      }
+    }
+    const TileStats total = block_stats(a, m, den, warp_m, warp_d);
+    if (threadIdx.x < a.group) {
+      stat_m[threadIdx.x] = total.m;
+      stat_inv[threadIdx.x] = static_cast<float>(1.0 / total.d);
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < visible; j += blockDim.x)
+      add_slot_weights(a, slot_index(a, pages, g, j), qs, stat_m, stat_inv);
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) mass_tile_stats_kernel(MassArgs a, TileStats* partial) {
   __shared__ float qs[kMaxGroup * kMaxHeadDim];
   __shared__ float warp_m[kWarps][kMaxGroup];
@@ -175,7 +184,6 @@ __global__ void __launch_bounds__(kThreads) mass_tile_stats_kernel(MassArgs a, T
   const int r = a.batch.seq_row_begin[s];
   if (a.batch.seq_row_begin[s + 1] == r) return;  // no row of this sequence in the step
   const int visible = a.batch.length[s] + 1;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   TileStats* out = partial + (static_cast<int64_t>(blockIdx.y) * n_tiles + tile) * a.group;
   const int j = tile * kThreads + static_cast<int>(threadIdx.x);
   if (tile * kThreads >= visible) {  // past the sequence's slots: an empty tile
@@ -200,26 +208,8 @@ __global__ void __launch_bounds__(kThreads) mass_tile_stats_kernel(MassArgs a, T
       den[gh] = 1.0;
     }
   }
-#pragma unroll
-  for (int gh = 0; gh < kMaxGroup; ++gh) {
-    if (gh >= a.group) continue;
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const float m2 = __shfl_down_sync(0xffffffffu, m[gh], offset);
-      const double d2 = __shfl_down_sync(0xffffffffu, den[gh], offset);
-      merge_stats(m[gh], den[gh], m2, d2);
-    }
-    if (lane == 0) {
-      warp_m[warp][gh] = m[gh];
-      warp_d[warp][gh] = den[gh];
-    }
-  }
-  __syncthreads();
-  if (threadIdx.x < a.group) {
-    float mt = -INFINITY;
-    double dt = 0.0;
-    for (int k = 0; k < kWarps; ++k) merge_stats(mt, dt, warp_m[k][threadIdx.x], warp_d[k][threadIdx.x]);
-    out[threadIdx.x] = {mt, dt};
-  }
+  const TileStats total = block_stats(a, m, den, warp_m, warp_d);
+  if (threadIdx.x < a.group) out[threadIdx.x] = total;
 }
 
 __global__ void __launch_bounds__(kThreads) mass_tile_add_kernel(MassArgs a, const TileStats* partial) {
@@ -237,21 +227,16 @@ __global__ void __launch_bounds__(kThreads) mass_tile_add_kernel(MassArgs a, con
     const TileStats* in = partial + static_cast<int64_t>(blockIdx.y) * n_tiles * a.group;
     float mt = -INFINITY;
     double dt = 0.0;
-    for (int t = 0; t < n_tiles; ++t) merge_stats(mt, dt, in[t * a.group + threadIdx.x].m, in[t * a.group + threadIdx.x].d);
+    for (int t = 0; t < n_tiles; ++t)
+      merge_stats(mt, dt, in[t * a.group + threadIdx.x].m, in[t * a.group + threadIdx.x].d);
     stat_m[threadIdx.x] = mt;
     stat_inv[threadIdx.x] = static_cast<float>(1.0 / dt);
   }
   load_group_queries(a, r, g, qs);  // its barrier also publishes the statistics
   const int j = tile * kThreads + static_cast<int>(threadIdx.x);
   if (j >= visible) return;
-  const int64_t index = slot_index(a, a.batch.page_table + static_cast<int64_t>(s) * a.batch.max_pages, g, j);
-  float logit[kMaxGroup];
-  group_logits(a, index, qs, logit);
-  float sum = a.mass[index];
-#pragma unroll
-  for (int gh = 0; gh < kMaxGroup; ++gh)
-    if (gh < a.group) sum += expf(logit[gh] - stat_m[gh]) * stat_inv[gh];
-  a.mass[index] = sum;
+  add_slot_weights(a, slot_index(a, a.batch.page_table + static_cast<int64_t>(s) * a.batch.max_pages, g, j),
+                   qs, stat_m, stat_inv);
 }
 
 int mass_tiles(const StepBatch& batch, const KvLayer& kv) {
@@ -284,7 +269,8 @@ void launch_attention_mass(const StepBatch& batch, const View& q, const KvLayer&
                       n_heads / kv.n_kv_heads,
                       scale};
   if (batch.max_rows_per_seq == 1) {
-    const dim3 grid(static_cast<unsigned>(mass_tiles(batch, kv)), static_cast<unsigned>(batch.n_seqs * kv.n_kv_heads));
+    const dim3 grid(static_cast<unsigned>(mass_tiles(batch, kv)),
+                    static_cast<unsigned>(batch.n_seqs * kv.n_kv_heads));
     auto* partial = static_cast<TileStats*>(scratch);
     launch_dependent(mass_tile_stats_kernel, grid, dim3(kThreads), 0, stream, args, partial);
     launch_dependent(mass_tile_add_kernel, grid, dim3(kThreads), 0, stream, args,

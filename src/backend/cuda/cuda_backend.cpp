@@ -363,8 +363,9 @@ class CudaBackend final : public Backend {
     require_dtype(logits, DType::F32, "sample", "logits");
     KVDICE_CHECK(logits.rows >= batch.n_seqs && logits.cols > 0,
                  "sample: logits [{}x{}] for {} sequences", logits.rows, logits.cols, batch.n_seqs);
-    KVDICE_CHECK(logits.cols <= cuda::kMaxSampleVocab, "sample: a vocabulary of {} tokens exceeds the CUDA sampler's {}",
-                 logits.cols, cuda::kMaxSampleVocab);
+    KVDICE_CHECK(logits.cols <= cuda::kMaxSampleVocab,
+                 "sample: a vocabulary of {} tokens exceeds the CUDA sampler's {}", logits.cols,
+                 cuda::kMaxSampleVocab);
     void* scratch =
         grow(sample_scratch_, cuda::sample_scratch_bytes(batch.n_seqs, logits.cols), "sampling weights");
     cuda::launch_sample(batch, logits, scratch, stream_);
