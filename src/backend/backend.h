@@ -118,6 +118,27 @@ struct Rope {
   int rotary_dim = 0;
 };
 
+// One decoder layer's weights as a backend holds them (uploaded once by model::ForwardPass).
+struct DecoderLayerWeights {
+  View attn_norm, mlp_norm, q_norm, k_norm;  // fp32; q/k norms empty unless the model has them (Qwen3)
+  Weight qkv;                                // [q_dim + 2 kv_dim, hidden] (+ bias with qkv_bias)
+  Weight wo;                                 // [hidden, q_dim]
+  Weight gate_up;                            // [2 intermediate, hidden], gate first
+  Weight down;                               // [hidden, intermediate]
+};
+
+// What decoder_stack runs: the layers, their KV pool layers, the shape, and the forward's activation
+// rows (x is read and written; qkv, attn and mlp are scratch between the layers' parts).
+struct DecoderStack {
+  const std::vector<DecoderLayerWeights>* layers = nullptr;
+  const std::vector<KvLayer>* kv = nullptr;
+  Rope rope;
+  int n_heads = 0;
+  int intermediate = 0;
+  float eps = 0.0f, scale = 0.0f;
+  View x, qkv, attn, mlp;
+};
+
 struct MemoryInfo {
   int64_t free_bytes = 0;
   int64_t total_bytes = 0;
@@ -185,6 +206,11 @@ class Backend {
   // [0, L + i]. GQA: query head h reads KV head h / (n_heads / n_kv_heads). out: activation dtype.
   virtual void attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out,
                          int n_heads, float scale) = 0;
+  // Every decoder layer of the step at once, where the backend has a fused form for it, returning
+  // whether it ran; when it returns false the caller runs the layers op by op (rmsnorm, matmul,
+  // qk_norm_rope_append, attention, matmul, rmsnorm, matmul, silu_mul, matmul), the twin that defines
+  // what it computes. CUDA: a one-row decode step (decode_stack.cu); the CPU backend has none.
+  virtual bool decoder_stack(const StepBatch& batch, const DecoderStack& stack) { return false; }
   // out = silu(gate_up[:, :n]) * gate_up[:, n:]  (gate_up fp32 [rows, 2n]; out activation dtype).
   virtual void silu_mul(const View& gate_up, const View& out) = 0;
   // out[s, :] = x[seq_row_begin[s + 1] - 1, :]: each sequence's last row (for its logits).

@@ -28,6 +28,7 @@ struct LoadSpec {
   int64_t kv_pool_bytes = 0;  // 0: exactly the reservations of the load's running sequences
   int prefill_chunk = 2048;
   bool graphs = true;
+  bool fused_decode = false;
   float temperature = 0.0f;
   float top_p = 1.0f;
   uint64_t seed = 0;
@@ -50,6 +51,7 @@ Validation validate_load(const LoadSpec& spec, const std::vector<engine::Generat
 struct LoadResult {
   double wall_seconds = 0.0, prefill_seconds = 0.0, decode_seconds = 0.0;
   int64_t prefill_steps = 0, decode_steps = 0, decode_tokens = 0, total_tokens = 0;
+  int64_t fused_decode_steps = 0;  // decode steps that ran through the fused decoder stack
   int max_running = 0;
   int64_t weight_bytes_per_step = 0;  // weights a decode step reads (the output matrix, not the embedding)
   int64_t kv_bytes_per_slot = 0;      // K and V of one slot, all layers and heads

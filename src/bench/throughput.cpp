@@ -25,6 +25,7 @@ LoadSpec load_spec(const BenchOptions& options, const std::string& policy_name) 
   spec.max_batch = std::min(options.requests, 4096);
   spec.prefill_chunk = options.prefill_chunk;
   spec.graphs = options.graphs;
+  spec.fused_decode = options.fused_decode;
   spec.temperature = options.temperature;
   spec.top_p = options.top_p;
   spec.seed = options.seed;

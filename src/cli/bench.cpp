@@ -92,6 +92,10 @@ void add_bench_command(CLI::App& app) {
   add_backend_flags(cmd, o.backend);
   cmd->add_flag("--quick", o.quick, "Short form of the protocol (well under a minute on an H200)");
   cmd->add_flag("!--no-graphs", o.graphs, "Run decode steps eagerly (no CUDA graphs)");
+  cmd->add_flag(
+      "--fused-decode", o.fused_decode,
+      "Run one-row decode steps through the fused decoder stack (CUDA; experimental, slower so far); "
+      "latency then measures it and the op-by-op path side by side");
   add_int_option(cmd, "--requests", o.requests, 1, 4096, "throughput: requests, all in one batch");
   add_int_option(cmd, "--prompt-len", o.prompt_len, 1, kMaxTokens, "Prompt tokens per request (random ids)");
   add_int_option(cmd, "--output-len", o.output_len, 1, kMaxTokens,

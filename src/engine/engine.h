@@ -38,6 +38,10 @@ struct EngineConfig {
   int64_t kv_pool_bytes = 0;   // KV pool size; 0 = sized from free memory (CUDA) or the limits (CPU)
   int max_context = 0;         // longest reservation of one sequence in slots; 0 = the model's max position
   bool graphs = true;          // replay each decode-step shape as one graph where the backend can
+  // Let the backend run every layer of a decode step at once where it can (CUDA: one-row steps,
+  // Backend::decoder_stack). Off by default: the persistent kernel is exact but still slower than
+  // the op-by-op graph at batch 1 (docs/benchmarks.md, sixth session).
+  bool fused_decode = false;
   // Read a decode step's sampled tokens while the next step runs (one step late), so the device
   // never waits for the host between steps. Token events come one step later; a sequence that stops
   // on a stop id has run one step more, whose token is dropped. Off: every step is read at once.
@@ -94,6 +98,8 @@ class Engine {
   int64_t reserved_slots() const { return reserved_slots_; }
   // Decode steps whose tokens the host has read so far (a step launched and not yet read is not one).
   int64_t decode_steps() const { return decode_steps_; }
+  // Decode steps launched through the backend's fused decoder stack (EngineConfig::fused_decode).
+  int64_t fused_decode_steps() const { return fused_decode_steps_; }
   // One scheduler iteration: admit + prefill new sequences, or one decode step for all running. A
   // prompt longer than the prefill chunk is prefilled one chunk per iteration, alternating with decode
   // steps of the running sequences, so neither starves.
@@ -150,6 +156,7 @@ class Engine {
   MemoryPlan plan_;
   int max_pages_ = 0;
   std::map<uint64_t, int> step_shapes_seen_;  // decode-step shape -> eager runs so far (graph capture)
+  std::map<uint64_t, bool> step_shape_fused_;  // decode-step shape -> its forward ran fused (replays too)
   uint64_t next_id_ = 0;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // running_[i] is row i of the decode batch
@@ -162,6 +169,7 @@ class Engine {
   bool chunk_turn_ = false;             // the next step prefills chunking_'s next chunk
   int next_slot_ = 0;
   int64_t decode_steps_ = 0;
+  int64_t fused_decode_steps_ = 0;
   std::chrono::steady_clock::time_point decode_clock_;  // when the last decode step was applied
 };
 

@@ -2,6 +2,7 @@
 // validates shapes and dtypes and then calls these; they enqueue on `stream` and never synchronise.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -65,6 +66,41 @@ inline constexpr int kGemvMaxRows = 8;
 // bf16 x of at most kGemvMaxRows rows, bf16 W with 16-byte aligned rows, fp32 y.
 bool gemv_supports(const View& x, const View& w, const View& y);
 void launch_gemv(const View& x, const View& w, const View& y, bool accumulate, cudaStream_t stream);
+
+// ---- decode_stack.cu (CudaBackend::decoder_stack: every layer of a one-row decode step at once) ----
+inline constexpr int kDecodeStackMaxLayers = 64;
+// One layer as the fused stack reads it: bf16 weights with contiguous rows (gate/up: gate rows first),
+// fp32 norms (q/k norms nullptr when the model has none), and the layer's K/V pool arrays.
+struct DecodeStackLayer {
+  const __nv_bfloat16* qkv = nullptr;
+  const float* qkv_bias = nullptr;  // nullptr: none
+  const __nv_bfloat16* wo = nullptr;
+  const __nv_bfloat16* gate_up = nullptr;
+  const __nv_bfloat16* down = nullptr;
+  const float* attn_norm = nullptr;
+  const float* mlp_norm = nullptr;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  __nv_bfloat16* keys = nullptr;
+  __nv_bfloat16* values = nullptr;
+  int32_t* positions = nullptr;
+};
+struct DecodeStackShape {
+  int hidden = 0, intermediate = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, rotary_dim = 0, page_slots = 0;
+  float eps = 0.0f, scale = 0.0f;
+  const float* inv_freq = nullptr;  // [rotary_dim / 2]
+};
+// Whether the kernel takes this shape on the current device: head_dim 16, 32, 64 or 128, GQA groups up
+// to 8, hidden and intermediate multiples of 8, at most kDecodeStackMaxLayers layers, and every weight
+// row within one ring slot of shared memory.
+bool decode_stack_supports(const DecodeStackShape& shape, int n_layers);
+// Split-KV partials of the attention stage.
+size_t decode_stack_scratch_bytes(const DecodeStackShape& shape);
+// x (the step's one residual row, fp32) in, x out; qkv (fp32), attn and mlp (bf16) are the forward's
+// activation rows, used as the stages' hand-over buffers. One CTA per SM (sm_count), cooperative.
+void launch_decode_stack(const StepBatch& batch, const DecodeStackLayer* layers, int n_layers,
+                         const DecodeStackShape& shape, float* x, float* qkv, void* attn, void* mlp,
+                         float* scratch, int sm_count, cudaStream_t stream);
 
 // ---- sample.cu ----
 // The largest vocabulary the sampler's 32-bit histogram parts can sum without overflow.

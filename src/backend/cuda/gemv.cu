@@ -12,6 +12,7 @@
 // this simplest form, which was the fastest; they were dropped.
 #include <cuda_bf16.h>
 
+#include "backend/cuda/bf16_dot.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/dependent_launch.cuh"
@@ -21,17 +22,6 @@ namespace {
 
 constexpr int kWarps = 4;  // rows per CTA
 constexpr int kDepth = 4;  // 16-byte weight loads in flight per lane
-
-// Sum over the 8 bf16 pairs of w and x (a bf16 is the high half of an fp32).
-__device__ inline float dot8(const uint4& w, const uint4& x, float acc) {
-  const uint32_t ws[4] = {w.x, w.y, w.z, w.w}, xs[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    acc = fmaf(__uint_as_float(ws[i] << 16), __uint_as_float(xs[i] << 16), acc);
-    acc = fmaf(__uint_as_float(ws[i] & 0xffff0000u), __uint_as_float(xs[i] & 0xffff0000u), acc);
-  }
-  return acc;
-}
 
 // Chunks base + lane + 32 u (u < kDepth) of a weight row; zero past its end.
 __device__ inline void load_chunks(const uint4* row, int base, int chunks, int lane, uint4 (&w)[kDepth]) {
@@ -71,10 +61,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     load_chunks(row, base, chunks, lane, wv);
   }
 #pragma unroll
-  for (int m = 0; m < M; ++m) {
-    for (int offset = 16; offset > 0; offset /= 2) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], offset);
-  }
-  // Lane m writes row m (every lane holds every sum after the butterfly).
+  for (int m = 0; m < M; ++m) acc[m] = warp_sum(acc[m]);
+    // Lane m writes row m (every lane holds every sum after the butterfly).
 #pragma unroll
   for (int m = 0; m < M; ++m) {
     if (lane == m) {

@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/device_convert.cuh"
+#include "backend/cuda/rope_table.cuh"
 
 namespace kvdice::backend::cuda {
 namespace {
@@ -86,15 +87,8 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_append_kernel(RopeAr
   const int n_items = a.n_heads + 2 * n_kv;
   const int first_item = static_cast<int>(blockIdx.y) * kWarps;
   const int half = a.rotary_dim / 2;
-  if (first_item < a.n_heads + n_kv) {  // uniform: this CTA rotates a q or k head
-    for (int c = threadIdx.x; c < half; c += blockDim.x) {
-      const double angle = static_cast<double>(position) * static_cast<double>(a.inv_freq[c]);
-      double sin_d, cos_d;
-      sincos(angle, &sin_d, &cos_d);
-      cos_table[c] = static_cast<float>(cos_d);
-      sin_table[c] = static_cast<float>(sin_d);
-    }
-  }
+  if (first_item < a.n_heads + n_kv)  // uniform: this CTA rotates a q or k head
+    rope_table(position, a.inv_freq, half, cos_table, sin_table);
   enter_dependent();
   __syncthreads();
   {

@@ -1,0 +1,707 @@
+// The decoder stack of a one-row decode step in one persistent launch (batch 1 is a pure weight stream:
+// with one kernel per op, every kernel boundary drains and refills the memory pipe, and the small ops
+// between the GEMVs leave it idle). One CTA per SM, all resident (a cooperative launch), runs every
+// layer's stages in order with a grid barrier between dependent stages:
+//   RMSNorm + QKV -> q/k norm, RoPE, K/V append + attention (split-KV over CTAs) [-> split merge]
+//   -> O (+= residual) -> RMSNorm + gate/up with SiLU(gate)*up in its epilogue -> down (+= residual).
+// Each CTA owns a fixed share of every weight matrix's rows (the same in every layer) and streams that
+// share, layer after layer, through a ring of shared-memory slots filled by bulk copies; the next
+// slots are issued whatever stage the CTA is in, because weights depend on nothing.
+// Sums run in a fixed order (per slot: warps over row parts, then the parts in order), so a step is
+// deterministic on a given GPU. The op-by-op forward (model/forward.cpp) is the twin that defines
+// what this computes; tests/backend/test_model_gpu.cpp holds them together.
+//
+// Status (H200, Qwen3-4B shape, docs/benchmarks.md "sixth session"): exact against the op-by-op path
+// and the CPU, but slower: 5.4 ms a step against 3.1 ms op by op, so EngineConfig::fused_decode is off
+// by default. Timing-only variants put the attention stage (8 CTAs at short context) at ~2.2 ms a step
+// and the 180 grid barriers at ~0.6 ms; without the attention stage the stream alone ran at 3.2 ms.
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/bf16_dot.cuh"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/rope_table.cuh"
+
+namespace kvdice::backend::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kWarps = 16;
+constexpr int kThreads = kWarps * 32;
+constexpr int kRing = 4;            // ring slots: kRing - 1 in flight while one is read
+constexpr int kMaxSlotRows = 64;    // weight rows of one slot
+constexpr int kPartials = 256;      // per slot: rows x parts of the per-warp sums
+constexpr int kAttentionWarps = 8;  // warps that stream one attention item's slots
+constexpr int kMaxGroup = 8;        // query heads per KV head
+constexpr int kMaxSplits = 16;      // CTAs that share one KV head's slots
+constexpr int kSplitSlots = 256;    // visible slots per split before another split is added
+
+enum Stage { kQkv = 0, kO = 1, kGateUp = 2, kDown = 3, kStages = 4 };
+
+struct StackArgs {
+  DecodeStackLayer layers[kDecodeStackMaxLayers];
+  int n_layers;
+  StepBatch batch;
+  DecodeStackShape shape;
+  float* x;             // residual [hidden] fp32, in and out
+  float* qkv;           // [q | k | v] fp32
+  __nv_bfloat16* attn;  // [n_heads * head_dim]
+  __nv_bfloat16* mlp;   // [intermediate]
+  float* partials;      // split partials [n_heads][kMaxSplits][head_dim + 2]: O, then max, sum
+  int slot_bytes;       // one ring slot
+  int work_bytes;       // the activation vector, or one attention item's scratch
+  int rows_per_slot[kStages];
+};
+
+// This CTA's share of one stage's rows (gate/up: rows of the intermediate, a gate row and an up row each).
+struct Share {
+  int row_begin, rows, per_slot, slots;
+};
+
+__device__ inline void stage_dims(const DecodeStackShape& s, int stage, int& rows, int& k) {
+  const int q_dim = s.n_heads * s.head_dim;
+  switch (stage) {
+    case kQkv:
+      rows = q_dim + 2 * s.n_kv_heads * s.head_dim, k = s.hidden;
+      break;
+    case kO:
+      rows = s.hidden, k = q_dim;
+      break;
+    case kGateUp:
+      rows = s.intermediate, k = s.hidden;
+      break;
+    default:
+      rows = s.hidden, k = s.intermediate;
+      break;
+  }
+}
+
+__device__ inline const __nv_bfloat16* stage_weight(const DecodeStackLayer& l, int stage) {
+  switch (stage) {
+    case kQkv:
+      return l.qkv;
+    case kO:
+      return l.wo;
+    case kGateUp:
+      return l.gate_up;
+    default:
+      return l.down;
+  }
+}
+
+// The ring's copies are bulk copies of the tensor memory accelerator: one thread issues a slot (one or
+// two contiguous ranges) and the slot's mbarrier counts its bytes in; per-thread 16-byte cp.async from
+// 16 warps per SM kept too few bytes in flight (1.1 TB/s for the whole stack).
+__device__ inline uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ inline void barrier_init(uint64_t* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(bar)) : "memory");
+}
+__device__ inline void barrier_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ inline void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          shared_address(dst)),
+      "l"(src), "r"(bytes), "r"(shared_address(bar))
+      : "memory");
+}
+__device__ inline void barrier_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(shared_address(bar)), "r"(parity)
+        : "memory");
+  }
+}
+
+__device__ inline float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// The block's sum, in the same order on every run; `scratch` holds kWarps floats.
+__device__ inline float block_sum(float v, float* scratch) {
+  v = warp_sum(v);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total += scratch[w];
+  __syncthreads();
+  return total;
+}
+
+struct Ring {
+  unsigned char* base;
+  uint64_t full[kRing];  // mbarrier per slot: its bytes have landed
+  Share share[kStages];
+  int per_layer;  // slots of one layer
+  int total;      // slots of the launch
+};
+
+// Issues the copies of global slot g (nothing past the end). One thread.
+__device__ inline void issue_slot(const StackArgs& a, Ring& ring, int g) {
+  if (g < ring.total) {
+    const int layer = g / ring.per_layer;
+    int r = g % ring.per_layer, stage = 0;
+    while (r >= ring.share[stage].slots) r -= ring.share[stage++].slots;
+    const Share& sh = ring.share[stage];
+    int rows, k;
+    stage_dims(a.shape, stage, rows, k);
+    const int row0 = sh.row_begin + r * sh.per_slot;
+    const int n = min(sh.per_slot, sh.row_begin + sh.rows - row0);
+    const uint32_t bytes = static_cast<uint32_t>(n) * k * 2;
+    const char* w = reinterpret_cast<const char*>(stage_weight(a.layers[layer], stage));
+    unsigned char* dst = ring.base + static_cast<int64_t>(g % kRing) * a.slot_bytes;
+    uint64_t* bar = &ring.full[g % kRing];
+    barrier_expect(bar, stage == kGateUp ? 2 * bytes : bytes);
+    bulk_copy(dst, w + static_cast<int64_t>(row0) * k * 2, bytes, bar);
+    if (stage == kGateUp)  // the up rows sit `intermediate` rows below the gate rows
+      bulk_copy(dst + bytes, w + (static_cast<int64_t>(a.shape.intermediate) + row0) * k * 2, bytes, bar);
+  }
+}
+
+// Per-warp partial dot products of a slot's rows with the activation vector: with at least kWarps
+// rows a warp takes whole rows; otherwise each row is cut into kWarps / rows parts, one per warp.
+__device__ inline void dot_slot(const uint4* w, const uint4* x, int rows, int chunks, float* partial) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (rows >= kWarps) {
+    for (int r = warp; r < rows; r += kWarps) {
+      const uint4* wr = w + static_cast<int64_t>(r) * chunks;
+      float acc = 0.0f;
+#pragma unroll 4
+      for (int c = lane; c < chunks; c += 32) acc = dot8(wr[c], x[c], acc);
+      acc = warp_sum(acc);
+      if (lane == 0) partial[r] = acc;
+    }
+    return;
+  }
+  const int parts = kWarps / rows;
+  const int r = warp / parts, part = warp % parts;
+  if (r >= rows) return;
+  const int c0 = chunks * part / parts, c1 = chunks * (part + 1) / parts;
+  const uint4* wr = w + static_cast<int64_t>(r) * chunks;
+  float acc = 0.0f;
+#pragma unroll 4
+  for (int c = c0 + lane; c < c1; c += 32) acc = dot8(wr[c], x[c], acc);
+  acc = warp_sum(acc);
+  if (lane == 0) partial[r * parts + part] = acc;
+}
+
+__device__ inline float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+// Writes slot s's outputs from its partial sums (threads of the CTA, one row each).
+__device__ inline void finish_slot(const StackArgs& a, const DecodeStackLayer& layer, int stage,
+                                   const Share& sh, int s, const float* partial) {
+  const int row0 = sh.row_begin + s * sh.per_slot;
+  const int n = min(sh.per_slot, sh.row_begin + sh.rows - row0);
+  const int slot_rows = stage == kGateUp ? 2 * n : n;
+  const int parts = slot_rows >= kWarps ? 1 : kWarps / slot_rows;
+  auto row_sum = [&](int r) {
+    float v = 0.0f;
+    for (int p = 0; p < parts; ++p) v += partial[r * parts + p];
+    return v;
+  };
+  for (int t = threadIdx.x; t < n; t += kThreads) {
+    const int row = row0 + t;
+    if (stage == kQkv) {
+      float v = row_sum(t);
+      if (layer.qkv_bias != nullptr) v += layer.qkv_bias[row];
+      a.qkv[row] = v;
+    } else if (stage == kGateUp) {
+      a.mlp[row] = __float2bfloat16_rn(silu_times(row_sum(t), row_sum(n + t)));
+    } else {
+      a.x[row] = __ldcg(a.x + row) + row_sum(t);  // the residual add (O and down)
+    }
+  }
+}
+
+// One GEMV stage: this CTA's slots of it, consumed in ring order while later slots stream in.
+__device__ void gemv_stage(const StackArgs& a, Ring& ring, int layer, int stage, const uint4* x,
+                           float* partials, int& g) {
+  const Share& sh = ring.share[stage];
+  int rows, k;
+  stage_dims(a.shape, stage, rows, k);
+  const int chunks = k / 8;
+  const DecodeStackLayer& l = a.layers[layer];
+  for (int s = 0; s < sh.slots; ++s, ++g) {
+    barrier_wait(&ring.full[g % kRing], (g / kRing) & 1);  // slot g has landed
+    __syncthreads();  // every thread is past slot g - 1: its ring slot may be refilled
+    if (s > 0) finish_slot(a, l, stage, sh, s - 1, partials + ((s - 1) & 1) * kPartials);
+    if (threadIdx.x == 0) issue_slot(a, ring, g + kRing - 1);
+    const int n = min(sh.per_slot, sh.row_begin + sh.rows - (sh.row_begin + s * sh.per_slot));
+    const uint4* w =
+        reinterpret_cast<const uint4*>(ring.base + static_cast<int64_t>(g % kRing) * a.slot_bytes);
+    dot_slot(w, x, stage == kGateUp ? 2 * n : n, chunks, partials + (s & 1) * kPartials);
+  }
+  __syncthreads();
+  if (sh.slots > 0) finish_slot(a, l, stage, sh, sh.slots - 1, partials + ((sh.slots - 1) & 1) * kPartials);
+}
+
+// act = bf16(RMSNorm(x) * w), as the rmsnorm op computes it.
+__device__ void load_normed(const StackArgs& a, const float* w, __nv_bfloat16* act, float* scratch) {
+  const int n = a.shape.hidden;
+  float sum = 0.0f;
+#pragma unroll 4
+  for (int c = threadIdx.x; c < n; c += kThreads) {
+    const float v = __ldcg(a.x + c);
+    sum += v * v;
+  }
+  sum = block_sum(sum, scratch);
+  const float inv = 1.0f / sqrtf(sum / static_cast<float>(n) + a.shape.eps);
+#pragma unroll 4
+  for (int c = threadIdx.x; c < n; c += kThreads) act[c] = __float2bfloat16_rn(__ldcg(a.x + c) * inv * w[c]);
+  __syncthreads();
+}
+
+// act = a bf16 vector another CTA wrote in this launch (read from L2).
+__device__ void load_vector(const __nv_bfloat16* src, int n, __nv_bfloat16* act) {
+  const uint4* s = reinterpret_cast<const uint4*>(src);
+  uint4* d = reinterpret_cast<uint4*>(act);
+  for (int c = threadIdx.x; c < n / 8; c += kThreads) d[c] = __ldcg(s + c);
+  __syncthreads();
+}
+
+// Splits of the visible slots per KV head: one per kSplitSlots, at most what the grid holds; every
+// split non-empty. The same on every CTA (a function of the length).
+__device__ inline void attention_split(int visible, int n_kv_heads, int& splits, int& per_split) {
+  const int most = max(1, min(kMaxSplits, static_cast<int>(gridDim.x) / n_kv_heads));
+  const int wanted = min(most, (visible + kSplitSlots - 1) / kSplitSlots);
+  per_split = (visible + wanted - 1) / wanted;
+  splits = (visible + per_split - 1) / per_split;
+}
+
+// Per-head RMSNorm (when `norm`) and rotate-half RoPE of one head vector, by one warp, as
+// qk_norm_rope_append computes it; `buffer` is the warp's head_dim floats. Calls emit(c, value).
+template <typename Emit>
+__device__ inline void norm_rope(const float* src, const float* norm, float eps, int hd, int rotary_dim,
+                                 const float* cos_t, const float* sin_t, float* buffer, Emit emit) {
+  const int lane = threadIdx.x % 32;
+  if (norm != nullptr) {
+    double sum = 0.0;
+    for (int c = lane; c < hd; c += 32) {
+      const float v = __ldcg(src + c);
+      sum += static_cast<double>(v) * v;
+    }
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    const float inv = 1.0f / sqrtf(static_cast<float>(sum / hd) + eps);
+    for (int c = lane; c < hd; c += 32) buffer[c] = __ldcg(src + c) * inv * norm[c];
+  } else {
+    for (int c = lane; c < hd; c += 32) buffer[c] = __ldcg(src + c);
+  }
+  __syncwarp();
+  const int half = rotary_dim / 2;
+  for (int c = lane; c < half; c += 32) {
+    const float cs = cos_t[c], sn = sin_t[c];
+    const float x0 = buffer[c], x1 = buffer[c + half];
+    emit(c, __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn)));
+    emit(c + half, __fadd_rn(__fmul_rn(x1, cs), __fmul_rn(x0, sn)));
+  }
+  for (int c = rotary_dim + lane; c < hd; c += 32) emit(c, buffer[c]);
+  __syncwarp();
+}
+
+// The attention stage of one layer: items (KV head, split) over the CTAs. An item ropes its group's
+// queries itself; the item holding the appended slot also ropes and stores the new key and value
+// (no other item reads that slot). Its warps stream 32-slot chunks (a lane per slot for the scores, the
+// warp over the channels for P V) with an fp32 online softmax, merged across warps in order; one split
+// writes the output, several write partials that the merge stage combines.
+template <int HD>
+__device__ void attention_stage(const StackArgs& a, int layer, unsigned char* work, int splits,
+                                int per_split) {
+  constexpr int kPairs = HD / 2 > 32 ? HD / 64 : 1;  // channel pairs per lane
+  const DecodeStackShape& s = a.shape;
+  const DecodeStackLayer& l = a.layers[layer];
+  const StepBatch& b = a.batch;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group = s.n_heads / s.n_kv_heads;
+  const int length = b.length[0], visible = length + 1, position = b.appended[0];
+  const int32_t* pages = b.page_table;
+  float* q_s = reinterpret_cast<float*>(work);  // [group][HD]
+  float* cos_t = q_s + group * HD;              // [HD / 2]
+  float* sin_t = cos_t + HD / 2;                // [HD / 2]
+  float* buffers = sin_t + HD / 2;              // [group + 2][HD]: per-warp norm buffers
+  float* merge = buffers + (group + 2) * HD;    // [kAttentionWarps][group][HD + 2]
+  const int items = s.n_kv_heads * splits;
+  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    const int g = item / splits, split = item % splits;
+    const int begin = split * per_split, end = min(visible, begin + per_split);
+    const int half = s.rotary_dim / 2;
+    rope_table(position, s.inv_freq, half, cos_t, sin_t);
+    __syncthreads();
+    const bool holds_new = end == visible;
+    const int64_t new_index =
+        (static_cast<int64_t>(pages[length / s.page_slots]) * s.n_kv_heads + g) * s.page_slots +
+        length % s.page_slots;
+    if (warp < group) {  // query head g * group + warp, rounded to bf16 like the q activation
+      float* q = q_s + warp * HD;
+      norm_rope(a.qkv + static_cast<int64_t>(g * group + warp) * HD, l.q_norm, s.eps, HD, s.rotary_dim, cos_t,
+                sin_t, buffers + warp * HD,
+                [&](int c, float v) { q[c] = __bfloat162float(__float2bfloat16_rn(v)); });
+    } else if (holds_new && warp == group) {  // the new key into its slot
+      norm_rope(a.qkv + static_cast<int64_t>(s.n_heads + g) * HD, l.k_norm, s.eps, HD, s.rotary_dim, cos_t,
+                sin_t, buffers + warp * HD,
+                [&](int c, float v) { l.keys[new_index * HD + c] = __float2bfloat16_rn(v); });
+    } else if (holds_new && warp == group + 1) {  // the new value and its position
+      const float* v = a.qkv + static_cast<int64_t>(s.n_heads + s.n_kv_heads + g) * HD;
+      for (int c = lane; c < HD; c += 32) l.values[new_index * HD + c] = __float2bfloat16_rn(__ldcg(v + c));
+      if (lane == 0) l.positions[new_index] = position;
+    }
+    __syncthreads();  // queries in shared memory; the new key and value visible to the CTA
+
+    float m[kMaxGroup], l_lane[kMaxGroup], acc[kMaxGroup][2 * kPairs];
+#pragma unroll
+    for (int r = 0; r < kMaxGroup; ++r) {
+      m[r] = -INFINITY;
+      l_lane[r] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 2 * kPairs; ++i) acc[r][i] = 0.0f;
+    }
+    if (warp < kAttentionWarps) {
+      for (int base = begin + warp * 32; base < end; base += kAttentionWarps * 32) {
+        const int slot = base + lane;
+        const bool valid = slot < end;
+        int64_t row = 0;
+        if (valid)
+          row = (static_cast<int64_t>(pages[slot / s.page_slots]) * s.n_kv_heads + g) * s.page_slots +
+                slot % s.page_slots;
+        float score[kMaxGroup];
+#pragma unroll
+        for (int r = 0; r < kMaxGroup; ++r) score[r] = 0.0f;
+        if (valid) {
+          // The slot's key in batches of kBatch 16-byte loads in flight (the stage is latency-bound).
+          const uint4* key = reinterpret_cast<const uint4*>(l.keys + row * HD);
+          constexpr int kBatch = HD / 8 < 8 ? HD / 8 : 8;
+#pragma unroll
+          for (int c0 = 0; c0 < HD / 8; c0 += kBatch) {
+            uint4 kk[kBatch];
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u) kk[u] = __ldcg(key + c0 + u);
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u) {
+              const uint32_t words[4] = {kk[u].x, kk[u].y, kk[u].z, kk[u].w};
+              float kf[8];
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                kf[2 * e] = __uint_as_float(words[e] << 16);
+                kf[2 * e + 1] = __uint_as_float(words[e] & 0xffff0000u);
+              }
+#pragma unroll
+              for (int r = 0; r < kMaxGroup; ++r) {
+                if (r < group) {
+                  const float* q = q_s + r * HD + (c0 + u) * 8;
+#pragma unroll
+                  for (int e = 0; e < 8; ++e) score[r] = fmaf(q[e], kf[e], score[r]);
+                }
+              }
+            }
+          }
+        }
+        float p[kMaxGroup];
+#pragma unroll
+        for (int r = 0; r < kMaxGroup; ++r) {
+          p[r] = 0.0f;
+          if (r >= group) continue;
+          const float sc = valid ? score[r] * s.scale : -INFINITY;
+          const float m_new = fmaxf(m[r], warp_max(sc));  // finite: the chunk's first slot is valid
+          const float correction = expf(m[r] - m_new);
+          m[r] = m_new;
+          p[r] = valid ? expf(sc - m_new) : 0.0f;
+          l_lane[r] = l_lane[r] * correction + p[r];
+#pragma unroll
+          for (int i = 0; i < 2 * kPairs; ++i) acc[r][i] *= correction;
+        }
+        // P V over the chunk's slots, kSlotBatch value rows in flight at once. A slot past the range
+        // loads the last valid row again (never uninitialised memory) and weighs it with its p = 0.
+        constexpr int kSlotBatch = 8;
+        const int n_valid = min(32, end - base);
+        for (int j0 = 0; j0 < n_valid; j0 += kSlotBatch) {
+          float2 v[kSlotBatch][kPairs];
+#pragma unroll
+          for (int u = 0; u < kSlotBatch; ++u) {
+            const int j = min(j0 + u, n_valid - 1);
+            const long long vrow = __shfl_sync(0xffffffffu, static_cast<long long>(row), j);
+            const __nv_bfloat162* value = reinterpret_cast<const __nv_bfloat162*>(l.values + vrow * HD);
+#pragma unroll
+            for (int i = 0; i < kPairs; ++i) {
+              const int pair = lane + 32 * i;
+              v[u][i] = pair < HD / 2 ? __bfloat1622float2(__ldcg(value + pair)) : make_float2(0.0f, 0.0f);
+            }
+          }
+#pragma unroll
+          for (int u = 0; u < kSlotBatch; ++u) {
+#pragma unroll
+            for (int r = 0; r < kMaxGroup; ++r) {
+              if (r >= group) continue;
+              const float pj = __shfl_sync(0xffffffffu, p[r], j0 + u);  // 0 past the range
+#pragma unroll
+              for (int i = 0; i < kPairs; ++i) {
+                acc[r][2 * i] = fmaf(pj, v[u][i].x, acc[r][2 * i]);
+                acc[r][2 * i + 1] = fmaf(pj, v[u][i].y, acc[r][2 * i + 1]);
+              }
+            }
+          }
+        }
+      }
+      // Publish this warp's (O, max, sum) per query head.
+#pragma unroll
+      for (int r = 0; r < kMaxGroup; ++r) {
+        if (r >= group) continue;
+        const float total = warp_sum(l_lane[r]);
+        float* dst = merge + (warp * group + r) * (HD + 2);
+#pragma unroll
+        for (int i = 0; i < kPairs; ++i) {
+          const int pair = lane + 32 * i;
+          if (pair < HD / 2) {
+            dst[2 * pair] = acc[r][2 * i];
+            dst[2 * pair + 1] = acc[r][2 * i + 1];
+          }
+        }
+        if (lane == 0) {
+          dst[HD] = m[r];
+          dst[HD + 1] = total;
+        }
+      }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < group * HD; idx += kThreads) {
+      const int r = idx / HD, c = idx % HD;
+      float best = -INFINITY;
+      for (int w = 0; w < kAttentionWarps; ++w) best = fmaxf(best, merge[(w * group + r) * (HD + 2) + HD]);
+      float sum = 0.0f, value = 0.0f;
+      for (int w = 0; w < kAttentionWarps; ++w) {
+        const float* src = merge + (w * group + r) * (HD + 2);
+        if (src[HD] == -INFINITY) continue;  // a warp that had no slots
+        const float weight = expf(src[HD] - best);
+        sum += src[HD + 1] * weight;
+        value += src[c] * weight;
+      }
+      const int head = g * group + r;
+      if (splits == 1) {
+        a.attn[static_cast<int64_t>(head) * HD + c] = __float2bfloat16_rn(value / sum);
+      } else {
+        float* part = a.partials + (static_cast<int64_t>(head) * kMaxSplits + split) * (HD + 2);
+        part[c] = value;
+        if (c == 0) {
+          part[HD] = best;
+          part[HD + 1] = sum;
+        }
+      }
+    }
+    __syncthreads();  // the scratch is free for the next item
+  }
+}
+
+// Combines the splits' partials of each query head by log-sum-exp, in split order.
+template <int HD>
+__device__ void merge_stage(const StackArgs& a, int splits) {
+  for (int head = blockIdx.x; head < a.shape.n_heads; head += gridDim.x) {
+    const float* first = a.partials + static_cast<int64_t>(head) * kMaxSplits * (HD + 2);
+    float best = -INFINITY;
+    for (int sp = 0; sp < splits; ++sp) best = fmaxf(best, __ldcg(first + sp * (HD + 2) + HD));
+    float denominator = 0.0f;
+    for (int sp = 0; sp < splits; ++sp)
+      denominator += __ldcg(first + sp * (HD + 2) + HD + 1) * expf(__ldcg(first + sp * (HD + 2) + HD) - best);
+    for (int c = threadIdx.x; c < HD; c += kThreads) {
+      float value = 0.0f;
+      for (int sp = 0; sp < splits; ++sp)
+        value += __ldcg(first + sp * (HD + 2) + c) * expf(__ldcg(first + sp * (HD + 2) + HD) - best);
+      a.attn[static_cast<int64_t>(head) * HD + c] = __float2bfloat16_rn(value / denominator);
+    }
+  }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads, 1) decode_stack_kernel(const __grid_constant__ StackArgs a) {
+  extern __shared__ __align__(128) unsigned char shared_raw[];
+  __shared__ Ring ring;
+  unsigned char* work = shared_raw + kRing * a.slot_bytes;
+  float* partials = reinterpret_cast<float*>(work + a.work_bytes);  // [2][kPartials]
+  float* scratch = partials + 2 * kPartials;                        // [kWarps]
+  __nv_bfloat16* act = reinterpret_cast<__nv_bfloat16*>(work);
+  const uint4* act16 = reinterpret_cast<const uint4*>(work);
+  if (threadIdx.x == 0) {
+    ring.base = shared_raw;
+    ring.per_layer = 0;
+    for (int stage = 0; stage < kStages; ++stage) {
+      int rows, k;
+      stage_dims(a.shape, stage, rows, k);
+      const int begin = static_cast<int>(static_cast<int64_t>(rows) * blockIdx.x / gridDim.x);
+      const int end = static_cast<int>(static_cast<int64_t>(rows) * (blockIdx.x + 1) / gridDim.x);
+      const int per = a.rows_per_slot[stage];
+      ring.share[stage] = {begin, end - begin, per, (end - begin + per - 1) / per};
+      ring.per_layer += ring.share[stage].slots;
+    }
+    ring.total = ring.per_layer * a.n_layers;
+    for (int i = 0; i < kRing; ++i) barrier_init(&ring.full[i]);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    // The weights depend on nothing: the first slots stream in while the first norm runs.
+    for (int g = 0; g < kRing - 1; ++g) issue_slot(a, ring, g);
+  }
+  __syncthreads();
+
+  cg::grid_group grid = cg::this_grid();
+  int splits, per_split;
+  attention_split(a.batch.length[0] + 1, a.shape.n_kv_heads, splits, per_split);
+  const int q_dim = a.shape.n_heads * HD;
+  int g = 0;  // the next ring slot to consume
+  for (int layer = 0; layer < a.n_layers; ++layer) {
+    const DecodeStackLayer& l = a.layers[layer];
+    load_normed(a, l.attn_norm, act, scratch);
+    gemv_stage(a, ring, layer, kQkv, act16, partials, g);
+    grid.sync();
+    attention_stage<HD>(a, layer, work, splits, per_split);
+    grid.sync();
+    if (splits > 1) {
+      merge_stage<HD>(a, splits);
+      grid.sync();
+    }
+    load_vector(a.attn, q_dim, act);
+    gemv_stage(a, ring, layer, kO, act16, partials, g);
+    grid.sync();
+    load_normed(a, l.mlp_norm, act, scratch);
+    gemv_stage(a, ring, layer, kGateUp, act16, partials, g);
+    grid.sync();
+    load_vector(a.mlp, a.shape.intermediate, act);
+    gemv_stage(a, ring, layer, kDown, act16, partials, g);
+    grid.sync();
+  }
+}
+
+int attention_work_bytes(int hd, int group) {
+  return static_cast<int>(sizeof(float)) *
+         (group * hd + hd + (group + 2) * hd + kAttentionWarps * group * (hd + 2));
+}
+
+struct Plan {
+  int slot_bytes = 0, work_bytes = 0, shared_bytes = 0;
+  int rows_per_slot[kStages] = {};
+};
+
+// Shared memory: the ring, the work area (activation vector or attention scratch), partial sums and
+// the block-sum scratch. The ring takes what the rest leaves; false when a weight row exceeds a slot.
+bool make_plan(const DecodeStackShape& s, int shared_limit, Plan& plan) {
+  const int q_dim = s.n_heads * s.head_dim;
+  const int act_bytes = std::max({s.hidden, q_dim, s.intermediate}) * 2;
+  plan.work_bytes =
+      (std::max(act_bytes, attention_work_bytes(s.head_dim, s.n_heads / s.n_kv_heads)) + 127) / 128 * 128;
+  const int fixed = plan.work_bytes + (2 * kPartials + kWarps) * static_cast<int>(sizeof(float));
+  plan.slot_bytes = (shared_limit - fixed) / kRing / 128 * 128;
+  const int row_bytes[kStages] = {s.hidden * 2, q_dim * 2, 4 * s.hidden, s.intermediate * 2};
+  for (int stage = 0; stage < kStages; ++stage) {
+    if (plan.slot_bytes < row_bytes[stage]) return false;
+    const int most = stage == kGateUp ? kMaxSlotRows / 2 : kMaxSlotRows;
+    plan.rows_per_slot[stage] = std::min(most, plan.slot_bytes / row_bytes[stage]);
+  }
+  plan.shared_bytes = kRing * plan.slot_bytes + fixed;
+  return true;
+}
+
+template <int HD>
+void launch_for(const StackArgs& args, int grid, int shared_bytes, cudaStream_t stream) {
+  static const bool configured = [] {
+    int optin = 0, device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    cudaFuncAttributes attributes{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attributes, decode_stack_kernel<HD>));
+    CUDA_CHECK(cudaFuncSetAttribute(decode_stack_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    optin - static_cast<int>(attributes.sharedSizeBytes)));
+    return true;
+  }();
+  (void)configured;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeCooperative;  // every CTA resident at once, or the launch fails
+  attribute.val.cooperative = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(grid));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(shared_bytes);
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&config, decode_stack_kernel<HD>, args));
+}
+
+// Dynamic shared memory a block may take beside the kernel's static shared memory.
+int dynamic_shared_limit(int head_dim) {
+  int optin = 0, device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  cudaFuncAttributes attributes{};
+  switch (head_dim) {
+    case 16:
+      CUDA_CHECK(cudaFuncGetAttributes(&attributes, decode_stack_kernel<16>));
+      break;
+    case 32:
+      CUDA_CHECK(cudaFuncGetAttributes(&attributes, decode_stack_kernel<32>));
+      break;
+    case 64:
+      CUDA_CHECK(cudaFuncGetAttributes(&attributes, decode_stack_kernel<64>));
+      break;
+    default:
+      CUDA_CHECK(cudaFuncGetAttributes(&attributes, decode_stack_kernel<128>));
+      break;
+  }
+  return optin - static_cast<int>(attributes.sharedSizeBytes);
+}
+
+}  // namespace
+
+bool decode_stack_supports(const DecodeStackShape& s, int n_layers) {
+  const bool shape_ok =
+      n_layers >= 1 && n_layers <= kDecodeStackMaxLayers &&
+      (s.head_dim == 16 || s.head_dim == 32 || s.head_dim == 64 || s.head_dim == 128) && s.n_kv_heads >= 1 &&
+      s.n_heads % s.n_kv_heads == 0 && s.n_heads / s.n_kv_heads <= kMaxGroup && s.hidden % 8 == 0 &&
+      s.intermediate % 8 == 0 && s.rotary_dim % 2 == 0 && s.rotary_dim <= s.head_dim && s.page_slots >= 1;
+  Plan plan;
+  return shape_ok && make_plan(s, dynamic_shared_limit(s.head_dim), plan);
+}
+
+size_t decode_stack_scratch_bytes(const DecodeStackShape& s) {
+  return sizeof(float) * static_cast<size_t>(s.n_heads) * kMaxSplits * (s.head_dim + 2);
+}
+
+void launch_decode_stack(const StepBatch& batch, const DecodeStackLayer* layers, int n_layers,
+                         const DecodeStackShape& shape, float* x, float* qkv, void* attn, void* mlp,
+                         float* scratch, int sm_count, cudaStream_t stream) {
+  Plan plan;
+  make_plan(shape, dynamic_shared_limit(shape.head_dim), plan);  // the caller checked decode_stack_supports
+  StackArgs args{};
+  std::copy(layers, layers + n_layers, args.layers);
+  args.n_layers = n_layers;
+  args.batch = batch;
+  args.shape = shape;
+  args.x = x;
+  args.qkv = qkv;
+  args.attn = static_cast<__nv_bfloat16*>(attn);
+  args.mlp = static_cast<__nv_bfloat16*>(mlp);
+  args.partials = scratch;
+  args.slot_bytes = plan.slot_bytes;
+  args.work_bytes = plan.work_bytes;
+  std::copy(plan.rows_per_slot, plan.rows_per_slot + kStages, args.rows_per_slot);
+  switch (shape.head_dim) {
+    case 16:
+      return launch_for<16>(args, sm_count, plan.shared_bytes, stream);
+    case 32:
+      return launch_for<32>(args, sm_count, plan.shared_bytes, stream);
+    case 64:
+      return launch_for<64>(args, sm_count, plan.shared_bytes, stream);
+    default:
+      return launch_for<128>(args, sm_count, plan.shared_bytes, stream);
+  }
+}
+
+}  // namespace kvdice::backend::cuda
