@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Per-kernel GPU time of a few decode steps (ncu, one metric, one pass; NCU=0 skips it), batch 1 and batch 128, on a
 # random-weight checkpoint of SHAPE (default qwen3-4b), prompt PROMPT, budget BUDGET. Results under $OUT.
+# TRACE=1: the CUPTI timeline of the decode graphs. STACK=1: a full ncu profile of one launch of the fused
+# decoder-stack kernel (decode_stack.cu) with its stall reasons per source line (NCU=0 to run it alone).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/kvdice-out}; mkdir -p "$OUT" .gpu
@@ -50,4 +52,31 @@ if [ "${TRACE:-0}" = 1 ]; then
     head -30 "$OUT/timeline_b$batch.txt"
     xz -T4 -f "$OUT/trace_b$batch.csv"  # ~1 MB: kept for a closer look
   done
+fi
+
+# Where the fused decoder stack (bench --fused-decode) spends its time: every ncu section of one launch,
+# then the SASS lines with the most stall samples (the attention stage took ~60 us a layer on 8 CTAs,
+# docs/benchmarks.md, sixth session).
+if [ "${STACK:-0}" = 1 ]; then
+  ncu --set full --import-source yes --kernel-name regex:decode_stack --launch-skip 4 --launch-count 1 \
+    -o "$OUT/stack" -f .gpu-bin/kvdice bench latency --backend cuda --fused-decode --random-weights \
+    --config configs/shapes/$SHAPE.json --short-context 128 --long-context 129 --output-len 16 \
+    > "$OUT/stack_run.log" 2>&1
+  ncu -i "$OUT/stack.ncu-rep" --page details > "$OUT/stack_details.txt" 2>&1
+  ncu -i "$OUT/stack.ncu-rep" --page source --print-source cuda,sass --csv > "$OUT/stack_source.csv" 2>&1
+  python3 - "$OUT/stack_source.csv" <<'PY'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1], errors="replace")))
+head = next((i for i, r in enumerate(rows) if any("Sampling" in c for c in r)), None)
+if head is None:
+    print("no source table:", " ".join(rows[0]) if rows else "empty"); sys.exit()
+cols = rows[head]
+samp = next(i for i, c in enumerate(cols) if "Warp Stall Sampling (All" in c)
+src = next((i for i, c in enumerate(cols) if c in ("Source", "Address Source")), 1)
+top = sorted((r for r in rows[head + 1:] if len(r) > samp and r[samp].replace(".", "").isdigit()),
+             key=lambda r: -float(r[samp]))[:25]
+total = sum(float(r[samp]) for r in rows[head + 1:] if len(r) > samp and r[samp].replace(".", "").isdigit())
+for r in top:
+    print(f"{100 * float(r[samp]) / max(total, 1):5.1f}%  {r[src][:150]}")
+PY
 fi

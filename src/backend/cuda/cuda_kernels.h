@@ -90,8 +90,8 @@ struct DecodeStackShape {
   float eps = 0.0f, scale = 0.0f;
   const float* inv_freq = nullptr;  // [rotary_dim / 2]
 };
-// Whether the kernel takes this shape on the current device: head_dim 16, 32, 64 or 128, GQA groups up
-// to 8, hidden and intermediate multiples of 8, at most kDecodeStackMaxLayers layers, and every weight
+// Whether the kernel takes this shape on the current device: head_dim 16, 32, 64 or 128, GQA groups of
+// 1, 2, 4 or 8, hidden and intermediate multiples of 8, at most kDecodeStackMaxLayers layers, and every weight
 // row within one ring slot of shared memory.
 bool decode_stack_supports(const DecodeStackShape& shape, int n_layers);
 // Split-KV partials of the attention stage.

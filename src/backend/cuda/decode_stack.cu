@@ -15,6 +15,9 @@
 // and the CPU, but slower: 5.4 ms a step against 3.1 ms op by op, so EngineConfig::fused_decode is off
 // by default. Timing-only variants put the attention stage (8 CTAs at short context) at ~2.2 ms a step
 // and the 180 grid barriers at ~0.6 ms; without the attention stage the stream alone ran at 3.2 ms.
+// Since that measurement (not yet run on a GPU): the attention stage is instantiated per GQA group with
+// its key loop rolled, and the stages are not inlined, to cut the code a layer runs from cold (~240 KB
+// of SASS before), on the lead that instruction fetch, not memory, made the attention stage slow.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
@@ -37,7 +40,7 @@ constexpr int kRing = 4;            // ring slots: kRing - 1 in flight while one
 constexpr int kMaxSlotRows = 64;    // weight rows of one slot
 constexpr int kPartials = 256;      // per slot: rows x parts of the per-warp sums
 constexpr int kAttentionWarps = 8;  // warps that stream one attention item's slots
-constexpr int kMaxGroup = 8;        // query heads per KV head
+constexpr int kMaxGroup = 8;        // query heads per KV head: 1, 2, 4 or 8 (a kernel per group)
 constexpr int kMaxSplits = 16;      // CTAs that share one KV head's slots
 constexpr int kSplitSlots = 256;    // visible slots per split before another split is added
 
@@ -229,8 +232,8 @@ __device__ inline void finish_slot(const StackArgs& a, const DecodeStackLayer& l
 }
 
 // One GEMV stage: this CTA's slots of it, consumed in ring order while later slots stream in.
-__device__ void gemv_stage(const StackArgs& a, Ring& ring, int layer, int stage, const uint4* x,
-                           float* partials, int& g) {
+__device__ __noinline__ void gemv_stage(const StackArgs& a, Ring& ring, int layer, int stage, const uint4* x,
+                                        float* partials, int& g) {
   const Share& sh = ring.share[stage];
   int rows, k;
   stage_dims(a.shape, stage, rows, k);
@@ -251,7 +254,8 @@ __device__ void gemv_stage(const StackArgs& a, Ring& ring, int layer, int stage,
 }
 
 // act = bf16(RMSNorm(x) * w), as the rmsnorm op computes it.
-__device__ void load_normed(const StackArgs& a, const float* w, __nv_bfloat16* act, float* scratch) {
+__device__ __noinline__ void load_normed(const StackArgs& a, const float* w, __nv_bfloat16* act,
+                                         float* scratch) {
   const int n = a.shape.hidden;
   float sum = 0.0f;
 #pragma unroll 4
@@ -267,7 +271,7 @@ __device__ void load_normed(const StackArgs& a, const float* w, __nv_bfloat16* a
 }
 
 // act = a bf16 vector another CTA wrote in this launch (read from L2).
-__device__ void load_vector(const __nv_bfloat16* src, int n, __nv_bfloat16* act) {
+__device__ __noinline__ void load_vector(const __nv_bfloat16* src, int n, __nv_bfloat16* act) {
   const uint4* s = reinterpret_cast<const uint4*>(src);
   uint4* d = reinterpret_cast<uint4*>(act);
   for (int c = threadIdx.x; c < n / 8; c += kThreads) d[c] = __ldcg(s + c);
@@ -318,15 +322,15 @@ __device__ inline void norm_rope(const float* src, const float* norm, float eps,
 // (no other item reads that slot). Its warps stream 32-slot chunks (a lane per slot for the scores, the
 // warp over the channels for P V) with an fp32 online softmax, merged across warps in order; one split
 // writes the output, several write partials that the merge stage combines.
-template <int HD>
-__device__ void attention_stage(const StackArgs& a, int layer, unsigned char* work, int splits,
-                                int per_split) {
+template <int HD, int GROUP>
+__device__ __noinline__ void attention_stage(const StackArgs& a, int layer, unsigned char* work, int splits,
+                                             int per_split) {
   constexpr int kPairs = HD / 2 > 32 ? HD / 64 : 1;  // channel pairs per lane
   const DecodeStackShape& s = a.shape;
   const DecodeStackLayer& l = a.layers[layer];
   const StepBatch& b = a.batch;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int group = s.n_heads / s.n_kv_heads;
+  constexpr int group = GROUP;  // exact, so every per-head loop below unrolls to its size
   const int length = b.length[0], visible = length + 1, position = b.appended[0];
   const int32_t* pages = b.page_table;
   float* q_s = reinterpret_cast<float*>(work);  // [group][HD]
@@ -361,9 +365,9 @@ __device__ void attention_stage(const StackArgs& a, int layer, unsigned char* wo
     }
     __syncthreads();  // queries in shared memory; the new key and value visible to the CTA
 
-    float m[kMaxGroup], l_lane[kMaxGroup], acc[kMaxGroup][2 * kPairs];
+    float m[GROUP], l_lane[GROUP], acc[GROUP][2 * kPairs];
 #pragma unroll
-    for (int r = 0; r < kMaxGroup; ++r) {
+    for (int r = 0; r < GROUP; ++r) {
       m[r] = -INFINITY;
       l_lane[r] = 0.0f;
 #pragma unroll
@@ -377,14 +381,16 @@ __device__ void attention_stage(const StackArgs& a, int layer, unsigned char* wo
         if (valid)
           row = (static_cast<int64_t>(pages[slot / s.page_slots]) * s.n_kv_heads + g) * s.page_slots +
                 slot % s.page_slots;
-        float score[kMaxGroup];
+        float score[GROUP];
 #pragma unroll
-        for (int r = 0; r < kMaxGroup; ++r) score[r] = 0.0f;
+        for (int r = 0; r < GROUP; ++r) score[r] = 0.0f;
         if (valid) {
           // The slot's key in batches of kBatch 16-byte loads in flight (the stage is latency-bound).
           const uint4* key = reinterpret_cast<const uint4*>(l.keys + row * HD);
+          // The batch loop stays rolled: the stage runs once a layer, and unrolled it was code enough
+          // to miss the instruction cache every layer.
           constexpr int kBatch = HD / 8 < 8 ? HD / 8 : 8;
-#pragma unroll
+#pragma unroll 1
           for (int c0 = 0; c0 < HD / 8; c0 += kBatch) {
             uint4 kk[kBatch];
 #pragma unroll
@@ -399,21 +405,18 @@ __device__ void attention_stage(const StackArgs& a, int layer, unsigned char* wo
                 kf[2 * e + 1] = __uint_as_float(words[e] & 0xffff0000u);
               }
 #pragma unroll
-              for (int r = 0; r < kMaxGroup; ++r) {
-                if (r < group) {
-                  const float* q = q_s + r * HD + (c0 + u) * 8;
+              for (int r = 0; r < GROUP; ++r) {
+                const float* q = q_s + r * HD + (c0 + u) * 8;
 #pragma unroll
-                  for (int e = 0; e < 8; ++e) score[r] = fmaf(q[e], kf[e], score[r]);
-                }
+                for (int e = 0; e < 8; ++e) score[r] = fmaf(q[e], kf[e], score[r]);
               }
             }
           }
         }
-        float p[kMaxGroup];
+        float p[GROUP];
 #pragma unroll
-        for (int r = 0; r < kMaxGroup; ++r) {
+        for (int r = 0; r < GROUP; ++r) {
           p[r] = 0.0f;
-          if (r >= group) continue;
           const float sc = valid ? score[r] * s.scale : -INFINITY;
           const float m_new = fmaxf(m[r], warp_max(sc));  // finite: the chunk's first slot is valid
           const float correction = expf(m[r] - m_new);
@@ -443,8 +446,7 @@ __device__ void attention_stage(const StackArgs& a, int layer, unsigned char* wo
 #pragma unroll
           for (int u = 0; u < kSlotBatch; ++u) {
 #pragma unroll
-            for (int r = 0; r < kMaxGroup; ++r) {
-              if (r >= group) continue;
+            for (int r = 0; r < GROUP; ++r) {
               const float pj = __shfl_sync(0xffffffffu, p[r], j0 + u);  // 0 past the range
 #pragma unroll
               for (int i = 0; i < kPairs; ++i) {
@@ -457,8 +459,7 @@ __device__ void attention_stage(const StackArgs& a, int layer, unsigned char* wo
       }
       // Publish this warp's (O, max, sum) per query head.
 #pragma unroll
-      for (int r = 0; r < kMaxGroup; ++r) {
-        if (r >= group) continue;
+      for (int r = 0; r < GROUP; ++r) {
         const float total = warp_sum(l_lane[r]);
         float* dst = merge + (warp * group + r) * (HD + 2);
 #pragma unroll
@@ -506,7 +507,7 @@ __device__ void attention_stage(const StackArgs& a, int layer, unsigned char* wo
 
 // Combines the splits' partials of each query head by log-sum-exp, in split order.
 template <int HD>
-__device__ void merge_stage(const StackArgs& a, int splits) {
+__device__ __noinline__ void merge_stage(const StackArgs& a, int splits) {
   for (int head = blockIdx.x; head < a.shape.n_heads; head += gridDim.x) {
     const float* first = a.partials + static_cast<int64_t>(head) * kMaxSplits * (HD + 2);
     float best = -INFINITY;
@@ -562,7 +563,20 @@ __global__ void __launch_bounds__(kThreads, 1) decode_stack_kernel(const __grid_
     load_normed(a, l.attn_norm, act, scratch);
     gemv_stage(a, ring, layer, kQkv, act16, partials, g);
     grid.sync();
-    attention_stage<HD>(a, layer, work, splits, per_split);
+    switch (a.shape.n_heads / a.shape.n_kv_heads) {  // decode_stack_supports: 1, 2, 4 or 8
+      case 1:
+        attention_stage<HD, 1>(a, layer, work, splits, per_split);
+        break;
+      case 2:
+        attention_stage<HD, 2>(a, layer, work, splits, per_split);
+        break;
+      case 4:
+        attention_stage<HD, 4>(a, layer, work, splits, per_split);
+        break;
+      default:
+        attention_stage<HD, 8>(a, layer, work, splits, per_split);
+        break;
+    }
     grid.sync();
     if (splits > 1) {
       merge_stage<HD>(a, splits);
@@ -664,7 +678,7 @@ bool decode_stack_supports(const DecodeStackShape& s, int n_layers) {
   const bool shape_ok =
       n_layers >= 1 && n_layers <= kDecodeStackMaxLayers &&
       (s.head_dim == 16 || s.head_dim == 32 || s.head_dim == 64 || s.head_dim == 128) && s.n_kv_heads >= 1 &&
-      s.n_heads % s.n_kv_heads == 0 && s.n_heads / s.n_kv_heads <= kMaxGroup && s.hidden % 8 == 0 &&
+      s.n_heads % s.n_kv_heads == 0 && kMaxGroup % (s.n_heads / s.n_kv_heads) == 0 && s.hidden % 8 == 0 &&
       s.intermediate % 8 == 0 && s.rotary_dim % 2 == 0 && s.rotary_dim <= s.head_dim && s.page_slots >= 1;
   Plan plan;
   return shape_ok && make_plan(s, dynamic_shared_limit(s.head_dim), plan);
