@@ -231,9 +231,10 @@ __device__ inline void finish_slot(const StackArgs& a, const DecodeStackLayer& l
   }
 }
 
-// One GEMV stage: this CTA's slots of it, consumed in ring order while later slots stream in.
-__device__ __noinline__ void gemv_stage(const StackArgs& a, Ring& ring, int layer, int stage, const uint4* x,
-                                        float* partials, int& g) {
+// One GEMV stage: this CTA's slots of it, consumed in ring order while later slots stream in. `g` is
+// the global index of the stage's first slot; returns the next stage's.
+__device__ __noinline__ int gemv_stage(const StackArgs& a, Ring& ring, int layer, int stage, const uint4* x,
+                                       float* partials, int g) {
   const Share& sh = ring.share[stage];
   int rows, k;
   stage_dims(a.shape, stage, rows, k);
@@ -251,6 +252,7 @@ __device__ __noinline__ void gemv_stage(const StackArgs& a, Ring& ring, int laye
   }
   __syncthreads();
   if (sh.slots > 0) finish_slot(a, l, stage, sh, sh.slots - 1, partials + ((sh.slots - 1) & 1) * kPartials);
+  return g;
 }
 
 // act = bf16(RMSNorm(x) * w), as the rmsnorm op computes it.
@@ -561,7 +563,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_stack_kernel(const __grid_
   for (int layer = 0; layer < a.n_layers; ++layer) {
     const DecodeStackLayer& l = a.layers[layer];
     load_normed(a, l.attn_norm, act, scratch);
-    gemv_stage(a, ring, layer, kQkv, act16, partials, g);
+    g = gemv_stage(a, ring, layer, kQkv, act16, partials, g);
     grid.sync();
     switch (a.shape.n_heads / a.shape.n_kv_heads) {  // decode_stack_supports: 1, 2, 4 or 8
       case 1:
@@ -583,13 +585,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_stack_kernel(const __grid_
       grid.sync();
     }
     load_vector(a.attn, q_dim, act);
-    gemv_stage(a, ring, layer, kO, act16, partials, g);
+    g = gemv_stage(a, ring, layer, kO, act16, partials, g);
     grid.sync();
     load_normed(a, l.mlp_norm, act, scratch);
-    gemv_stage(a, ring, layer, kGateUp, act16, partials, g);
+    g = gemv_stage(a, ring, layer, kGateUp, act16, partials, g);
     grid.sync();
     load_vector(a.mlp, a.shape.intermediate, act);
-    gemv_stage(a, ring, layer, kDown, act16, partials, g);
+    g = gemv_stage(a, ring, layer, kDown, act16, partials, g);
     grid.sync();
   }
 }
