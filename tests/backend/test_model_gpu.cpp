@@ -137,8 +137,7 @@ TEST_P(FixtureOnCuda, LogitsMatchTheCpuAtPrefillAndEveryDecodeStep) {
     }
     std::printf(
         "[cuda-vs-cpu] %s (%s): %zu rows, top-1 equal %d/%zu (the others near-ties: %d), worst relative "
-        "error "
-        "%.3e\n",
+        "error %.3e\n",
         GetParam().c_str(), fuse ? "fused decode" : "op by op", want.size(), top1, want.size(), ties, worst);
   }
 }
