@@ -158,21 +158,27 @@ class CudaBackend final : public Backend {
   void upload_matrix(const View& dst, const float* src) override {
     if (dst.rows == 0 || dst.cols == 0) return;
     const size_t elem = dtype_size(dst.dtype);
-    std::vector<unsigned char> staged(static_cast<size_t>(dst.rows * dst.cols) * elem);
-    const size_t n = static_cast<size_t>(dst.rows * dst.cols);
+    const int64_t n = dst.rows * dst.cols;
+    // Staged without zero-filling and converted on every core: a 4B-parameter model is 4G elements,
+    // which one thread took seconds to convert on the GPU machine (every call pays it).
+    std::unique_ptr<unsigned char[]> staged(new unsigned char[static_cast<size_t>(n) * elem]);
     switch (dst.dtype) {
-      case DType::F32:
-        std::memcpy(staged.data(), src, n * sizeof(float));
+      case DType::F32: {
+        auto* out = reinterpret_cast<float*>(staged.get());
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; ++i) out[i] = src[i];
         break;
+      }
       case DType::BF16: {
-        auto* out = reinterpret_cast<uint16_t*>(staged.data());
-        for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(src[i]);
+        auto* out = reinterpret_cast<uint16_t*>(staged.get());
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(src[i]);
         break;
       }
       default:
         fail("CUDA upload_matrix: unsupported dtype {}", dtype_name(dst.dtype));
     }
-    CUDA_CHECK(cudaMemcpy2DAsync(dst.data, static_cast<size_t>(dst.ld) * elem, staged.data(),
+    CUDA_CHECK(cudaMemcpy2DAsync(dst.data, static_cast<size_t>(dst.ld) * elem, staged.get(),
                                  static_cast<size_t>(dst.cols) * elem, static_cast<size_t>(dst.cols) * elem,
                                  static_cast<size_t>(dst.rows), cudaMemcpyHostToDevice, stream_));
     synchronize();  // `staged` dies here
