@@ -413,20 +413,20 @@ void Engine::decode() {
   uint64_t key = static_cast<uint64_t>(n);
   for (size_t p = 0; p < policies_.size() && p < 40; ++p)
     key |= static_cast<uint64_t>(policy_used[p]) << (16 + p);
+  StepShape& shape = step_shapes_[key];
   const bool replayed = config_.graphs && backend_.replay(this, key);
   if (!replayed) {
-    int& seen = step_shapes_seen_[key];
-    if (config_.graphs && seen >= 1 && backend_.begin_capture()) {
+    if (config_.graphs && shape.runs >= 1 && backend_.begin_capture()) {
       decode_ops(view, policy_used);
       backend_.end_capture(this, key);
       KVDICE_CHECK(backend_.replay(this, key), "decode graph {} was recorded but does not replay", key);
     } else {
       decode_ops(view, policy_used);
     }
-    ++seen;
-    step_shape_fused_[key] = forward_->last_run_fused();
+    ++shape.runs;
+    shape.fused = forward_->last_run_fused();
   }
-  if (step_shape_fused_[key]) ++fused_decode_steps_;
+  if (shape.fused) ++fused_decode_steps_;
   std::vector<Sequence*> rows;
   rows.reserve(static_cast<size_t>(n));
   for (const auto& seq : running_) rows.push_back(seq.get());

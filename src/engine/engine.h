@@ -155,8 +155,13 @@ class Engine {
   std::unique_ptr<backend::StepStorage> prefill_batch_;
   MemoryPlan plan_;
   int max_pages_ = 0;
-  std::map<uint64_t, int> step_shapes_seen_;  // decode-step shape -> eager runs so far (graph capture)
-  std::map<uint64_t, bool> step_shape_fused_;  // decode-step shape -> its forward ran fused (replays too)
+  // Per decode-step shape (the graph key): eager runs so far (graph capture), and whether its forward
+  // ran fused (a replay runs what was recorded).
+  struct StepShape {
+    int runs = 0;
+    bool fused = false;
+  };
+  std::map<uint64_t, StepShape> step_shapes_;
   uint64_t next_id_ = 0;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // running_[i] is row i of the decode batch

@@ -376,10 +376,10 @@ class CudaBackend final : public Backend {
     shape.scale = stack.scale;
     shape.inv_freq = stack.rope.inv_freq;
     const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    // A bf16 weight of contiguous rows, `rows` x `cols`, without bias.
-    const auto plain = [&](const Weight& w, int64_t rows, int64_t cols) {
+    // A bf16 weight of contiguous rows, `rows` x `cols`, with an fp32 bias only where `bias_ok`.
+    const auto plain = [&](const Weight& w, int64_t rows, int64_t cols, bool bias_ok) {
       return w.w.dtype == DType::BF16 && w.w.rows == rows && w.w.cols == cols && w.w.ld == cols &&
-             aligned16(w.w.data) && w.bias.empty();
+             aligned16(w.w.data) && (w.bias.empty() || (bias_ok && w.bias.dtype == DType::F32));
     };
     const int64_t q_dim = int64_t{shape.n_heads} * shape.head_dim,
                   kv_dim = int64_t{shape.n_kv_heads} * shape.head_dim;
@@ -392,12 +392,9 @@ class CudaBackend final : public Backend {
     for (size_t l = 0; l < weights.size(); ++l) {
       const DecoderLayerWeights& w = weights[l];
       const KvLayer& k = kv[l];
-      Weight qkv_no_bias = w.qkv;
-      qkv_no_bias.bias = View{};
-      if (!plain(qkv_no_bias, q_dim + 2 * kv_dim, shape.hidden) || !plain(w.wo, shape.hidden, q_dim) ||
-          !plain(w.gate_up, 2 * int64_t{shape.intermediate}, shape.hidden) ||
-          !plain(w.down, shape.hidden, shape.intermediate) ||
-          (!w.qkv.bias.empty() && w.qkv.bias.dtype != DType::F32))
+      if (!plain(w.qkv, q_dim + 2 * kv_dim, shape.hidden, true) || !plain(w.wo, shape.hidden, q_dim, false) ||
+          !plain(w.gate_up, 2 * int64_t{shape.intermediate}, shape.hidden, false) ||
+          !plain(w.down, shape.hidden, shape.intermediate, false))
         return decline("a weight that is not bf16 with contiguous rows, or a bias other than QKV's");
       // The fused stack records no scoring signals: a pool that records them takes the op-by-op path.
       if (k.dtype != DType::BF16 || k.n_kv_heads != first.n_kv_heads || k.head_dim != first.head_dim ||
@@ -418,11 +415,13 @@ class CudaBackend final : public Backend {
       d.values = static_cast<__nv_bfloat16*>(k.values);
       d.positions = k.positions;
     }
-    if (!cuda::decode_stack_supports(shape, static_cast<int>(layers.size())))
+    const std::optional<cuda::DecodeStackPlan> plan =
+        cuda::plan_decode_stack(shape, static_cast<int>(layers.size()));
+    if (!plan)
       return decline("a shape decode_stack.cu does not take (head_dim, group, alignment or shared memory)");
     auto* scratch = static_cast<float*>(grow(decoder_stack_scratch_, cuda::decode_stack_scratch_bytes(shape),
                                              "decoder stack split partials"));
-    cuda::launch_decode_stack(batch, layers.data(), static_cast<int>(layers.size()), shape,
+    cuda::launch_decode_stack(batch, layers.data(), static_cast<int>(layers.size()), shape, *plan,
                               stack.x.as<float>(), stack.qkv.as<float>(), stack.attn.data, stack.mlp.data,
                               scratch, properties_.multiProcessorCount, stream_);
     ++decoder_stack_launches_;

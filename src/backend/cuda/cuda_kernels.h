@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "backend/backend.h"
 
@@ -90,17 +91,23 @@ struct DecodeStackShape {
   float eps = 0.0f, scale = 0.0f;
   const float* inv_freq = nullptr;  // [rotary_dim / 2]
 };
-// Whether the kernel takes this shape on the current device: head_dim 16, 32, 64 or 128, GQA groups of
-// 1, 2, 4 or 8, hidden and intermediate multiples of 8, at most kDecodeStackMaxLayers layers, and every weight
-// row within one ring slot of shared memory.
-bool decode_stack_supports(const DecodeStackShape& shape, int n_layers);
+// The kernel's shared-memory plan for a shape on the current device: the ring's slot size and the
+// weight rows each stage puts in a slot (kStages = 4: QKV, O, gate/up, down).
+struct DecodeStackPlan {
+  int slot_bytes = 0, work_bytes = 0, shared_bytes = 0;
+  int rows_per_slot[4] = {};
+};
+// The plan, or nothing when the kernel does not take the shape: head_dim 16, 32, 64 or 128, GQA groups
+// of 1, 2, 4 or 8, hidden and intermediate multiples of 8, at most kDecodeStackMaxLayers layers, and
+// every weight row within one ring slot of shared memory.
+std::optional<DecodeStackPlan> plan_decode_stack(const DecodeStackShape& shape, int n_layers);
 // Split-KV partials of the attention stage.
 size_t decode_stack_scratch_bytes(const DecodeStackShape& shape);
 // x (the step's one residual row, fp32) in, x out; qkv (fp32), attn and mlp (bf16) are the forward's
 // activation rows, used as the stages' hand-over buffers. One CTA per SM (sm_count), cooperative.
 void launch_decode_stack(const StepBatch& batch, const DecodeStackLayer* layers, int n_layers,
-                         const DecodeStackShape& shape, float* x, float* qkv, void* attn, void* mlp,
-                         float* scratch, int sm_count, cudaStream_t stream);
+                         const DecodeStackShape& shape, const DecodeStackPlan& plan, float* x, float* qkv,
+                         void* attn, void* mlp, float* scratch, int sm_count, cudaStream_t stream);
 
 // ---- sample.cu ----
 // The largest vocabulary the sampler's 32-bit histogram parts can sum without overflow.

@@ -23,11 +23,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "backend/cuda/bf16_dot.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
-#include "backend/cuda/rope_table.cuh"
+#include "backend/cuda/rope.cuh"
 
 namespace kvdice::backend::cuda {
 namespace {
@@ -45,6 +46,7 @@ constexpr int kMaxSplits = 16;      // CTAs that share one KV head's slots
 constexpr int kSplitSlots = 256;    // visible slots per split before another split is added
 
 enum Stage { kQkv = 0, kO = 1, kGateUp = 2, kDown = 3, kStages = 4 };
+static_assert(sizeof(DecodeStackPlan::rows_per_slot) == kStages * sizeof(int), "a plan entry per stage");
 
 struct StackArgs {
   DecodeStackLayer layers[kDecodeStackMaxLayers];
@@ -287,36 +289,6 @@ __device__ inline void attention_split(int visible, int n_kv_heads, int& splits,
   const int wanted = min(most, (visible + kSplitSlots - 1) / kSplitSlots);
   per_split = (visible + wanted - 1) / wanted;
   splits = (visible + per_split - 1) / per_split;
-}
-
-// Per-head RMSNorm (when `norm`) and rotate-half RoPE of one head vector, by one warp, as
-// qk_norm_rope_append computes it; `buffer` is the warp's head_dim floats. Calls emit(c, value).
-template <typename Emit>
-__device__ inline void norm_rope(const float* src, const float* norm, float eps, int hd, int rotary_dim,
-                                 const float* cos_t, const float* sin_t, float* buffer, Emit emit) {
-  const int lane = threadIdx.x % 32;
-  if (norm != nullptr) {
-    double sum = 0.0;
-    for (int c = lane; c < hd; c += 32) {
-      const float v = __ldcg(src + c);
-      sum += static_cast<double>(v) * v;
-    }
-    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    const float inv = 1.0f / sqrtf(static_cast<float>(sum / hd) + eps);
-    for (int c = lane; c < hd; c += 32) buffer[c] = __ldcg(src + c) * inv * norm[c];
-  } else {
-    for (int c = lane; c < hd; c += 32) buffer[c] = __ldcg(src + c);
-  }
-  __syncwarp();
-  const int half = rotary_dim / 2;
-  for (int c = lane; c < half; c += 32) {
-    const float cs = cos_t[c], sn = sin_t[c];
-    const float x0 = buffer[c], x1 = buffer[c + half];
-    emit(c, __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn)));
-    emit(c + half, __fadd_rn(__fmul_rn(x1, cs), __fmul_rn(x0, sn)));
-  }
-  for (int c = rotary_dim + lane; c < hd; c += 32) emit(c, buffer[c]);
-  __syncwarp();
 }
 
 // The attention stage of one layer: items (KV head, split) over the CTAs. An item ropes its group's
@@ -601,14 +573,10 @@ int attention_work_bytes(int hd, int group) {
          (group * hd + hd + (group + 2) * hd + kAttentionWarps * group * (hd + 2));
 }
 
-struct Plan {
-  int slot_bytes = 0, work_bytes = 0, shared_bytes = 0;
-  int rows_per_slot[kStages] = {};
-};
-
 // Shared memory: the ring, the work area (activation vector or attention scratch), partial sums and
-// the block-sum scratch. The ring takes what the rest leaves; false when a weight row exceeds a slot.
-bool make_plan(const DecodeStackShape& s, int shared_limit, Plan& plan) {
+// the block-sum scratch. The ring takes what the rest leaves; nothing when a weight row exceeds a slot.
+std::optional<DecodeStackPlan> make_plan(const DecodeStackShape& s, int shared_limit) {
+  DecodeStackPlan plan;
   const int q_dim = s.n_heads * s.head_dim;
   const int act_bytes = std::max({s.hidden, q_dim, s.intermediate}) * 2;
   plan.work_bytes =
@@ -617,24 +585,46 @@ bool make_plan(const DecodeStackShape& s, int shared_limit, Plan& plan) {
   plan.slot_bytes = (shared_limit - fixed) / kRing / 128 * 128;
   const int row_bytes[kStages] = {s.hidden * 2, q_dim * 2, 4 * s.hidden, s.intermediate * 2};
   for (int stage = 0; stage < kStages; ++stage) {
-    if (plan.slot_bytes < row_bytes[stage]) return false;
+    if (plan.slot_bytes < row_bytes[stage]) return std::nullopt;
     const int most = stage == kGateUp ? kMaxSlotRows / 2 : kMaxSlotRows;
     plan.rows_per_slot[stage] = std::min(most, plan.slot_bytes / row_bytes[stage]);
   }
   plan.shared_bytes = kRing * plan.slot_bytes + fixed;
-  return true;
+  return plan;
 }
 
+// Dynamic shared memory a block of the kernel may take beside its static shared memory (queried once).
 template <int HD>
-void launch_for(const StackArgs& args, int grid, int shared_bytes, cudaStream_t stream) {
-  static const bool configured = [] {
+int dynamic_shared_limit() {
+  static const int limit = [] {
     int optin = 0, device = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     cudaFuncAttributes attributes{};
     CUDA_CHECK(cudaFuncGetAttributes(&attributes, decode_stack_kernel<HD>));
+    return optin - static_cast<int>(attributes.sharedSizeBytes);
+  }();
+  return limit;
+}
+
+int dynamic_shared_limit(int head_dim) {
+  switch (head_dim) {
+    case 16:
+      return dynamic_shared_limit<16>();
+    case 32:
+      return dynamic_shared_limit<32>();
+    case 64:
+      return dynamic_shared_limit<64>();
+    default:
+      return dynamic_shared_limit<128>();
+  }
+}
+
+template <int HD>
+void launch_for(const StackArgs& args, int grid, int shared_bytes, cudaStream_t stream) {
+  static const bool configured = [] {
     CUDA_CHECK(cudaFuncSetAttribute(decode_stack_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    optin - static_cast<int>(attributes.sharedSizeBytes)));
+                                    dynamic_shared_limit<HD>()));
     return true;
   }();
   (void)configured;
@@ -651,39 +641,16 @@ void launch_for(const StackArgs& args, int grid, int shared_bytes, cudaStream_t 
   CUDA_CHECK(cudaLaunchKernelEx(&config, decode_stack_kernel<HD>, args));
 }
 
-// Dynamic shared memory a block may take beside the kernel's static shared memory.
-int dynamic_shared_limit(int head_dim) {
-  int optin = 0, device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  cudaFuncAttributes attributes{};
-  switch (head_dim) {
-    case 16:
-      CUDA_CHECK(cudaFuncGetAttributes(&attributes, decode_stack_kernel<16>));
-      break;
-    case 32:
-      CUDA_CHECK(cudaFuncGetAttributes(&attributes, decode_stack_kernel<32>));
-      break;
-    case 64:
-      CUDA_CHECK(cudaFuncGetAttributes(&attributes, decode_stack_kernel<64>));
-      break;
-    default:
-      CUDA_CHECK(cudaFuncGetAttributes(&attributes, decode_stack_kernel<128>));
-      break;
-  }
-  return optin - static_cast<int>(attributes.sharedSizeBytes);
-}
-
 }  // namespace
 
-bool decode_stack_supports(const DecodeStackShape& s, int n_layers) {
+std::optional<DecodeStackPlan> plan_decode_stack(const DecodeStackShape& s, int n_layers) {
   const bool shape_ok =
       n_layers >= 1 && n_layers <= kDecodeStackMaxLayers &&
       (s.head_dim == 16 || s.head_dim == 32 || s.head_dim == 64 || s.head_dim == 128) && s.n_kv_heads >= 1 &&
       s.n_heads % s.n_kv_heads == 0 && kMaxGroup % (s.n_heads / s.n_kv_heads) == 0 && s.hidden % 8 == 0 &&
       s.intermediate % 8 == 0 && s.rotary_dim % 2 == 0 && s.rotary_dim <= s.head_dim && s.page_slots >= 1;
-  Plan plan;
-  return shape_ok && make_plan(s, dynamic_shared_limit(s.head_dim), plan);
+  if (!shape_ok) return std::nullopt;
+  return make_plan(s, dynamic_shared_limit(s.head_dim));
 }
 
 size_t decode_stack_scratch_bytes(const DecodeStackShape& s) {
@@ -691,10 +658,8 @@ size_t decode_stack_scratch_bytes(const DecodeStackShape& s) {
 }
 
 void launch_decode_stack(const StepBatch& batch, const DecodeStackLayer* layers, int n_layers,
-                         const DecodeStackShape& shape, float* x, float* qkv, void* attn, void* mlp,
-                         float* scratch, int sm_count, cudaStream_t stream) {
-  Plan plan;
-  make_plan(shape, dynamic_shared_limit(shape.head_dim), plan);  // the caller checked decode_stack_supports
+                         const DecodeStackShape& shape, const DecodeStackPlan& plan, float* x, float* qkv,
+                         void* attn, void* mlp, float* scratch, int sm_count, cudaStream_t stream) {
   StackArgs args{};
   std::copy(layers, layers + n_layers, args.layers);
   args.n_layers = n_layers;

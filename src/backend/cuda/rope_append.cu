@@ -10,7 +10,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/device_convert.cuh"
-#include "backend/cuda/rope_table.cuh"
+#include "backend/cuda/rope.cuh"
 
 namespace kvdice::backend::cuda {
 namespace {
@@ -106,17 +106,6 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_append_kernel(RopeAr
       record_value_signals(a.kv, kv_index, src, lane);
       return;
     }
-    const float* norm = is_q ? a.q_norm : a.k_norm;
-    if (norm != nullptr) {
-      double sum = 0.0;
-      for (int c = lane; c < hd; c += 32) sum += static_cast<double>(src[c]) * src[c];
-      for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-      const float inv = 1.0f / sqrtf(static_cast<float>(sum / hd) + a.eps);
-      for (int c = lane; c < hd; c += 32) v[c] = src[c] * inv * norm[c];
-    } else {
-      for (int c = lane; c < hd; c += 32) v[c] = src[c];
-    }
-    __syncwarp();
     void* dst;
     DType dst_dtype;
     int64_t base;
@@ -130,22 +119,11 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_append_kernel(RopeAr
       base = kv_index * hd;
     }
     float* ring = is_q ? query_ring_slot(a, s, i, position, item) : nullptr;
-    for (int c = lane; c < half; c += 32) {
-      const float cs = cos_table[c], sn = sin_table[c];
-      const float x0 = v[c], x1 = v[c + half];
-      const float y0 = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
-      const float y1 = __fadd_rn(__fmul_rn(x1, cs), __fmul_rn(x0, sn));
-      store_float(dst, dst_dtype, base + c, y0);
-      store_float(dst, dst_dtype, base + c + half, y1);
-      if (ring != nullptr) {
-        ring[c] = y0;
-        ring[c + half] = y1;
-      }
-    }
-    for (int c = a.rotary_dim + lane; c < hd; c += 32) {
-      store_float(dst, dst_dtype, base + c, v[c]);
-      if (ring != nullptr) ring[c] = v[c];
-    }
+    norm_rope(src, is_q ? a.q_norm : a.k_norm, a.eps, hd, a.rotary_dim, cos_table, sin_table, v,
+              [&](int c, float value) {
+                store_float(dst, dst_dtype, base + c, value);
+                if (ring != nullptr) ring[c] = value;
+              });
   }
 }
 
