@@ -206,6 +206,16 @@ class Backend {
   // [0, L + i]. GQA: query head h reads KV head h / (n_heads / n_kv_heads). out: activation dtype.
   virtual void attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out,
                          int n_heads, float scale) = 0;
+  // qk_norm_rope_append then attention as one op, which is this default. CUDA fuses them for decode
+  // steps on a bf16 pool that records no scoring signals (decode_attention.cu): each attention CTA
+  // norms and rotates its own query heads and appends its KV head's new slot, bit-identical to the two
+  // ops, and `q` is then left unwritten (only these ops read it).
+  virtual void rope_attention(const StepBatch& batch, const View& qkv, const View& q_norm, const View& k_norm,
+                              float eps, const Rope& rope, const KvLayer& kv, const View& q, const View& out,
+                              int n_heads, float scale) {
+    qk_norm_rope_append(batch, qkv, q_norm, k_norm, eps, rope, kv, q, n_heads);
+    attention(batch, q, kv, out, n_heads, scale);
+  }
   // Every decoder layer of the step at once, where the backend has a fused form for it, returning
   // whether it ran; when it returns false the caller runs the layers op by op (rmsnorm, matmul,
   // qk_norm_rope_append, attention, matmul, rmsnorm, matmul, silu_mul, matmul), the twin that defines
@@ -213,6 +223,13 @@ class Backend {
   virtual bool decoder_stack(const StepBatch& batch, const DecoderStack& stack) { return false; }
   // out = silu(gate_up[:, :n]) * gate_up[:, n:]  (gate_up fp32 [rows, 2n]; out activation dtype).
   virtual void silu_mul(const View& gate_up, const View& out) = 0;
+  // The MLP's gate/up projection and SiLU as one op: matmul(x, w, gate_up) then silu_mul(gate_up, out),
+  // which is this default (gate_up is its fp32 scratch). CUDA fuses them at decode row counts
+  // (gemv.cu), bit-identical, without touching gate_up.
+  virtual void matmul_silu(const View& x, const Weight& w, const View& gate_up, const View& out) {
+    matmul(x, w, gate_up, /*accumulate=*/false);
+    silu_mul(gate_up, out);
+  }
   // out[s, :] = x[seq_row_begin[s + 1] - 1, :]: each sequence's last row (for its logits).
   virtual void gather_last_rows(const StepBatch& batch, const View& x, const View& out) = 0;
   // After the forward: length[s] += n_new(s), appended[s] += n_new(s).

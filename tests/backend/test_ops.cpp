@@ -333,6 +333,121 @@ TEST(CudaOps, Attention) {
   }
 }
 
+// ---- fused ops: each equals the ops it replaces on the same backend, bit for bit ----------------
+
+// The composed form of a fused op on the same backend is the base class's default: `b.Backend::op`.
+
+TEST(CudaOps, MatmulSiluEqualsMatmulThenSiluMul) {
+  BackendPair pair = make_pair();
+  KVDICE_REQUIRE_GPU(pair);
+  struct Case {
+    int rows, in, n;  // gate/up weight [2n, in]
+  };
+  // Rows 1..8 take the fused GEMV; 9 the composition (cuBLASLt, then silu_mul).
+  for (const Case c : {Case{1, 2560, 9728}, Case{3, 64, 96}, Case{8, 2560, 9728}, Case{9, 256, 80}}) {
+    SCOPED_TRACE(c.rows);
+    const auto x_host = random_values(size_t(c.rows) * c.in, 41);
+    const auto w_host = random_values(size_t(2 * c.n) * c.in, 42, 0.05f);
+    std::vector<float> out[3];
+    int i = 0;
+    for (Backend* b : {pair.gpu.get(), pair.gpu.get(), pair.cpu.get()}) {
+      Matrix x(*b, b->activation_dtype(), c.rows, c.in, "x"), w(*b, b->weight_dtype(), 2 * c.n, c.in, "w");
+      Matrix gu(*b, DType::F32, c.rows, 2 * c.n, "gate_up"), o(*b, b->activation_dtype(), c.rows, c.n, "mlp");
+      x.upload(x_host);
+      w.upload(w_host);
+      const backend::Weight weight{w.view, {}};
+      if (i == 0) {
+        b->matmul_silu(x.view, weight, gu.view, o.view);
+      } else {
+        b->Backend::matmul_silu(x.view, weight, gu.view, o.view);
+      }
+      out[i++] = o.download();
+      EXPECT_TRUE(o.memory.sentinel_intact() && gu.memory.sentinel_intact());
+    }
+    EXPECT_EQ(out[0], out[1]);
+    EXPECT_LE(relative_error(out[0], out[2]), 1e-2);
+  }
+}
+
+TEST(CudaOps, RopeAttentionEqualsRopeAppendThenAttention) {
+  BackendPair pair = make_pair();
+  KVDICE_REQUIRE_GPU(pair);
+  struct Case {
+    const char* name;
+    int n_heads, n_kv, head_dim, rotary_dim;
+    bool norms;
+    std::vector<int> lengths;  // one decode row each
+  };
+  const Case cases[] = {
+      {"qwen3-4b batch 1 short", 32, 8, 128, 128, true, {20}},
+      {"qwen3-4b batch 1 long (splits; the last holds the new slot)", 32, 8, 128, 128, true, {2111}},
+      {"qwen3-4b batch 4 mixed, first slot of a page", 32, 8, 128, 128, true, {0, 16, 255, 1000}},
+      {"hd64 g7 no norms", 14, 2, 64, 64, false, {33, 700}},
+      {"hd128 partial rotary", 8, 2, 128, 64, true, {5}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int page_slots = 16, n_seqs = static_cast<int>(c.lengths.size());
+    const int max_slots = *std::max_element(c.lengths.begin(), c.lengths.end()) + 1;
+    const int max_pages = (max_slots + page_slots - 1) / page_slots + 2;
+    HostBatch h = HostBatch::make(std::vector<int>(n_seqs, 1), max_pages);
+    for (int s = 0; s < n_seqs; ++s) {
+      h.length[s] = c.lengths[s];
+      h.appended[s] = c.lengths[s] + 37 * s;  // positions run ahead of lengths after evictions
+    }
+    h.page_table = shuffled_page_table(n_seqs, max_pages, 71);
+    const int n_pages = n_seqs * max_pages;
+    const size_t pool = size_t(n_pages) * c.n_kv * page_slots * c.head_dim;
+    const auto k_host = random_values(pool, 72), v_host = random_values(pool, 73);
+    const std::vector<int32_t> pos_host(pool / c.head_dim, -1);
+    const int qkv_cols = (c.n_heads + 2 * c.n_kv) * c.head_dim;
+    const auto qkv_host = random_values(size_t(n_seqs) * qkv_cols, 74, 2.0f);
+    const auto qn_host = random_values(size_t(c.head_dim), 75, 0.3f, 1.0f);
+    const auto kn_host = random_values(size_t(c.head_dim), 76, 0.3f, 1.0f);
+    std::vector<float> inv_freq(size_t(c.rotary_dim / 2));
+    for (int i = 0; i < c.rotary_dim / 2; ++i)
+      inv_freq[i] = static_cast<float>(1.0 / std::pow(1e6, 2.0 * i / c.rotary_dim));
+    std::vector<float> out[3], keys[3], values[3];
+    std::vector<int32_t> positions[3];
+    int i = 0;
+    for (Backend* b : {pair.gpu.get(), pair.gpu.get(), pair.cpu.get()}) {
+      KvLayerMemory kv(*b, n_pages, c.n_kv, page_slots, c.head_dim, 0);
+      kv.upload(k_host, v_host, pos_host);
+      const int64_t q_cols = int64_t{c.n_heads} * c.head_dim;
+      Matrix qkv(*b, DType::F32, n_seqs, qkv_cols, "qkv"), q(*b, b->activation_dtype(), n_seqs, q_cols, "q");
+      Matrix o(*b, b->activation_dtype(), n_seqs, q_cols, "out");
+      Matrix qn(*b, DType::F32, 1, c.head_dim, "q_norm"), kn(*b, DType::F32, 1, c.head_dim, "k_norm");
+      Matrix freq(*b, DType::F32, 1, c.rotary_dim / 2, "inv_freq");
+      qkv.upload(qkv_host);
+      qn.upload(qn_host);
+      kn.upload(kn_host);
+      freq.upload(inv_freq);
+      DeviceBatch d(*b, h);
+      const backend::Rope rope{freq.view.as<const float>(), c.rotary_dim};
+      const backend::View q_norm = c.norms ? qn.view : backend::View{}, k_norm = c.norms ? kn.view : backend::View{};
+      const float scale = 1.0f / std::sqrt(float(c.head_dim));
+      if (i == 0) {
+        b->rope_attention(d.batch, qkv.view, q_norm, k_norm, 1e-6f, rope, kv.layer, q.view, o.view, c.n_heads,
+                          scale);
+      } else {
+        b->Backend::rope_attention(d.batch, qkv.view, q_norm, k_norm, 1e-6f, rope, kv.layer, q.view, o.view,
+                                   c.n_heads, scale);
+      }
+      out[i] = o.download();
+      keys[i] = kv.keys.download();
+      values[i] = kv.values.download();
+      positions[i] = kv.download_positions();
+      EXPECT_TRUE(o.memory.sentinel_intact() && q.memory.sentinel_intact() && kv.sentinels_intact());
+      ++i;
+    }
+    EXPECT_EQ(out[0], out[1]);
+    EXPECT_EQ(keys[0], keys[1]);
+    EXPECT_EQ(values[0], values[1]);
+    EXPECT_EQ(positions[0], positions[1]);
+    EXPECT_LE(relative_error(out[0], out[2]), 1e-2);
+  }
+}
+
 // ---- sample ---------------------------------------------------------------------------------------
 
 struct SampleRow {

@@ -317,8 +317,44 @@ class CudaBackend final : public Backend {
     cuda::launch_qk_norm_rope_append(batch, qkv, q_norm, k_norm, eps, rope, kv, q, n_heads, stream_);
   }
 
+  void rope_attention(const StepBatch& batch, const View& qkv, const View& q_norm, const View& k_norm, float eps,
+                      const Rope& rope, const KvLayer& kv, const View& q, const View& out, int n_heads,
+                      float scale) override {
+    // Fused only where the decode kernel takes the step and no scoring signal is recorded (those are
+    // written by the rope op and read after attention); the two ops otherwise.
+    const bool no_signals = kv.query_ring == nullptr && kv.value_range == nullptr && kv.attention_mass == nullptr;
+    const bool norms_f32 = (q_norm.empty() || q_norm.dtype == DType::F32) &&
+                           (k_norm.empty() || k_norm.dtype == DType::F32);
+    const bool fusable =
+        no_signals && norms_f32 && qkv.dtype == DType::F32 && q.dtype == DType::BF16 && kv.dtype == DType::BF16 &&
+        kv.n_kv_heads > 0 && n_heads % kv.n_kv_heads == 0 && rope.rotary_dim % 2 == 0 &&
+        rope.rotary_dim <= kv.head_dim && qkv.cols == int64_t{n_heads + 2 * kv.n_kv_heads} * kv.head_dim &&
+        cuda::decode_attention_supports(batch, q.data, q.ld, kv.head_dim, n_heads / kv.n_kv_heads, kv.page_slots,
+                                        cuda::attention_splits(batch, kv, properties_.multiProcessorCount));
+    if (!fusable) {
+      Backend::rope_attention(batch, qkv, q_norm, k_norm, eps, rope, kv, q, out, n_heads, scale);
+      return;
+    }
+    cuda::DecodeRope fused;
+    fused.qkv = qkv.as<const float>();
+    fused.qkv_ld = qkv.ld;
+    fused.q_norm = q_norm.empty() ? nullptr : q_norm.as<const float>();
+    fused.k_norm = k_norm.empty() ? nullptr : k_norm.as<const float>();
+    fused.eps = eps;
+    fused.inv_freq = rope.inv_freq;
+    fused.rotary_dim = rope.rotary_dim;
+    fused.positions = kv.positions;
+    run_attention(batch, q, kv, out, n_heads, scale, &fused);
+  }
+
   void attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
                  float scale) override {
+    run_attention(batch, q, kv, out, n_heads, scale, nullptr);
+  }
+
+  // attention, or with `rope` the fused form of rope_attention.
+  void run_attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
+                     float scale, const cuda::DecodeRope* rope) {
     require_dtype(q, DType::BF16, "attention", "q");
     require_dtype(out, DType::BF16, "attention", "out");
     if (kv.dtype != DType::BF16) fail("CUDA attention: KV pool must be bf16, got {}", dtype_name(kv.dtype));
@@ -339,7 +375,7 @@ class CudaBackend final : public Backend {
     int* split_counters = static_cast<int*>(
         grow(split_counters_, sizeof(int) * static_cast<size_t>(batch.n_seqs) * kv.n_kv_heads,
              "attention split counters"));
-    cuda::launch_attention(batch, q, kv, out, n_heads, scale, n_splits, scratch, split_counters, stream_);
+    cuda::launch_attention(batch, q, kv, out, n_heads, scale, n_splits, scratch, split_counters, stream_, rope);
     // H2O's signal, only when the pool records it (the running policy asks for attention mass).
     if (kv.attention_mass != nullptr) {
       if (!cuda::attention_mass_supports(kv.head_dim, group))
@@ -426,6 +462,17 @@ class CudaBackend final : public Backend {
                               scratch, properties_.multiProcessorCount, stream_);
     ++decoder_stack_launches_;
     return true;
+  }
+
+  void matmul_silu(const View& x, const Weight& w, const View& gate_up, const View& out) override {
+    if (w.bias.empty() && cuda::gemv_silu_supports(x, w.w, out)) {
+      KVDICE_CHECK(w.w.cols == x.cols && out.rows == x.rows && 2 * out.cols == w.w.rows,
+                   "matmul_silu [{}x{}]·[{}x{}]^T into [{}x{}]", x.rows, x.cols, w.w.rows, w.w.cols, out.rows,
+                   out.cols);
+      cuda::launch_gemv_silu(x, w.w, out, stream_);
+      return;
+    }
+    Backend::matmul_silu(x, w, gate_up, out);
   }
 
   void silu_mul(const View& gate_up, const View& out) override {

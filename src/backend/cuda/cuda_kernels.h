@@ -35,9 +35,23 @@ int attention_max_group(int head_dim);
 int attention_splits(const StepBatch& batch, const KvLayer& kv, int sm_count);
 // Scratch the split partials need (0 for one split).
 size_t attention_scratch_bytes(const StepBatch& batch, const KvLayer& kv, int n_heads, int n_splits);
+// qk_norm_rope_append's inputs, for a decode attention launch that applies it itself (q then comes
+// from qkv, not from `q`; the new slot's K, V and position are written by the CTA that reads them).
+struct DecodeRope {
+  const float* qkv = nullptr;
+  int64_t qkv_ld = 0;
+  const float* q_norm = nullptr;  // nullptr: no per-head norm
+  const float* k_norm = nullptr;
+  float eps = 0.0f;
+  const float* inv_freq = nullptr;
+  int rotary_dim = 0;
+  int32_t* positions = nullptr;
+};
 // split_counters: [n_seqs][n_kv_heads] ints, zero (a buffer of their own: every launch leaves them zero).
+// With `rope`, the step must be one decode_attention_supports takes.
 void launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
-                      float scale, int n_splits, void* scratch, int* split_counters, cudaStream_t stream);
+                      float scale, int n_splits, void* scratch, int* split_counters, cudaStream_t stream,
+                      const DecodeRope* rope = nullptr);
 
 // ---- decode_attention.cu (tensor cores; launch_attention dispatches to it) ----
 // Whether the tensor-core decode kernel takes this step: one row per sequence, head_dim 64 or 128, a
@@ -50,7 +64,7 @@ bool decode_attention_supports(const StepBatch& batch, const void* q, int64_t q_
 void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld, const void* keys,
                              const void* values, int n_kv_heads, int head_dim, void* out, int64_t out_ld,
                              int n_heads, float scale, int n_splits, float* partial_acc, float* partial_ml,
-                             int* split_counters, cudaStream_t stream);
+                             int* split_counters, const DecodeRope* rope, cudaStream_t stream);
 
 // ---- attention_mass.cu (H2O's signal; CpuBackend::accumulate_attention's twin) ----
 // Head dims (a multiple of 8, at most 256) and GQA groups (at most 16) the mass kernel takes.
@@ -67,6 +81,10 @@ inline constexpr int kGemvMaxRows = 8;
 // bf16 x of at most kGemvMaxRows rows, bf16 W with 16-byte aligned rows, fp32 y.
 bool gemv_supports(const View& x, const View& w, const View& y);
 void launch_gemv(const View& x, const View& w, const View& y, bool accumulate, cudaStream_t stream);
+// The MLP's gate/up GEMV with silu_mul fused: act (bf16 [rows, n]) = silu(x · W[:n]^T) * (x · W[n:]^T)
+// for W [2n, k], bit-identical to launch_gemv then launch_silu_mul.
+bool gemv_silu_supports(const View& x, const View& w, const View& act);
+void launch_gemv_silu(const View& x, const View& w, const View& act, cudaStream_t stream);
 
 // ---- decode_stack.cu (CudaBackend::decoder_stack: every layer of a one-row decode step at once) ----
 inline constexpr int kDecodeStackMaxLayers = 64;

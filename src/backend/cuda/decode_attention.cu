@@ -10,6 +10,11 @@
 // A sequence of up to kSingleSplitSlots visible slots takes one split whatever the launch's split
 // count: one CTA per KV head writes the output directly.
 // Slots past the split's range are zero-filled by cp.async (never read), and their scores masked.
+// kRope (CudaBackend::rope_attention): the launch also does qk_norm_rope_append's work for its step, so
+// that op's launch leaves the critical path. Each CTA norms and rotates its own query heads from the
+// fp32 qkv row into shared memory (rope.cuh, the same arithmetic and bf16 rounding as rope_append.cu),
+// and the CTA whose split holds the appended slot writes that slot's K, V and position before it
+// streams the page holding it. The rotation table is made before the dependent wait.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -17,6 +22,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/dependent_launch.cuh"
+#include "backend/cuda/rope.cuh"
 
 namespace kvdice::backend::cuda {
 namespace {
@@ -51,6 +57,7 @@ struct DecodeArgs {
   float* partial_acc;  // [n_rows][n_heads][n_splits][HD] when n_splits > 1
   float* partial_ml;   // [n_rows][n_heads][n_splits][2], max in the natural-log domain
   int* split_counters;  // [n_seqs][n_kv_heads], zero between launches: splits finished so far
+  DecodeRope rope;      // kRope launches only
 };
 
 __device__ inline uint32_t shared_address(const void* p) {
@@ -105,16 +112,23 @@ __device__ inline uint32_t swizzled(int row, int chunk) {
   return static_cast<uint32_t>((row * DecodeShape<HD>::kChunks + (chunk ^ (row & 7))) * 16);
 }
 
-template <int HD>
+template <int HD, bool kRope>
 __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeArgs a) {
-  enter_dependent();
   using Shape = DecodeShape<HD>;
   constexpr int kStages = Shape::kStages;
+  constexpr int kRopeDim = kRope ? HD : 1;  // the kRope-only arrays take no room otherwise
   extern __shared__ __align__(128) unsigned char shared_raw[];
+  __shared__ float cos_t[kRopeDim / 2 + 1], sin_t[kRopeDim / 2 + 1];
+  __shared__ float norm_buffer[kWarps][kRopeDim];
+  __shared__ __align__(16) __nv_bfloat16 q_shared[kRope ? kRows : 1][kRopeDim];
   const int s = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const StepBatch& batch = a.batch;
   const int row = batch.seq_row_begin[s];
+  // Before the wait: only what earlier steps wrote (the batch's rows and positions) and the table.
+  if (kRope && batch.seq_row_begin[s + 1] != row)
+    rope_table(batch.appended[s], a.rope.inv_freq, a.rope.rotary_dim / 2, cos_t, sin_t);
+  enter_dependent();
   if (batch.seq_row_begin[s + 1] == row) return;  // no row of this sequence in the step
   const int visible = batch.length[s] + 1;        // resident slots plus the one appended this step
 
@@ -161,10 +175,43 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeArgs a
     }
   };
   // Prologue: kStages - 1 pages in flight (empty groups keep the wait count uniform).
+  auto prologue = [&] {
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) {
-    if (i < n_own) load_page(i);
-    cp_async_commit();
+    for (int i = 0; i < kStages - 1; ++i) {
+      if (i < n_own) load_page(i);
+      cp_async_commit();
+    }
+  };
+  const bool holds_new = range_end == visible;  // this split streams the appended slot
+  if (!kRope || !holds_new) prologue();
+  if constexpr (kRope) {
+    // Items: the group's query heads (into q_shared, rounded to bf16 like the q activation), then, in the
+    // split that holds it, the appended slot's key and value (and position).
+    const float* src = a.rope.qkv + static_cast<int64_t>(row) * a.rope.qkv_ld;
+    const int slot = visible - 1;
+    const int64_t new_index =
+        (static_cast<int64_t>(pages[slot / kPageSlots]) * a.n_kv_heads + g) * kPageSlots + slot % kPageSlots;
+    // The pool's own memory: this launch appends the slot it is about to read.
+    __nv_bfloat16* keys = const_cast<__nv_bfloat16*>(a.keys);
+    __nv_bfloat16* values = const_cast<__nv_bfloat16*>(a.values);
+    const int n_items = a.group + (holds_new ? 2 : 0);
+    for (int item = warp; item < n_items; item += kWarps) {
+      if (item < a.group) {
+        norm_rope(src + static_cast<int64_t>(g * a.group + item) * HD, a.rope.q_norm, a.rope.eps, HD,
+                  a.rope.rotary_dim, cos_t, sin_t, norm_buffer[warp],
+                  [&](int c, float v) { q_shared[item][c] = __float2bfloat16_rn(v); });
+      } else if (item == a.group) {
+        norm_rope(src + static_cast<int64_t>(a.n_heads + g) * HD, a.rope.k_norm, a.rope.eps, HD,
+                  a.rope.rotary_dim, cos_t, sin_t, norm_buffer[warp],
+                  [&](int c, float v) { keys[new_index * HD + c] = __float2bfloat16_rn(v); });
+      } else {
+        const float* v = src + static_cast<int64_t>(a.n_heads + a.n_kv_heads + g) * HD;
+        for (int c = lane; c < HD; c += 32) values[new_index * HD + c] = __float2bfloat16_rn(__ldcg(v + c));
+        if (lane == 0) a.rope.positions[new_index] = batch.appended[s];
+      }
+    }
+    __syncthreads();  // queries in shared memory; the new K/V row visible to this CTA's page copies
+    if (holds_new) prologue();
   }
 
   // Q as the mma's A operand, held in registers for the whole range: row r = query head g*group + r.
@@ -174,6 +221,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeArgs a
     const __nv_bfloat16* q_row = a.q + static_cast<int64_t>(row) * a.q_ld + static_cast<int64_t>(g) * a.group * HD;
     auto q_word = [&](int r, int col) -> uint32_t {
       if (r >= a.group) return 0u;
+      if constexpr (kRope) return *reinterpret_cast<const uint32_t*>(&q_shared[r][col]);
       return *reinterpret_cast<const uint32_t*>(q_row + static_cast<int64_t>(r) * HD + col);
     };
 #pragma unroll
@@ -370,21 +418,28 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeArgs a
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch (the next layer reuses the counters)
 }
 
-template <int HD>
+template <int HD, bool kRope>
 void launch_for(const DecodeArgs& args, cudaStream_t stream) {
   constexpr int shared = DecodeShape<HD>::kSharedBytes;
   static const bool configured = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    shared));
-    CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<HD>, cudaFuncAttributePreferredSharedMemoryCarveout,
+    CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<HD, kRope>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
+    CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<HD, kRope>,
+                                    cudaFuncAttributePreferredSharedMemoryCarveout,
                                     static_cast<int>(cudaSharedmemCarveoutMaxShared)));
     return true;
   }();
   (void)configured;
   const dim3 grid(static_cast<unsigned>(args.batch.n_seqs), static_cast<unsigned>(args.n_kv_heads),
                   static_cast<unsigned>(args.n_splits));
-  launch_dependent(decode_attention_kernel<HD>, grid, dim3(kThreads), shared, stream, args);
+  launch_dependent(decode_attention_kernel<HD, kRope>, grid, dim3(kThreads), shared, stream, args);
   CUDA_CHECK_LAUNCH("decode_attention_kernel");
+}
+
+template <int HD>
+void launch_for(const DecodeArgs& args, cudaStream_t stream) {
+  if (args.rope.qkv != nullptr) return launch_for<HD, true>(args, stream);
+  launch_for<HD, false>(args, stream);
 }
 
 }  // namespace
@@ -403,8 +458,9 @@ bool decode_attention_supports(const StepBatch& batch, const void* q, int64_t q_
 void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld, const void* keys,
                              const void* values, int n_kv_heads, int head_dim, void* out, int64_t out_ld,
                              int n_heads, float scale, int n_splits, float* partial_acc, float* partial_ml,
-                             int* split_counters, cudaStream_t stream) {
+                             int* split_counters, const DecodeRope* rope, cudaStream_t stream) {
   DecodeArgs a{};
+  if (rope != nullptr) a.rope = *rope;
   a.batch = batch;
   a.q = static_cast<const __nv_bfloat16*>(q);
   a.q_ld = q_ld;

@@ -29,6 +29,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/rope.cuh"
+#include "backend/cuda/silu.cuh"
 
 namespace kvdice::backend::cuda {
 namespace {
@@ -204,8 +205,6 @@ __device__ inline void dot_slot(const uint4* w, const uint4* x, int rows, int ch
   acc = warp_sum(acc);
   if (lane == 0) partial[r * parts + part] = acc;
 }
-
-__device__ inline float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
 // Writes slot s's outputs from its partial sums (threads of the CTA, one row each).
 __device__ inline void finish_slot(const StackArgs& a, const DecodeStackLayer& layer, int stage,

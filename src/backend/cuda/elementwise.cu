@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/device_convert.cuh"
+#include "backend/cuda/silu.cuh"
 
 namespace kvdice::backend::cuda {
 namespace {
@@ -109,12 +110,9 @@ __global__ void silu_mul_kernel(const float* gate_up, int64_t gu_ld, void* out, 
   const float* gate = gate_up + blockIdx.x * gu_ld;
   const float* up = gate + n;
   for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
-    const float g = gate[c];
-    store_float(out, out_dtype, blockIdx.x * out_ld + c, g / (1.0f + expf(-g)) * up[c]);
+    store_float(out, out_dtype, blockIdx.x * out_ld + c, silu_times(gate[c], up[c]));
   }
 }
-
-__device__ inline float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
 // The fast path: a grid-stride loop over every 4-element group of the [rows, n] output (16-byte loads
 // of gate and up, 16- or 8-byte stores), so even one row spreads over many SMs.
