@@ -457,69 +457,142 @@ struct SampleRow {
   int forced;  // -1 = sample; -2 = force the argmax
 };
 
+// Rows of every kind (greedy, plain, top-k, top-p, both, forced) three times: with smooth logits, with
+// heavily tied ones (few distinct values) and with nearly flat ones (as random weights give: most
+// tokens share the top bytes of their weights).
+struct SampleRows {
+  HostBatch h;
+  std::vector<float> logits;  // [h.n_seqs][vocab]
+};
+
+SampleRows sample_rows(int vocab) {
+  const std::vector<SampleRow> kinds = {
+      {0.0f, 0, 1.0f, -1},     {1.0f, 0, 1.0f, -1},         {0.7f, 50, 1.0f, -1},
+      {1.0f, 1, 1.0f, -1},     {1.0f, vocab - 1, 1.0f, -1}, {1.0f, vocab, 1.0f, -1},
+      {1.0f, 0, 0.9f, -1},     {1.0f, 0, 0.0f, -1},         {0.6f, 20, 0.95f, -1},
+      {1.3f, 0, 0.5f, -1},     {1.0f, 1 << 30, 0.999f, -1}, {2.5f, 7, 0.3f, -1},
+      {1.0f, 0, 1.0f, 3},      {1.0f, 0, 1.0f, -2},         {1.0f, 0, 0.95f, -1},
+      {1.0f, 5000, 0.95f, -1}, {0.8f, 100, 0.5f, -1},       {1.0f, 600, 0.999f, -1},
+  };
+  const int n = static_cast<int>(kinds.size()) * 3;
+  SampleRows rows{HostBatch::make(std::vector<int>(n, 1), 1), random_values(size_t(n) * vocab, 71, 3.0f)};
+  HostBatch& h = rows.h;
+  for (int s = 0; s < n; ++s) {
+    const SampleRow& r = kinds[s % kinds.size()];
+    float* l = rows.logits.data() + size_t(s) * vocab;
+    const int copy = s / static_cast<int>(kinds.size());
+    if (copy == 1)
+      for (int i = 0; i < vocab; ++i) l[i] = std::floor(l[i] * 0.5f);  // ties
+    if (copy == 2)
+      for (int i = 0; i < vocab; ++i) l[i] *= 0.01f;  // flat
+    h.temperature[s] = r.temperature;
+    h.top_k[s] = r.top_k;
+    h.top_p[s] = r.top_p;
+    h.sample_key[s] = philox_key(1234, uint64_t(s), RngDomain::Sampling);
+    h.gen_step[s] = s * 3;
+    h.forced[s] = r.forced == -2 ? static_cast<int>(std::max_element(l, l + vocab) - l) : r.forced;
+  }
+  return rows;
+}
+
+// The rows `pick` of `all`, as a batch of their own.
+SampleRows select_rows(const SampleRows& all, const std::vector<int>& pick, int vocab) {
+  const int n = static_cast<int>(pick.size());
+  SampleRows rows{HostBatch::make(std::vector<int>(n, 1), 1), {}};
+  HostBatch& h = rows.h;
+  for (int s = 0; s < n; ++s) {
+    const int from = pick[s];
+    h.temperature[s] = all.h.temperature[from];
+    h.top_k[s] = all.h.top_k[from];
+    h.top_p[s] = all.h.top_p[from];
+    h.sample_key[s] = all.h.sample_key[from];
+    h.gen_step[s] = all.h.gen_step[from];
+    h.forced[s] = all.h.forced[from];
+    const float* l = all.logits.data() + size_t(from) * vocab;
+    rows.logits.insert(rows.logits.end(), l, l + vocab);
+  }
+  return rows;
+}
+
+// Samples `draws` steps (gen_step advances the stream) on both backends and expects the same tokens,
+// steps and forced scores. Returns the CPU's tokens, draw by draw.
+std::vector<int32_t> expect_same_samples(BackendPair& pair, const SampleRows& rows, int vocab, int draws) {
+  const int n = rows.h.n_seqs;
+  std::vector<int32_t> tokens[2], steps[2];
+  std::vector<float> logprob[2];
+  std::vector<uint8_t> argmax[2];
+  int i = 0;
+  for (Backend* b : {pair.cpu.get(), pair.gpu.get()}) {
+    Matrix l(*b, DType::F32, n, vocab, "logits");
+    l.upload(rows.logits);
+    DeviceBatch d(*b, rows.h);
+    for (int draw = 0; draw < draws; ++draw) {
+      b->sample(d.batch, l.view);
+      const auto t = d.get(d.batch.next_token, size_t(n));
+      tokens[i].insert(tokens[i].end(), t.begin(), t.end());
+    }
+    steps[i] = d.get(d.batch.gen_step, size_t(n));
+    logprob[i] = d.get(d.batch.forced_logprob, size_t(n));
+    argmax[i] = d.get(d.batch.forced_is_argmax, size_t(n));
+    EXPECT_TRUE(d.sentinels_intact() && l.memory.sentinel_intact());
+    ++i;
+  }
+  EXPECT_EQ(tokens[1], tokens[0]);
+  EXPECT_EQ(steps[1], steps[0]);
+  EXPECT_EQ(argmax[1], argmax[0]);
+  for (int s = 0; s < n; ++s)
+    EXPECT_NEAR(logprob[1][s], logprob[0][s], 1e-5f * (1.0f + std::fabs(logprob[0][s])));
+  return tokens[0];
+}
+
 TEST(CudaOps, SampleIsBitIdentical) {
   BackendPair pair = make_pair();
   KVDICE_REQUIRE_GPU(pair);
   for (const int vocab : {1000, 151936}) {
-    const std::vector<SampleRow> rows = {
-        {0.0f, 0, 1.0f, -1}, {1.0f, 0, 1.0f, -1},         {0.7f, 50, 1.0f, -1},
-        {1.0f, 1, 1.0f, -1}, {1.0f, vocab - 1, 1.0f, -1}, {1.0f, vocab, 1.0f, -1},
-        {1.0f, 0, 0.9f, -1}, {1.0f, 0, 0.0f, -1},         {0.6f, 20, 0.95f, -1},
-        {1.3f, 0, 0.5f, -1}, {1.0f, 1 << 30, 0.999f, -1}, {2.5f, 7, 0.3f, -1},
-        {1.0f, 0, 1.0f, 3},  {1.0f, 0, 1.0f, -2},         {1.0f, 0, 0.95f, -1},
-        {1.0f, 5000, 0.95f, -1}, {0.8f, 100, 0.5f, -1},   {1.0f, 600, 0.999f, -1},
-    };
-    // Three copies of every row: smooth logits, heavily tied logits (few distinct values) and nearly
-    // flat ones (as random weights give: most tokens share the top bytes of their weights).
-    const int n = static_cast<int>(rows.size()) * 3;
-    HostBatch h = HostBatch::make(std::vector<int>(n, 1), 1);
-    std::vector<float> logits = random_values(size_t(n) * vocab, 71, 3.0f);
-    for (int s = 0; s < n; ++s) {
-      const SampleRow& r = rows[s % rows.size()];
-      float* l = logits.data() + size_t(s) * vocab;
-      const int copy = s / static_cast<int>(rows.size());
-      if (copy == 1)
-        for (int i = 0; i < vocab; ++i) l[i] = std::floor(l[i] * 0.5f);  // ties
-      if (copy == 2)
-        for (int i = 0; i < vocab; ++i) l[i] *= 0.01f;  // flat
-      h.temperature[s] = r.temperature;
-      h.top_k[s] = r.top_k;
-      h.top_p[s] = r.top_p;
-      h.sample_key[s] = philox_key(1234, uint64_t(s), RngDomain::Sampling);
-      h.gen_step[s] = s * 3;
-      h.forced[s] = r.forced == -2 ? static_cast<int>(std::max_element(l, l + vocab) - l) : r.forced;
-    }
-    std::vector<int32_t> tokens[2], steps[2];
-    std::vector<float> logprob[2];
-    std::vector<uint8_t> argmax[2];
-    int i = 0;
-    for (Backend* b : {pair.cpu.get(), pair.gpu.get()}) {
-      Matrix l(*b, DType::F32, n, vocab, "logits");
-      l.upload(logits);
-      DeviceBatch d(*b, h);
-      for (int draw = 0; draw < 3; ++draw) {  // three steps: gen_step advances the stream
-        b->sample(d.batch, l.view);
-        const auto t = d.get(d.batch.next_token, size_t(n));
-        tokens[i].insert(tokens[i].end(), t.begin(), t.end());
-      }
-      steps[i] = d.get(d.batch.gen_step, size_t(n));
-      logprob[i] = d.get(d.batch.forced_logprob, size_t(n));
-      argmax[i] = d.get(d.batch.forced_is_argmax, size_t(n));
-      EXPECT_TRUE(d.sentinels_intact() && l.memory.sentinel_intact());
-      ++i;
-    }
-    EXPECT_EQ(tokens[1], tokens[0]) << "vocab " << vocab;
-    EXPECT_EQ(steps[1], steps[0]);
-    EXPECT_EQ(argmax[1], argmax[0]);
-    for (int s = 0; s < n; ++s)
-      EXPECT_NEAR(logprob[1][s], logprob[0][s], 1e-5f * (1.0f + std::fabs(logprob[0][s])));
+    SCOPED_TRACE(testing::Message() << "vocab " << vocab);
+    const SampleRows rows = sample_rows(vocab);
+    const HostBatch& h = rows.h;
+    const std::vector<int32_t> cpu = expect_same_samples(pair, rows, vocab, 3);
     // The CPU backend itself must agree with the reference rule (guards the harness).
-    for (int s = 0; s < n; ++s) {
+    for (int s = 0; s < h.n_seqs; ++s) {
       if (h.forced[s] >= 0) continue;
-      const float* l = logits.data() + size_t(s) * vocab;
-      EXPECT_EQ(tokens[0][s], backend::sample_reference(l, vocab, h.temperature[s], h.top_k[s], h.top_p[s],
-                                                        h.sample_key[s], uint32_t(h.gen_step[s])));
+      const float* l = rows.logits.data() + size_t(s) * vocab;
+      EXPECT_EQ(cpu[s], backend::sample_reference(l, vocab, h.temperature[s], h.top_k[s], h.top_p[s],
+                                                  h.sample_key[s], uint32_t(h.gen_step[s])));
     }
+  }
+}
+
+// The CUDA finish gives each row a cluster of CTAs sized by the batch (16 for a few rows, fewer as the
+// rows fill the GPU, one CTA past half its SMs) and the weight pass more chunks at small batches: every
+// row in batches of 1, 2, 5, 12 and 20 rows, then the flat rows in a batch of 72 whose other rows are
+// greedy (cheap on the CPU), cover every size on an H100 or H200.
+TEST(CudaOps, SampleSmallBatchIsBitIdentical) {
+  BackendPair pair = make_pair();
+  KVDICE_REQUIRE_GPU(pair);
+  for (const int vocab : {1000, 151936}) {
+    const SampleRows all = sample_rows(vocab);
+    const int n = all.h.n_seqs;
+    const std::vector<int> sizes = {1, 2, 5, 12, 20};
+    for (int begin = 0, k = 0; begin < n; ++k) {
+      const int size = std::min(sizes[k % sizes.size()], n - begin);
+      SCOPED_TRACE(testing::Message() << "vocab " << vocab << " rows " << begin << ".." << begin + size - 1);
+      std::vector<int> pick(static_cast<size_t>(size));
+      std::iota(pick.begin(), pick.end(), begin);
+      expect_same_samples(pair, select_rows(all, pick, vocab), vocab, 2);
+      begin += size;
+    }
+    SCOPED_TRACE(testing::Message() << "vocab " << vocab << " batch of 72");
+    const int kinds = n / 3;
+    std::vector<int> pick(static_cast<size_t>(kinds));
+    std::iota(pick.begin(), pick.end(), 2 * kinds);  // the flat copy
+    for (int s = 0; s < n; ++s) pick.push_back(s);
+    SampleRows wide = select_rows(all, pick, vocab);
+    for (int s = kinds; s < wide.h.n_seqs; ++s) {
+      wide.h.temperature[s] = 0.0f;
+      wide.h.forced[s] = -1;
+    }
+    expect_same_samples(pair, wide, vocab, 2);
   }
 }
 

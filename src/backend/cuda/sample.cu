@@ -1,24 +1,36 @@
 // sample: backend/sampling_rule.h exactly, in three launches per step. Weights are the rule's integer
 // weights (sampling_weight, the same correctly rounded arithmetic as the host), so every decision is
 // integer arithmetic and the token equals sample_reference's bit for bit.
-//   1. argmax (grid: chunks x rows): each chunk's first maximum of the raw logits (and its minimum).
+//   1. argmax (grid: chunks x rows): each chunk's first maximum of the raw logits (and its minimum);
+//      chunk 0 also zeroes the row's top-byte histogram.
 //   2. weights (grid: chunks x rows): the row's maximum from the chunks' partials; each chunk writes its
-//      tokens' weights and a histogram of their top byte (count and weight sum of every byte value).
-//      Forced rows instead sum exp(logit - max) in double per chunk.
-//   3. finish (one CTA per row): radix descents over the weights the chunks wrote:
+//      tokens' weights and adds its histogram of their top byte (count and weight sum of every byte
+//      value) to the row's with global atomics. Forced rows instead sum exp(logit - max) in double
+//      per chunk.
+//   3. finish (a cluster of 1 to 16 CTAs per row): radix descents over the weights the chunks wrote.
+//      Each CTA owns a contiguous slice of the ids (rank order is id order) and every pass over the
+//      vocabulary reads only its slice; a pass's histogram is each CTA's own, summed over the cluster
+//      through distributed shared memory, so every CTA makes the same decision from the same sums.
 //      top-k: the top-byte histogram gives the byte where the running count reaches k; the tokens with
 //             that top byte are refined by the lower three bytes, to the k-th largest weight W_k; its
 //             ties are cut by lowest id (a radix select over ids);
 //      top-p: the same over the kept weights' sums (the byte where the descending prefix reaches p * Z),
 //             then the crossing group is cut by count (binary search) and ids;
-//      draw:  u = mul_hi(philox, W); each warp sums the kept weights of its contiguous id range, the
-//             warp whose range holds u walks it with warp scans: the token is the lowest id whose
-//             inclusive prefix of kept weights (ascending id order) exceeds u.
-// The weight pass is the costly one (a double-precision exp per token), so it is spread over chunks
-// instead of one CTA per row (which left all but batch-size SMs idle). Histograms are shared-memory
-// 32-bit atomics (SharedHistogram), a warp's common digit added once.
-// Forced rows write log softmax (double accumulation, summed over chunks in chunk order) and
-// is-argmax.
+//      draw:  u = mul_hi(philox, W); the CTAs' kept sums in rank order give the CTA whose slice holds
+//             u, then its warps' sums (each a contiguous id range) the warp, which walks its range with
+//             warp scans: the token is the lowest id whose inclusive prefix of kept weights (ascending
+//             id order) exceeds u.
+// The chunk count and the cluster size follow the batch: a few rows get many chunks (up to 128, so the
+// weight pass, a double-precision exp per token, fills the GPU) and clusters of up to 16 CTAs (one CTA
+// per row makes each vocabulary pass a single SM's work); large batches get 16 chunks and one CTA a
+// row, as many rows run at once as there are SMs. Histograms are shared-memory 32-bit atomics
+// (SharedHistogram), a warp's common digit added once.
+// Forced rows write log softmax (double accumulation, summed over chunks in chunk order, so its last
+// bit may depend on the chunk count) and is-argmax.
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <array>
 #include <cub/block/block_reduce.cuh>
 
 #include "backend/cuda/cuda_check.h"
@@ -28,11 +40,18 @@
 namespace kvdice::backend::cuda {
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr int kChunkThreads = 256;
 constexpr int kFinishThreads = 1024;
-constexpr int kMaxChunks = 16;
-constexpr int kTokensPerChunk = 8192;  // below this a chunk's launch costs more than its work
 constexpr int kDigits = 256;
+constexpr int kMaxChunks = 128;        // at most kChunkThreads: row_extremes gives each chunk a thread
+constexpr int kWideChunks = 16;        // the chunk count of large batches
+constexpr int kTokensPerChunk = 8192;  // at large batches: below this a chunk costs more than its work
+constexpr int kMinChunkTokens = 1024;  // at small batches, where more chunks fill otherwise idle SMs
+constexpr int kChunkCtas = 264;        // about two chunk CTAs per SM of an H200 (132 SMs)
+constexpr int kMaxCluster = 16;        // CTAs of one row's finish (16 is a non-portable cluster size)
+static_assert(kMaxChunks <= kChunkThreads && kMaxChunks <= kFinishThreads);
 
 struct ArgMax {
   float value;
@@ -53,23 +72,25 @@ struct ChunkPartial {
   double mass;  // forced rows: sum of exp(logit - max) over the chunk
 };
 
-int chunks_for(int64_t vocab) {
-  return static_cast<int>(
-      std::clamp<int64_t>((vocab + kTokensPerChunk - 1) / kTokensPerChunk, 1, kMaxChunks));
+// Enough chunks per row that a step's chunk CTAs fill the GPU, but no fewer than large batches use.
+int chunks_for(int n_seqs, int64_t vocab) {
+  const int64_t wide = std::clamp<int64_t>((vocab + kTokensPerChunk - 1) / kTokensPerChunk, 1, kWideChunks);
+  const int64_t fill = std::min<int64_t>((kChunkCtas + n_seqs - 1) / n_seqs, vocab / kMinChunkTokens);
+  return static_cast<int>(std::min<int64_t>(kMaxChunks, std::max(wide, fill)));
 }
 
 // One row's part of the scratch (each array 256-byte aligned).
 struct RowScratch {
   uint32_t* weight;         // [vocab]
-  uint32_t* count;          // [kMaxChunks][kDigits] per-chunk top-byte counts of positive weights
-  unsigned long long* sum;  // [kMaxChunks][kDigits] and their weight sums
+  uint32_t* count;          // [kDigits] top-byte counts of the positive weights (the chunks add theirs)
+  unsigned long long* sum;  // [kDigits] and their weight sums
   ChunkPartial* partial;    // [kMaxChunks]
 };
 
 __host__ __device__ inline size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 __host__ __device__ inline size_t row_scratch_bytes(int64_t vocab) {
-  return align256(static_cast<size_t>(vocab) * 4) + align256(kMaxChunks * kDigits * 4) +
-         align256(kMaxChunks * kDigits * 8) + align256(kMaxChunks * sizeof(ChunkPartial));
+  return align256(static_cast<size_t>(vocab) * 4) + align256(kDigits * 4) + align256(kDigits * 8) +
+         align256(kMaxChunks * sizeof(ChunkPartial));
 }
 __device__ inline RowScratch row_scratch(void* base, int s, int64_t vocab) {
   char* p = static_cast<char*>(base) + static_cast<size_t>(s) * row_scratch_bytes(vocab);
@@ -77,9 +98,9 @@ __device__ inline RowScratch row_scratch(void* base, int s, int64_t vocab) {
   r.weight = reinterpret_cast<uint32_t*>(p);
   p += align256(static_cast<size_t>(vocab) * 4);
   r.count = reinterpret_cast<uint32_t*>(p);
-  p += align256(kMaxChunks * kDigits * 4);
+  p += align256(kDigits * 4);
   r.sum = reinterpret_cast<unsigned long long*>(p);
-  p += align256(kMaxChunks * kDigits * 8);
+  p += align256(kDigits * 8);
   r.partial = reinterpret_cast<ChunkPartial*>(p);
   return r;
 }
@@ -90,17 +111,53 @@ __device__ inline void chunk_range(int vocab, int n_chunks, int c, int& begin, i
   end = min(vocab, begin + size);
 }
 
-// The row's first maximum from its chunks' partials, combined in chunk order (every CTA agrees).
-__device__ inline ArgMax row_best(const RowScratch& r, int n_chunks) {
-  ArgMax best = r.partial[0].best;
-  for (int c = 1; c < n_chunks; ++c) best = ArgMaxOp{}(best, r.partial[c].best);
-  return best;
+struct RowExtremes {
+  ArgMax best;
+  float lowest;
+};
+template <int kThreads>
+struct ExtremesShared {
+  union {
+    typename cub::BlockReduce<ArgMax, kThreads>::TempStorage argmax;
+    typename cub::BlockReduce<float, kThreads>::TempStorage min_f;
+  } temp;
+  RowExtremes result;
+};
+
+// The row's first maximum and its minimum from its chunks' partials, one thread a chunk (every CTA of
+// the row agrees). Without NaN, ArgMaxOp picks by a strict total order (value, then the lower index),
+// so a tree gives the chunk-order fold's answer; a NaN partial breaks that order, and then thread 0
+// folds in chunk order. fminf's answer is the same in any order (a zero's sign aside, and both zeros
+// give the same weights).
+template <int kThreads>
+__device__ RowExtremes row_extremes(const RowScratch& r, int n_chunks, ExtremesShared<kThreads>& sh) {
+  const int c = static_cast<int>(threadIdx.x);
+  ChunkPartial p{};
+  if (c < n_chunks) p = r.partial[c];
+  const bool any_nan = __syncthreads_or(c < n_chunks && isnan(p.best.value));
+  const ArgMax best = cub::BlockReduce<ArgMax, kThreads>(sh.temp.argmax).Reduce(p.best, ArgMaxOp{}, n_chunks);
+  __syncthreads();
+  const auto min_op = [](float a, float b) { return fminf(a, b); };
+  const float lowest = cub::BlockReduce<float, kThreads>(sh.temp.min_f).Reduce(p.min_value, min_op, n_chunks);
+  if (threadIdx.x == 0) {
+    sh.result = {best, lowest};
+    if (any_nan) {
+      ArgMax fold = r.partial[0].best;
+      for (int k = 1; k < n_chunks; ++k) fold = ArgMaxOp{}(fold, r.partial[k].best);
+      sh.result.best = fold;
+    }
+  }
+  __syncthreads();
+  const RowExtremes result = sh.result;
+  __syncthreads();
+  return result;
 }
 
 // A shared-memory histogram of 256 digits: token counts and, when kSums, weight sums. A sum is kept
 // in three 32-bit parts (bits 0-10, 11-21, 22-31 of each weight, summed separately) because shared
 // memory adds 32-bit integers natively while a 64-bit add is a compare-and-swap loop; each part's sum
-// stays below 2^32 for vocabularies up to 2^21 tokens (kMaxSampleVocab, checked by the backend).
+// stays below 2^32 for vocabularies up to 2^21 tokens (kMaxSampleVocab, checked by the backend), and so
+// does its sum over a cluster's CTAs, which split one row's tokens.
 struct SharedHistogram {
   unsigned counts[kDigits];
   unsigned parts[3][kDigits];
@@ -162,6 +219,13 @@ __global__ void __launch_bounds__(kChunkThreads)
   } temp;
   const int s = blockIdx.y, c = blockIdx.x;
   const float* logits = logits_base + static_cast<int64_t>(s) * ld;
+  const RowScratch r = row_scratch(scratch, s, vocab);
+  if (c == 0) {  // the weights kernel's chunks add to it
+    for (int d = threadIdx.x; d < kDigits; d += kChunkThreads) {
+      r.count[d] = 0;
+      r.sum[d] = 0;
+    }
+  }
   int begin, end;
   chunk_range(vocab, gridDim.x, c, begin, end);
   ArgMax local{-INFINITY, 0x7fffffff};
@@ -175,7 +239,7 @@ __global__ void __launch_bounds__(kChunkThreads)
   __syncthreads();
   const float lowest = ReduceF(temp.min_f).Reduce(low, [](float a, float b) { return fminf(a, b); });
   if (threadIdx.x == 0) {
-    ChunkPartial& p = row_scratch(scratch, s, vocab).partial[c];
+    ChunkPartial& p = r.partial[c];
     p.best = best;
     p.min_value = lowest;
     p.mass = 0.0;
@@ -185,11 +249,15 @@ __global__ void __launch_bounds__(kChunkThreads)
 __global__ void __launch_bounds__(kChunkThreads)
     sample_weights_kernel(StepBatch batch, const float* logits_base, int64_t ld, int vocab, void* scratch) {
   __shared__ SharedHistogram hist;
-  __shared__ typename cub::BlockReduce<double, kChunkThreads>::TempStorage temp;
+  __shared__ union {
+    typename cub::BlockReduce<double, kChunkThreads>::TempStorage mass;
+    ExtremesShared<kChunkThreads> extremes;
+  } temp;
   const int s = blockIdx.y, c = blockIdx.x, n_chunks = gridDim.x;
   const float* logits = logits_base + static_cast<int64_t>(s) * ld;
   const RowScratch r = row_scratch(scratch, s, vocab);
-  const ArgMax top = row_best(r, n_chunks);
+  const RowExtremes row = row_extremes(r, n_chunks, temp.extremes);
+  const ArgMax top = row.best;
   if (!isfinite(top.value)) return;
   int begin, end;
   chunk_range(vocab, n_chunks, c, begin, end);
@@ -197,7 +265,7 @@ __global__ void __launch_bounds__(kChunkThreads)
     double partial = 0.0;
     for (int i = begin + threadIdx.x; i < end; i += kChunkThreads)
       partial += exp(static_cast<double>(logits[i]) - static_cast<double>(top.value));
-    const double total = cub::BlockReduce<double, kChunkThreads>(temp).Sum(partial);
+    const double total = cub::BlockReduce<double, kChunkThreads>(temp.mass).Sum(partial);
     if (threadIdx.x == 0) r.partial[c].mass = total;
     return;
   }
@@ -205,9 +273,7 @@ __global__ void __launch_bounds__(kChunkThreads)
   if (temperature == 0.0f) return;
   // fdiv_rn is monotone in the dividend, so the largest scaled logit is the scaled maximum (or, for a
   // negative temperature, the scaled minimum): the host's max over every x / t, without another pass.
-  float lowest = r.partial[0].min_value;
-  for (int k = 1; k < n_chunks; ++k) lowest = fminf(lowest, r.partial[k].min_value);
-  const float max_scaled = __fdiv_rn(temperature > 0.0f ? top.value : lowest, temperature);
+  const float max_scaled = __fdiv_rn(temperature > 0.0f ? top.value : row.lowest, temperature);
   hist.clear();
   __syncthreads();
   for (int base = begin + static_cast<int>(threadIdx.x / 32 * 32); base < end; base += kChunkThreads) {
@@ -221,66 +287,222 @@ __global__ void __launch_bounds__(kChunkThreads)
   }
   __syncthreads();
   for (int d = threadIdx.x; d < kDigits; d += kChunkThreads) {
-    r.count[c * kDigits + d] = hist.counts[d];
-    r.sum[c * kDigits + d] = hist.sum(d);
+    if (hist.counts[d] == 0) continue;  // integer adds: the row's sums do not depend on their order
+    atomicAdd(&r.count[d], hist.counts[d]);
+    atomicAdd(&r.sum[d], hist.sum(d));
   }
 }
 
-// The finish kernel is one CTA per row. A descent starts from the whole vocabulary's weights (read
-// four per lane and load, kUnroll loads in flight per thread) filtered by its predicate, and moves its
-// candidates into shared memory (kSharedList of them) as soon as a histogram says they fit; its later
-// passes then cost next to nothing. On nearly flat logits (random weights; temperature 0.6, top-p 0.95:
-// the crossing byte holds ~147k of 152k tokens, its next byte ~11k) a top-p row reads the vocabulary
-// three times: the first refinement, the move to shared memory, the draw. (The first version built a
-// global list of the crossing byte's ids and made seven passes over it: ~0.8-1.1 ms a row.)
+// The finish kernel is a cluster of CTAs per row, each owning a slice of the ids. A descent starts
+// from the slice's weights (read four per lane and load, kUnroll loads in flight per thread) filtered
+// by its predicate, and each CTA moves its candidates into its shared memory (kSharedList of them) as
+// soon as the cluster's histogram says the row's fit; its later passes then cost next to nothing. On
+// nearly flat logits (random weights; temperature 0.6, top-p 0.95: the crossing byte holds ~147k of
+// 152k tokens, its next byte ~11k) a top-p row reads its slice three times: the first refinement, the
+// move to shared memory, the draw. (The first version built a global list of the crossing byte's ids
+// and made seven passes over it: ~0.8-1.1 ms a row; one CTA a row took ~195 us on an H200, each
+// vocabulary pass ~50 us of one SM's histogram adds.)
+// Every CTA of a cluster takes the same branches (all decisions come from the cluster's sums), so
+// each reaches every cluster barrier. An exchange of partial results between the CTAs (a pass's
+// histogram, a sum) writes the buffer of its parity, then one cluster barrier; the others read it
+// before they reach the next exchange's barrier, and it is rewritten only two exchanges later.
 constexpr int kUnroll = 4;
 constexpr int kSharedList = 16384;  // 128 KiB of dynamic shared memory
 constexpr int kFinishWarps = kFinishThreads / 32;
+static_assert(kDigits == 8 * 32 && kFinishThreads == 4 * kDigits);
 
 struct FinishShared {
+  ExtremesShared<kFinishThreads> extremes;
   cub::BlockReduce<unsigned long long, kFinishThreads>::TempStorage sum_u64;
   unsigned top_count[kDigits];  // the top-byte histogram of the tokens a descent starts from
   unsigned long long top_sum[kDigits];
-  SharedHistogram hist;               // a refinement pass's histogram
-  unsigned long long sums[kDigits];   // its sums, widened for thread 0's walk
+  SharedHistogram hist[2];  // this CTA's part of a pass's histogram, by exchange parity
+  SharedHistogram total;    // the cluster's (its sums widened in `sums`)
+  unsigned long long sums[kDigits];
+  unsigned long long posted[2];  // this CTA's part of an exchanged sum, by exchange parity
+  unsigned long long rank_values[kMaxCluster];
   unsigned long long warp_sums[kFinishWarps];
+  double masses[kMaxChunks];
   uint32_t prefix;
   unsigned long long running;
+  unsigned long long totals;
   unsigned at_count;
   int local_size;
   unsigned long long value_u64;
   int found;
-  int point_warp;  // the draw: the warp whose id range holds the point (kFinishWarps: none)
+  int owner;       // the draw: the rank whose slice holds the point (-1: none)
+  int point_warp;  // and there the warp whose id range holds it (kFinishWarps: none)
 };
 
-// Where a descent's candidates are: the whole vocabulary (filtered by the descent's predicate) or the
-// `size` entries (id, weight) of the shared list.
+// One CTA's view of its row.
+struct Finish {
+  FinishShared& sh;
+  uint2* list;             // [kSharedList] the CTA's candidates, when the row's fit
+  const uint32_t* weight;  // [vocab] the row's weights
+  int vocab;
+  int g_begin, g_end;  // the CTA's slice of ids, in groups of four: [4 g_begin, min(4 g_end, vocab))
+  int rank, ranks;
+  int phase;  // exchanges so far
+};
+
+// Where a descent's candidates are: the slice (filtered by the descent's predicate) or the `size`
+// entries (id, weight) of the CTA's shared list.
 struct Candidates {
   const uint2* shared_list;
-  int size;  // -1: the vocabulary
+  int size;  // -1: the slice
 };
 
-// Thread 0's walk over a histogram, from the largest digit down: the first nonempty digit where the
-// running count reaches k (kCount) or the running weight sum reaches top-p mass of `total`; the
+// The host rule's walk over a histogram, from the largest digit down: the first nonempty digit where
+// the running count reaches k (kCount) or the running weight sum reaches top-p mass of `total`; the
 // digits above it add to `running`. Digit 0 when none does (the host's loop has the same fallback).
+// One warp walks all digits at once: each lane owns eight, a suffix scan gives it the sum above them,
+// and the highest digit that crosses is the walk's first (the same test on the same running value).
 template <bool kCount>
 __device__ int crossing_digit(const unsigned* counts, const unsigned long long* sums, uint64_t k_or_total,
                               float top_p, unsigned long long& running) {
-  for (int d = kDigits - 1; d >= 0; --d) {
-    if (counts[d] == 0) continue;  // empty digits hold no token to stop at
-    const uint64_t bucket = kCount ? counts[d] : sums[d];
-    const bool crosses =
-        kCount ? running + bucket >= k_or_total : reaches_top_p(running + bucket, k_or_total, top_p);
-    if (crosses) return d;
-    running += bucket;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const auto bucket = [&](int d) -> unsigned long long {
+    if (counts[d] == 0) return 0;  // empty digits hold no token to stop at
+    return kCount ? counts[d] : sums[d];
+  };
+  unsigned long long mine = 0;
+  for (int e = 0; e < 8; ++e) mine += bucket(8 * lane + e);
+  unsigned long long suffix = mine;  // this lane's digits and all above
+  for (int offset = 1; offset < 32; offset *= 2) {
+    const unsigned long long up = __shfl_down_sync(0xffffffffu, suffix, offset);
+    if (lane + offset < 32) suffix += up;
   }
-  return 0;
+  const unsigned long long all = __shfl_sync(0xffffffffu, suffix, 0);
+  unsigned long long run = running + (suffix - mine);
+  int found = -1;
+  unsigned long long before = 0;
+  for (int d = 8 * lane + 7; d >= 8 * lane; --d) {
+    if (counts[d] == 0) continue;
+    const unsigned long long b = bucket(d);
+    if (kCount ? run + b >= k_or_total : reaches_top_p(run + b, k_or_total, top_p)) {
+      found = d;
+      before = run;
+      break;
+    }
+    run += b;
+  }
+  const unsigned crossing = __ballot_sync(0xffffffffu, found >= 0);
+  if (crossing == 0) {
+    running += all;
+    return 0;
+  }
+  const int owner = 31 - __clz(crossing);
+  running = __shfl_sync(0xffffffffu, before, owner);
+  return __shfl_sync(0xffffffffu, found, owner);
+}
+
+// The lowest digit where `below` plus the running count reaches nth; `below` leaves as the count
+// under it. The last digit (below: the whole count) when none does. One warp, as crossing_digit.
+__device__ int nth_digit(const unsigned* counts, unsigned long long nth, unsigned long long& below) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  unsigned long long mine = 0;
+  for (int e = 0; e < 8; ++e) mine += counts[8 * lane + e];
+  unsigned long long prefix = mine;  // this lane's digits and all under
+  for (int offset = 1; offset < 32; offset *= 2) {
+    const unsigned long long down = __shfl_up_sync(0xffffffffu, prefix, offset);
+    if (lane >= offset) prefix += down;
+  }
+  const unsigned long long all = __shfl_sync(0xffffffffu, prefix, 31);
+  unsigned long long run = below + (prefix - mine);
+  int found = -1;
+  unsigned long long before = 0;
+  for (int d = 8 * lane; d < 8 * lane + 8; ++d) {
+    if (run + counts[d] >= nth) {
+      found = d;
+      before = run;
+      break;
+    }
+    run += counts[d];
+  }
+  const unsigned reaching = __ballot_sync(0xffffffffu, found >= 0);
+  if (reaching == 0) {
+    below += all;
+    return kDigits - 1;
+  }
+  const int owner = __ffs(reaching) - 1;
+  below = __shfl_sync(0xffffffffu, before, owner);
+  return __shfl_sync(0xffffffffu, found, owner);
+}
+
+__device__ inline unsigned long long warp_sum_u64(unsigned long long v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// One warp: the sums over all digits of counts and sums.
+__device__ void digit_totals(const unsigned* counts, const unsigned long long* sums,
+                             unsigned long long& count, unsigned long long& sum) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  count = 0;
+  sum = 0;
+  for (int e = 0; e < 8; ++e) {
+    count += counts[8 * lane + e];
+    sum += sums[8 * lane + e];
+  }
+  count = warp_sum_u64(count);
+  sum = warp_sum_u64(sum);
+}
+
+// Completes a pass: sh.total (and sh.sums when kSums) := the sum over the cluster of every CTA's
+// sh.hist of this exchange's parity. A thread adds one word (a digit's count or sum part) of all CTAs.
+template <bool kSums>
+__device__ void reduce_histogram(Finish& f) {
+  const cg::cluster_group cluster = cg::this_cluster();
+  SharedHistogram& mine = f.sh.hist[f.phase & 1];
+  cluster.sync();  // every CTA's adds are done (a CTA barrier too)
+  const int part = static_cast<int>(threadIdx.x) / kDigits, d = static_cast<int>(threadIdx.x) % kDigits;
+  if (kSums || part == 0) {
+    unsigned* word = part == 0 ? &mine.counts[d] : &mine.parts[part - 1][d];
+    unsigned total = 0;
+#pragma unroll
+    for (int k = 0; k < kMaxCluster; ++k)
+      if (k < f.ranks) total += *cluster.map_shared_rank(word, k);
+    (part == 0 ? f.sh.total.counts[d] : f.sh.total.parts[part - 1][d]) = total;
+  }
+  __syncthreads();
+  if (kSums && part == 0) f.sh.sums[d] = f.sh.total.sum(d);
+  __syncthreads();
+  ++f.phase;
+}
+
+// Thread 0's `value` of every CTA of the cluster, in rank order, into sh.rank_values.
+__device__ void cluster_gather(Finish& f, unsigned long long value) {
+  const cg::cluster_group cluster = cg::this_cluster();
+  unsigned long long* slot = &f.sh.posted[f.phase & 1];
+  if (threadIdx.x == 0) *slot = value;
+  cluster.sync();
+  if (static_cast<int>(threadIdx.x) < f.ranks)
+    f.sh.rank_values[threadIdx.x] = *cluster.map_shared_rank(slot, static_cast<int>(threadIdx.x));
+  __syncthreads();
+  ++f.phase;
+}
+
+// The cluster's sum of thread 0's `value`.
+__device__ unsigned long long cluster_sum(Finish& f, unsigned long long value) {
+  cluster_gather(f, value);
+  unsigned long long total = 0;
+  for (int k = 0; k < f.ranks; ++k) total += f.sh.rank_values[k];
+  return total;
+}
+
+__device__ unsigned long long block_sum(FinishShared& sh, unsigned long long v) {
+  const unsigned long long total = cub::BlockReduce<unsigned long long, kFinishThreads>(sh.sum_u64).Sum(v);
+  if (threadIdx.x == 0) sh.value_u64 = total;
+  __syncthreads();
+  const unsigned long long result = sh.value_u64;
+  __syncthreads();
+  return result;
 }
 
 // Calls visit(id, weight, valid) for every candidate (valid == false for padding lanes), with every
 // lane of a warp in every call (warp-uniform trip counts).
 template <class Visit>
-__device__ void for_each_candidate(const Candidates& c, const RowScratch& r, int vocab, Visit visit) {
+__device__ void for_each_candidate(const Finish& f, const Candidates& c, Visit visit) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int warp_first = static_cast<int>(threadIdx.x / 32 * 32);
   if (c.size >= 0) {
@@ -297,86 +519,86 @@ __device__ void for_each_candidate(const Candidates& c, const RowScratch& r, int
     }
     return;
   }
-  const int groups = (vocab + 3) / 4;  // the scratch is padded to 256 bytes: the last uint4 is in bounds
-  const uint4* w4 = reinterpret_cast<const uint4*>(r.weight);
-  for (int base = warp_first; base < groups; base += kUnroll * kFinishThreads) {
+  // The scratch is padded to 256 bytes: the row's last uint4 is in bounds.
+  const uint4* w4 = reinterpret_cast<const uint4*>(f.weight);
+  for (int base = f.g_begin + warp_first; base < f.g_end; base += kUnroll * kFinishThreads) {
     uint4 g[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int q = base + u * kFinishThreads + lane;
-      g[u] = q < groups ? w4[q] : make_uint4(0, 0, 0, 0);
+      g[u] = q < f.g_end ? w4[q] : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int i = 4 * (base + u * kFinishThreads + lane);
-      visit(i + 0, g[u].x, i + 0 < vocab);
-      visit(i + 1, g[u].y, i + 1 < vocab);
-      visit(i + 2, g[u].z, i + 2 < vocab);
-      visit(i + 3, g[u].w, i + 3 < vocab);
+      const int q = base + u * kFinishThreads + lane, i = 4 * q;
+      const bool in = q < f.g_end;
+      visit(i + 0, g[u].x, in && i + 0 < f.vocab);
+      visit(i + 1, g[u].y, in && i + 1 < f.vocab);
+      visit(i + 2, g[u].z, in && i + 2 < f.vocab);
+      visit(i + 3, g[u].w, in && i + 3 < f.vocab);
     }
   }
 }
 
-// Moves the vocabulary's tokens with keep(i, weight) into the shared list (unordered); the caller
-// knows they fit.
+// Moves the slice's tokens with keep(i, weight) into the CTA's shared list (unordered); the caller
+// knows the row's fit.
 template <class Keep>
-__device__ Candidates to_shared(FinishShared& sh, uint2* list, const RowScratch& r, int vocab, Keep keep) {
+__device__ Candidates to_shared(Finish& f, Keep keep) {
   __syncthreads();  // every reader of the list's previous contents is done
-  if (threadIdx.x == 0) sh.local_size = 0;
+  if (threadIdx.x == 0) f.sh.local_size = 0;
   __syncthreads();
-  for_each_candidate(Candidates{nullptr, -1}, r, vocab, [&](int i, uint32_t w, bool valid) {
+  for_each_candidate(f, Candidates{nullptr, -1}, [&](int i, uint32_t w, bool valid) {
     const bool flag = valid && keep(i, w);
     const unsigned lane = threadIdx.x % 32;
     const unsigned ballot = __ballot_sync(0xffffffffu, flag);
     int slot = 0;
-    if (lane == 0 && ballot != 0) slot = atomicAdd(&sh.local_size, __popc(ballot));
+    if (lane == 0 && ballot != 0) slot = atomicAdd(&f.sh.local_size, __popc(ballot));
     slot = __shfl_sync(0xffffffffu, slot, 0);
-    if (flag) list[slot + __popc(ballot & ((1u << lane) - 1u))] = make_uint2(static_cast<uint32_t>(i), w);
+    if (flag) f.list[slot + __popc(ballot & ((1u << lane) - 1u))] = make_uint2(static_cast<uint32_t>(i), w);
   });
   __syncthreads();
-  return {list, sh.local_size};
+  return {f.list, f.sh.local_size};
 }
 
-// sh.hist (and sh.sums when kSums) := the histogram of digit(i, weight) over the candidates (kDigits:
-// none).
+// sh.total (and sh.sums when kSums) := the cluster's histogram of digit(i, weight) over the
+// candidates (kDigits: none).
 template <bool kSums, class Digit>
-__device__ void candidate_histogram(FinishShared& sh, const Candidates& c, const RowScratch& r, int vocab,
-                                    Digit digit) {
-  sh.hist.clear();
+__device__ void candidate_histogram(Finish& f, const Candidates& c, Digit digit) {
+  SharedHistogram& hist = f.sh.hist[f.phase & 1];
+  hist.clear();
   __syncthreads();
-  for_each_candidate(c, r, vocab, [&](int i, uint32_t w, bool valid) {
-    sh.hist.add<kSums>(valid ? digit(i, w) : kDigits, w);
-  });
-  __syncthreads();
-  if constexpr (kSums)
-    for (int d = threadIdx.x; d < kDigits; d += kFinishThreads) sh.sums[d] = sh.hist.sum(d);
-  __syncthreads();
+  for_each_candidate(
+      f, c, [&](int i, uint32_t w, bool valid) { hist.add<kSums>(valid ? digit(i, w) : kDigits, w); });
+  reduce_histogram<kSums>(f);
 }
 
 // The lower three bytes of a descent whose top byte is `top_digit` (take() selects its tokens, `count`
-// of them), continuing the host rule's walk: returns the exact weight where the count reaches k
-// (kCount) or the sum reaches top-p mass; `running` enters as the count or sum of the taken tokens
-// above the top digit and leaves as that of the weights strictly greater than the result; `at_count`
-// gets the number of taken tokens equal to it. `c` leaves holding at least every taken token of that
-// weight (in the shared list when they fit, else the vocabulary).
+// of them in the row), continuing the host rule's walk: returns the exact weight where the count
+// reaches k (kCount) or the sum reaches top-p mass; `running` enters as the count or sum of the taken
+// tokens above the top digit and leaves as that of the weights strictly greater than the result;
+// `at_count` gets the number of taken tokens equal to it. `c` leaves holding at least every taken
+// token of that weight in the slice (in the shared list when the row's fit, else the slice).
 template <bool kCount, class Take>
-__device__ uint32_t refine_weight(FinishShared& sh, uint2* list, Candidates& c, const RowScratch& r, int vocab,
-                                  int top_digit, unsigned count, Take take, uint64_t k_or_total, float top_p,
-                                  unsigned long long& running, unsigned& at_count) {
+__device__ uint32_t refine_weight(Finish& f, Candidates& c, int top_digit, unsigned count, Take take,
+                                  uint64_t k_or_total, float top_p, unsigned long long& running,
+                                  unsigned& at_count) {
+  FinishShared& sh = f.sh;
   uint32_t prefix = static_cast<uint32_t>(top_digit) << 24;
   c = Candidates{nullptr, -1};
-  if (count <= kSharedList) c = to_shared(sh, list, r, vocab, take);
+  if (count <= kSharedList) c = to_shared(f, take);
   for (int pass = 1; pass < 4; ++pass) {
     const int shift = 24 - 8 * pass;
-    candidate_histogram<!kCount>(sh, c, r, vocab, [&](int i, uint32_t w) -> unsigned {
+    candidate_histogram<!kCount>(f, c, [&](int i, uint32_t w) -> unsigned {
       return take(i, w) && (w >> (shift + 8)) == (prefix >> (shift + 8)) ? (w >> shift) & 0xffu : kDigits;
     });
-    if (threadIdx.x == 0) {
+    if (threadIdx.x < 32) {
       unsigned long long run = running;
-      const int chosen = crossing_digit<kCount>(sh.hist.counts, sh.sums, k_or_total, top_p, run);
-      sh.prefix = prefix | (static_cast<uint32_t>(chosen) << shift);
-      sh.running = run;
-      sh.at_count = sh.hist.counts[chosen];
+      const int chosen = crossing_digit<kCount>(sh.total.counts, sh.sums, k_or_total, top_p, run);
+      if (threadIdx.x == 0) {
+        sh.prefix = prefix | (static_cast<uint32_t>(chosen) << shift);
+        sh.running = run;
+        sh.at_count = sh.total.counts[chosen];
+      }
     }
     __syncthreads();
     prefix = sh.prefix;
@@ -384,70 +606,56 @@ __device__ uint32_t refine_weight(FinishShared& sh, uint2* list, Candidates& c, 
     at_count = sh.at_count;
     if (c.size < 0 && at_count <= kSharedList) {
       const uint32_t kept = prefix >> shift;  // every byte chosen so far
-      c = to_shared(sh, list, r, vocab, [&](int i, uint32_t w) { return take(i, w) && (w >> shift) == kept; });
+      c = to_shared(f, [&](int i, uint32_t w) { return take(i, w) && (w >> shift) == kept; });
     }
   }
   return prefix;
 }
 
-// The nth-lowest id (n >= 1) among candidates with take(i, weight): a radix select over the ids.
+// The nth-lowest id (n >= 1) in the row among candidates with take(i, weight): a radix select over
+// the ids.
 template <class Take>
-__device__ int nth_lowest_id(FinishShared& sh, const Candidates& c, const RowScratch& r, int vocab, int nth,
-                             Take take) {
+__device__ int nth_lowest_id(Finish& f, const Candidates& c, int nth, Take take) {
+  FinishShared& sh = f.sh;
   uint32_t prefix = 0;
   unsigned long long below = 0;
   for (int pass = 0; pass < 4; ++pass) {
     const int shift = 24 - 8 * pass;
-    candidate_histogram<false>(sh, c, r, vocab, [&](int i, uint32_t w) -> unsigned {
+    candidate_histogram<false>(f, c, [&](int i, uint32_t w) -> unsigned {
       const uint32_t id = static_cast<uint32_t>(i);
       return take(i, w) && (pass == 0 || (id >> (shift + 8)) == (prefix >> (shift + 8))) ? (id >> shift) & 0xffu
                                                                                           : kDigits;
     });
-    if (threadIdx.x == 0) {
-      int chosen = kDigits - 1;
-      for (int d = 0; d < kDigits; ++d) {
-        if (below + sh.hist.counts[d] >= static_cast<unsigned long long>(nth)) {
-          chosen = d;
-          break;
-        }
-        below += sh.hist.counts[d];
+    if (threadIdx.x < 32) {
+      unsigned long long under = below;
+      const int chosen = nth_digit(sh.total.counts, static_cast<unsigned long long>(nth), under);
+      if (threadIdx.x == 0) {
+        sh.prefix = prefix | (static_cast<uint32_t>(chosen) << shift);
+        sh.running = under;
       }
-      sh.prefix = prefix | (static_cast<uint32_t>(chosen) << shift);
-      sh.running = below;
     }
     __syncthreads();
     prefix = sh.prefix;
     below = sh.running;
-    __syncthreads();
   }
   return static_cast<int>(prefix);
 }
 
-__device__ unsigned long long block_sum(FinishShared& sh, unsigned long long v) {
-  const unsigned long long total = cub::BlockReduce<unsigned long long, kFinishThreads>(sh.sum_u64).Sum(v);
-  if (threadIdx.x == 0) sh.value_u64 = total;
-  __syncthreads();
-  const unsigned long long result = sh.value_u64;
-  __syncthreads();
-  return result;
-}
-
-__device__ inline unsigned long long warp_sum_u64(unsigned long long v) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
+// Launched as clusters of `ranks` CTAs (1 to kMaxCluster) along x, one cluster per row.
 __global__ void __launch_bounds__(kFinishThreads)
     sample_finish_kernel(StepBatch batch, const float* logits_base, int64_t ld, int vocab, int n_chunks,
                          void* scratch) {
   __shared__ FinishShared sh;
   extern __shared__ uint2 list[];  // [kSharedList]
-  const int s = blockIdx.x;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int ranks = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
+  const int s = static_cast<int>(blockIdx.x) / ranks;
+  const bool lead = rank == 0 && threadIdx.x == 0;  // writes the row's results, but for a draw
   const float* logits = logits_base + static_cast<int64_t>(s) * ld;
   const RowScratch r = row_scratch(scratch, s, vocab);
-  const ArgMax top = row_best(r, n_chunks);
+  const ArgMax top = row_extremes(r, n_chunks, sh.extremes).best;
   if (!isfinite(top.value)) {  // NaN everywhere or an infinite maximum: report, never sample garbage
-    if (threadIdx.x == 0) {
+    if (lead) {
       batch.next_token[s] = kNonFiniteLogits;
       batch.gen_step[s] += 1;
     }
@@ -455,9 +663,12 @@ __global__ void __launch_bounds__(kFinishThreads)
   }
   const int forced = batch.forced[s];
   if (forced >= 0) {
+    if (rank != 0) return;
+    if (static_cast<int>(threadIdx.x) < n_chunks) sh.masses[threadIdx.x] = r.partial[threadIdx.x].mass;
+    __syncthreads();
     if (threadIdx.x == 0) {
       double total = 0.0;
-      for (int c = 0; c < n_chunks; ++c) total += r.partial[c].mass;
+      for (int c = 0; c < n_chunks; ++c) total += sh.masses[c];
       const double logprob =
           static_cast<double>(logits[forced]) - static_cast<double>(top.value) - log(total);
       batch.forced_logprob[s] = static_cast<float>(logprob);
@@ -468,27 +679,32 @@ __global__ void __launch_bounds__(kFinishThreads)
     return;
   }
   if (batch.temperature[s] == 0.0f) {
-    if (threadIdx.x == 0) {
+    if (lead) {
       batch.next_token[s] = top.index;
       batch.gen_step[s] += 1;
     }
     return;
   }
+  // Read before any cluster barrier: the CTA that draws the token writes it after the draw's.
+  const int step = threadIdx.x == 0 ? batch.gen_step[s] : 0;
 
-  // The chunks' top-byte histograms of the positive weights, combined.
+  const int groups = (vocab + 3) / 4, per_rank = (groups + ranks - 1) / ranks;
+  Finish f{sh, list, r.weight, vocab, min(groups, rank * per_rank), 0, rank, ranks, 0};
+  f.g_end = min(groups, f.g_begin + per_rank);
+
+  // The row's top-byte histogram of the positive weights (the chunks' sum).
   for (int d = threadIdx.x; d < kDigits; d += kFinishThreads) {
-    unsigned count = 0;
-    unsigned long long sum = 0;
-    for (int c = 0; c < n_chunks; ++c) {
-      count += r.count[c * kDigits + d];
-      sum += r.sum[c * kDigits + d];
-    }
-    sh.top_count[d] = count;
-    sh.top_sum[d] = sum;
+    sh.top_count[d] = r.count[d];
+    sh.top_sum[d] = r.sum[d];
   }
   __syncthreads();
-  unsigned long long count_positive = 0;
-  for (int d = 0; d < kDigits; ++d) count_positive += sh.top_count[d];
+  if (threadIdx.x < 32) {
+    unsigned long long count = 0, sum = 0;
+    digit_totals(sh.top_count, sh.top_sum, count, sum);
+    if (threadIdx.x == 0) sh.totals = count;
+  }
+  __syncthreads();
+  const unsigned long long count_positive = sh.totals;
 
   // Top-k: the k-th largest weight and the id cut among its ties.
   const int top_k = batch.top_k[s];
@@ -496,10 +712,13 @@ __global__ void __launch_bounds__(kFinishThreads)
   uint32_t weight_k = 0;
   int id_cut_k = vocab, digit_k = 0;
   if (cut_k) {
-    if (threadIdx.x == 0) {
+    if (threadIdx.x < 32) {
       unsigned long long run = 0;
-      sh.found = crossing_digit<true>(sh.top_count, sh.top_sum, static_cast<uint64_t>(top_k), 0.0f, run);
-      sh.running = run;
+      const int d = crossing_digit<true>(sh.top_count, sh.top_sum, static_cast<uint64_t>(top_k), 0.0f, run);
+      if (threadIdx.x == 0) {
+        sh.found = d;
+        sh.running = run;
+      }
     }
     __syncthreads();
     digit_k = sh.found;
@@ -508,10 +727,10 @@ __global__ void __launch_bounds__(kFinishThreads)
     const auto in_digit_k = [&](int, uint32_t w) { return w > 0 && static_cast<int>(w >> 24) == digit_k; };
     Candidates c;
     unsigned at = 0;
-    weight_k = refine_weight<true>(sh, list, c, r, vocab, digit_k, sh.top_count[digit_k], in_digit_k,
+    weight_k = refine_weight<true>(f, c, digit_k, sh.top_count[digit_k], in_digit_k,
                                    static_cast<uint64_t>(top_k), 0.0f, greater, at);
     const int need = top_k - static_cast<int>(greater);
-    id_cut_k = nth_lowest_id(sh, c, r, vocab, need, [&](int, uint32_t w) { return w == weight_k; });
+    id_cut_k = nth_lowest_id(f, c, need, [&](int, uint32_t w) { return w == weight_k; });
   }
   const auto kept_k = [&](int i, uint32_t w) {
     return w > 0 && (!cut_k || w > weight_k || (w == weight_k && i <= id_cut_k));
@@ -526,26 +745,34 @@ __global__ void __launch_bounds__(kFinishThreads)
   if (cut_p) {
     if (cut_k) {
       unsigned long long kept_sum = 0;
-      for_each_candidate(Candidates{nullptr, -1}, r, vocab, [&](int i, uint32_t w, bool valid) {
+      for_each_candidate(f, Candidates{nullptr, -1}, [&](int i, uint32_t w, bool valid) {
         if (valid && static_cast<int>(w >> 24) == digit_k && kept_k(i, w)) kept_sum += w;
       });
-      kept_sum = block_sum(sh, kept_sum);
-      unsigned above_k = 0;
-      for (int d = digit_k + 1; d < kDigits; ++d) above_k += sh.top_count[d];
+      kept_sum = cluster_sum(f, block_sum(sh, kept_sum));
       for (int d = threadIdx.x; d < kDigits; d += kFinishThreads) {
         if (d < digit_k) sh.top_count[d] = 0, sh.top_sum[d] = 0;
-        if (d == digit_k) sh.top_count[d] = static_cast<unsigned>(top_k) - above_k, sh.top_sum[d] = kept_sum;
+        if (d == digit_k) {
+          unsigned above_k = 0;
+          for (int e = d + 1; e < kDigits; ++e) above_k += sh.top_count[e];
+          sh.top_count[d] = static_cast<unsigned>(top_k) - above_k;
+          sh.top_sum[d] = kept_sum;
+        }
       }
       __syncthreads();
     }
-    unsigned long long total_k = 0;
-    for (int d = 0; d < kDigits; ++d) total_k += sh.top_sum[d];
-    if (threadIdx.x == 0) {
+    if (threadIdx.x < 32) {
+      unsigned long long count = 0, total_k = 0;
+      digit_totals(sh.top_count, sh.top_sum, count, total_k);
       unsigned long long run = 0;
-      sh.found = crossing_digit<false>(sh.top_count, sh.top_sum, total_k, top_p, run);
-      sh.running = run;
+      const int d = crossing_digit<false>(sh.top_count, sh.top_sum, total_k, top_p, run);
+      if (threadIdx.x == 0) {
+        sh.totals = total_k;
+        sh.found = d;
+        sh.running = run;
+      }
     }
     __syncthreads();
+    const unsigned long long total_k = sh.totals;
     const int digit_p = sh.found;
     unsigned long long above = sh.running;
     const unsigned count_p = sh.top_count[digit_p];
@@ -555,7 +782,7 @@ __global__ void __launch_bounds__(kFinishThreads)
     };
     Candidates c;
     unsigned at = 0;
-    weight_p = refine_weight<false>(sh, list, c, r, vocab, digit_p, count_p, in_digit_p, total_k, top_p, above, at);
+    weight_p = refine_weight<false>(f, c, digit_p, count_p, in_digit_p, total_k, top_p, above, at);
     // Fewest tokens of the crossing group (in id order) that reach the mass: a monotone predicate.
     int lo = 1, hi = static_cast<int>(at);
     while (lo < hi) {
@@ -566,20 +793,21 @@ __global__ void __launch_bounds__(kFinishThreads)
         lo = mid + 1;
       }
     }
-    id_cut_p =
-        nth_lowest_id(sh, c, r, vocab, lo, [&](int i, uint32_t w) { return in_digit_p(i, w) && w == weight_p; });
+    id_cut_p = nth_lowest_id(f, c, lo, [&](int i, uint32_t w) { return in_digit_p(i, w) && w == weight_p; });
   }
   const auto kept = [&](int i, uint32_t w) {
     return kept_k(i, w) && (!cut_p || w > weight_p || (w == weight_p && i <= id_cut_p));
   };
 
-  // Draw: each warp owns a contiguous range of ids (four per lane and load), in ascending order across
-  // warps; the warps' kept sums locate the warp whose range holds the point, and that warp walks its
-  // range a tile of 128 ids at a time with a warp scan.
-  const int groups = (vocab + 3) / 4;
-  const int warp_groups = ((groups + kFinishWarps - 1) / kFinishWarps + 31) / 32 * 32;
+  // Draw: each warp owns a contiguous range of the slice's ids (four per lane and load), in ascending
+  // order across warps and, by rank, across CTAs; the CTAs' kept sums locate the CTA whose slice holds
+  // the point, its warps' sums the warp, and that warp walks its range a tile of 128 ids at a time
+  // with a warp scan.
+  const int slice_groups = f.g_end - f.g_begin;
+  const int warp_groups = ((slice_groups + kFinishWarps - 1) / kFinishWarps + 31) / 32 * 32;
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
-  const int g_begin = min(groups, warp * warp_groups), g_end = min(groups, g_begin + warp_groups);
+  const int g_begin = min(f.g_end, f.g_begin + warp * warp_groups),
+            g_end = min(f.g_end, g_begin + warp_groups);
   const uint4* w4 = reinterpret_cast<const uint4*>(r.weight);
   const auto kept4 = [&](int q, uint32_t (&w)[4]) {  // the kept weights of ids 4q..4q+3 (0 if dropped)
     const uint4 g = q < g_end ? w4[q] : make_uint4(0, 0, 0, 0);
@@ -601,21 +829,33 @@ __global__ void __launch_bounds__(kFinishThreads)
   lane_sum = warp_sum_u64(lane_sum);
   if (lane == 0) sh.warp_sums[warp] = lane_sum;
   __syncthreads();
+  unsigned long long slice_sum = 0;
+  if (warp == 0) slice_sum = warp_sum_u64(sh.warp_sums[lane]);
+  cluster_gather(f, slice_sum);
+  cluster.sync();  // no CTA leaves while another may still read its shared memory
   if (threadIdx.x == 0) {
     unsigned long long total = 0;
-    for (int k = 0; k < kFinishWarps; ++k) total += sh.warp_sums[k];
-    const uint64_t point = sampling_point(batch.sample_key[s], static_cast<uint32_t>(batch.gen_step[s]), total);
+    for (int k = 0; k < ranks; ++k) total += sh.rank_values[k];
+    const uint64_t point = sampling_point(batch.sample_key[s], static_cast<uint32_t>(step), total);
     sh.found = -1;
     sh.value_u64 = point;
-    sh.point_warp = kFinishWarps;  // none when the total is zero
+    sh.owner = -1;  // none when the total is zero
+    sh.point_warp = kFinishWarps;
     unsigned long long before = 0;
-    for (int k = 0; k < kFinishWarps; ++k) {
-      if (point < before + sh.warp_sums[k]) {
-        sh.point_warp = k;
-        sh.running = before;
+    for (int k = 0; k < ranks; ++k) {
+      if (point < before + sh.rank_values[k]) {
+        sh.owner = k;
+        for (int v = 0; k == rank && v < kFinishWarps; ++v) {  // this slice's sum is its warps'
+          if (point < before + sh.warp_sums[v]) {
+            sh.point_warp = v;
+            sh.running = before;
+            break;
+          }
+          before += sh.warp_sums[v];
+        }
         break;
       }
-      before += sh.warp_sums[k];
+      before += sh.rank_values[k];
     }
   }
   __syncthreads();
@@ -648,11 +888,46 @@ __global__ void __launch_bounds__(kFinishThreads)
     }
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0 && (sh.owner == rank || (sh.owner < 0 && rank == 0))) {
     // A total of zero cannot happen (the maximum weighs 2^31); fall back to the argmax regardless.
     batch.next_token[s] = sh.found >= 0 ? sh.found : top.index;
-    batch.gen_step[s] += 1;
+    batch.gen_step[s] = step + 1;
   }
+}
+
+constexpr size_t kListBytes = sizeof(uint2) * kSharedList;
+
+// How many clusters of 1, 2, 4, 8 and 16 finish CTAs the device holds at once (queried once per
+// process, like decode_stack.cu's limits: the processes this runs in use one kind of GPU).
+const std::array<int, 5>& finish_cluster_capacity() {
+  static const std::array<int, 5> capacity = [] {
+    std::array<int, 5> result{};
+    for (int k = 0; k < 5; ++k) {
+      cudaLaunchAttribute attribute{};
+      attribute.id = cudaLaunchAttributeClusterDimension;
+      attribute.val.clusterDim.x = 1u << k;
+      attribute.val.clusterDim.y = 1;
+      attribute.val.clusterDim.z = 1;
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3(1u << k);
+      config.blockDim = dim3(kFinishThreads);
+      config.dynamicSmemBytes = kListBytes;
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+      CUDA_CHECK(cudaOccupancyMaxActiveClusters(&result[k], sample_finish_kernel, &config));
+    }
+    return result;
+  }();
+  return capacity;
+}
+
+// The finish's cluster size for n rows: the largest whose n clusters all run at once (more CTAs per row
+// split each vocabulary pass finer), one CTA per row when even pairs do not fit.
+int finish_cluster_size(int n_seqs) {
+  const std::array<int, 5>& capacity = finish_cluster_capacity();
+  for (int k = 4; k >= 1; --k)
+    if (n_seqs <= capacity[k]) return 1 << k;
+  return 1;
 }
 
 }  // namespace
@@ -664,7 +939,7 @@ size_t sample_scratch_bytes(int n_seqs, int64_t vocab) {
 void launch_sample(const StepBatch& batch, const View& logits, void* scratch, cudaStream_t stream) {
   if (batch.n_seqs == 0) return;
   const int vocab = static_cast<int>(logits.cols);
-  const int n_chunks = chunks_for(vocab);
+  const int n_chunks = chunks_for(batch.n_seqs, vocab);
   const dim3 chunk_grid(static_cast<unsigned>(n_chunks), static_cast<unsigned>(batch.n_seqs));
   sample_argmax_kernel<<<chunk_grid, kChunkThreads, 0, stream>>>(logits.as<const float>(), logits.ld, vocab,
                                                                  scratch);
@@ -672,12 +947,25 @@ void launch_sample(const StepBatch& batch, const View& logits, void* scratch, cu
   sample_weights_kernel<<<chunk_grid, kChunkThreads, 0, stream>>>(batch, logits.as<const float>(), logits.ld,
                                                                   vocab, scratch);
   CUDA_CHECK_LAUNCH("sample_weights_kernel");
-  constexpr size_t kListBytes = sizeof(uint2) * kSharedList;
+  // Per device; cheap, not stream ops.
   CUDA_CHECK(cudaFuncSetAttribute(sample_finish_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(kListBytes)));  // per device; cheap, not a stream op
-  sample_finish_kernel<<<batch.n_seqs, kFinishThreads, kListBytes, stream>>>(batch, logits.as<const float>(),
-                                                                             logits.ld, vocab, n_chunks, scratch);
-  CUDA_CHECK_LAUNCH("sample_finish_kernel");
+                                  static_cast<int>(kListBytes)));
+  CUDA_CHECK(cudaFuncSetAttribute(sample_finish_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  const int ranks = finish_cluster_size(batch.n_seqs);
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(ranks);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(batch.n_seqs * ranks));
+  config.blockDim = dim3(kFinishThreads);
+  config.dynamicSmemBytes = kListBytes;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&config, sample_finish_kernel, batch, logits.as<const float>(), logits.ld,
+                                vocab, n_chunks, scratch));
 }
 
 }  // namespace kvdice::backend::cuda
