@@ -223,13 +223,6 @@ class Backend {
   virtual bool decoder_stack(const StepBatch& batch, const DecoderStack& stack) { return false; }
   // out = silu(gate_up[:, :n]) * gate_up[:, n:]  (gate_up fp32 [rows, 2n]; out activation dtype).
   virtual void silu_mul(const View& gate_up, const View& out) = 0;
-  // The MLP's gate/up projection and SiLU as one op: matmul(x, w, gate_up) then silu_mul(gate_up, out),
-  // which is this default (gate_up is its fp32 scratch). CUDA fuses them at decode row counts
-  // (gemv.cu), bit-identical, without touching gate_up.
-  virtual void matmul_silu(const View& x, const Weight& w, const View& gate_up, const View& out) {
-    matmul(x, w, gate_up, /*accumulate=*/false);
-    silu_mul(gate_up, out);
-  }
   // out[s, :] = x[seq_row_begin[s + 1] - 1, :]: each sequence's last row (for its logits).
   virtual void gather_last_rows(const StepBatch& batch, const View& x, const View& out) = 0;
   // After the forward: length[s] += n_new(s), appended[s] += n_new(s).

@@ -185,7 +185,8 @@ backend::View ForwardPass::run(const backend::StepBatch& batch, const kv::KvPool
       be.rope_attention(batch, qkv, w.q_norm, w.k_norm, c.rms_eps, weights_.rope, kv, q, attn, c.n_heads, scale);
       be.matmul(attn, w.wo, x, /*accumulate=*/true);  // residual add fused into the GEMM
       be.rmsnorm(x, w.mlp_norm, h, c.rms_eps);
-      be.matmul_silu(h, w.gate_up, gate_up, mlp);
+      be.matmul(h, w.gate_up, gate_up, /*accumulate=*/false);
+      be.silu_mul(gate_up, mlp);
       be.matmul(mlp, w.down, x, /*accumulate=*/true);
     }
   }

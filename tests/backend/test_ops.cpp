@@ -337,38 +337,6 @@ TEST(CudaOps, Attention) {
 
 // The composed form of a fused op on the same backend is the base class's default: `b.Backend::op`.
 
-TEST(CudaOps, MatmulSiluEqualsMatmulThenSiluMul) {
-  BackendPair pair = make_pair();
-  KVDICE_REQUIRE_GPU(pair);
-  struct Case {
-    int rows, in, n;  // gate/up weight [2n, in]
-  };
-  // Rows 1..8 take the fused GEMV; 9 the composition (cuBLASLt, then silu_mul).
-  for (const Case c : {Case{1, 2560, 9728}, Case{3, 64, 96}, Case{8, 2560, 9728}, Case{9, 256, 80}}) {
-    SCOPED_TRACE(c.rows);
-    const auto x_host = random_values(size_t(c.rows) * c.in, 41);
-    const auto w_host = random_values(size_t(2 * c.n) * c.in, 42, 0.05f);
-    std::vector<float> out[3];
-    int i = 0;
-    for (Backend* b : {pair.gpu.get(), pair.gpu.get(), pair.cpu.get()}) {
-      Matrix x(*b, b->activation_dtype(), c.rows, c.in, "x"), w(*b, b->weight_dtype(), 2 * c.n, c.in, "w");
-      Matrix gu(*b, DType::F32, c.rows, 2 * c.n, "gate_up"), o(*b, b->activation_dtype(), c.rows, c.n, "mlp");
-      x.upload(x_host);
-      w.upload(w_host);
-      const backend::Weight weight{w.view, {}};
-      if (i == 0) {
-        b->matmul_silu(x.view, weight, gu.view, o.view);
-      } else {
-        b->Backend::matmul_silu(x.view, weight, gu.view, o.view);
-      }
-      out[i++] = o.download();
-      EXPECT_TRUE(o.memory.sentinel_intact() && gu.memory.sentinel_intact());
-    }
-    EXPECT_EQ(out[0], out[1]);
-    EXPECT_LE(relative_error(out[0], out[2]), 1e-2);
-  }
-}
-
 TEST(CudaOps, RopeAttentionEqualsRopeAppendThenAttention) {
   BackendPair pair = make_pair();
   KVDICE_REQUIRE_GPU(pair);

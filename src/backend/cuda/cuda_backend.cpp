@@ -464,17 +464,6 @@ class CudaBackend final : public Backend {
     return true;
   }
 
-  void matmul_silu(const View& x, const Weight& w, const View& gate_up, const View& out) override {
-    if (w.bias.empty() && cuda::gemv_silu_supports(x, w.w, out)) {
-      KVDICE_CHECK(w.w.cols == x.cols && out.rows == x.rows && 2 * out.cols == w.w.rows,
-                   "matmul_silu [{}x{}]·[{}x{}]^T into [{}x{}]", x.rows, x.cols, w.w.rows, w.w.cols, out.rows,
-                   out.cols);
-      cuda::launch_gemv_silu(x, w.w, out, stream_);
-      return;
-    }
-    Backend::matmul_silu(x, w, gate_up, out);
-  }
-
   void silu_mul(const View& gate_up, const View& out) override {
     require_dtype(gate_up, DType::F32, "silu_mul", "gate_up");
     if (out.dtype != DType::BF16 && out.dtype != DType::F32)

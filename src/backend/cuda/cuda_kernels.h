@@ -81,10 +81,6 @@ inline constexpr int kGemvMaxRows = 8;
 // bf16 x of at most kGemvMaxRows rows, bf16 W with 16-byte aligned rows, fp32 y.
 bool gemv_supports(const View& x, const View& w, const View& y);
 void launch_gemv(const View& x, const View& w, const View& y, bool accumulate, cudaStream_t stream);
-// The MLP's gate/up GEMV with silu_mul fused: act (bf16 [rows, n]) = silu(x · W[:n]^T) * (x · W[n:]^T)
-// for W [2n, k], bit-identical to launch_gemv then launch_silu_mul.
-bool gemv_silu_supports(const View& x, const View& w, const View& act);
-void launch_gemv_silu(const View& x, const View& w, const View& act, cudaStream_t stream);
 
 // ---- decode_stack.cu (CudaBackend::decoder_stack: every layer of a one-row decode step at once) ----
 inline constexpr int kDecodeStackMaxLayers = 64;

@@ -49,7 +49,6 @@ constexpr int kMaxChunks = 128;        // at most kChunkThreads: row_extremes gi
 constexpr int kWideChunks = 16;        // the chunk count of large batches
 constexpr int kTokensPerChunk = 8192;  // at large batches: below this a chunk costs more than its work
 constexpr int kMinChunkTokens = 1024;  // at small batches, where more chunks fill otherwise idle SMs
-constexpr int kChunkCtas = 264;        // about two chunk CTAs per SM of an H200 (132 SMs)
 constexpr int kMaxCluster = 16;        // CTAs of one row's finish (16 is a non-portable cluster size)
 static_assert(kMaxChunks <= kChunkThreads && kMaxChunks <= kFinishThreads);
 
@@ -73,9 +72,21 @@ struct ChunkPartial {
 };
 
 // Enough chunks per row that a step's chunk CTAs fill the GPU, but no fewer than large batches use.
+// About two chunk CTAs per SM at small batches (the SM count queried once per process, like the
+// finish's cluster capacity).
+int chunk_ctas() {
+  static const int ctas = [] {
+    int device = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return 2 * sms;
+  }();
+  return ctas;
+}
+
 int chunks_for(int n_seqs, int64_t vocab) {
   const int64_t wide = std::clamp<int64_t>((vocab + kTokensPerChunk - 1) / kTokensPerChunk, 1, kWideChunks);
-  const int64_t fill = std::min<int64_t>((kChunkCtas + n_seqs - 1) / n_seqs, vocab / kMinChunkTokens);
+  const int64_t fill = std::min<int64_t>((chunk_ctas() + n_seqs - 1) / n_seqs, vocab / kMinChunkTokens);
   return static_cast<int>(std::min<int64_t>(kMaxChunks, std::max(wide, fill)));
 }
 
