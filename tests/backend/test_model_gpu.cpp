@@ -262,6 +262,41 @@ TEST(CudaEngine, MixedBatchEqualsEachSequenceAlone) {
   }
 }
 
+// The fused decoder stack records no scoring signals, so a pool that records them (snapkv_pp reads the
+// query ring) takes the op-by-op path at batch 1 even with fused_decode on: no fused step is counted,
+// kernel_choices says why, and the tokens equal a run without it. random_pp beside it does run fused.
+TEST(CudaEngine, FusedDecodeDeclinesAPoolThatRecordsSignals) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (or a build without CUDA)";
+  for (const std::string policy : {"snapkv_pp", "random_pp"}) {
+    auto be = backend::make_backend({"cuda"});
+    std::vector<std::vector<int>> tokens;
+    std::vector<int64_t> fused_steps;
+    for (const bool fused : {true, false}) {
+      engine::EngineConfig config = budgeted(policy);
+      config.fused_decode = fused;
+      config.max_batch = 1;
+      engine::Engine eng(*qwen3().model, *be, config);
+      engine::GenerationRequest r;
+      r.prompt = engine::encode_raw_prompt(qwen3(), "remember the passcode 4417 please");
+      r.max_new_tokens = 60;
+      r.sampling = {0.8f, 0.95f, 0, 23};
+      r.ignore_eos = true;
+      eng.submit(r);
+      eng.run();
+      tokens.push_back(eng.take_finished().at(0).tokens);
+      fused_steps.push_back(eng.fused_decode_steps());
+    }
+    EXPECT_EQ(fused_steps[1], 0) << policy;
+    if (policy == "snapkv_pp") {
+      EXPECT_EQ(fused_steps[0], 0);
+      EXPECT_NE(be->kernel_choices().find("records scoring signals"), std::string::npos) << be->kernel_choices();
+      EXPECT_EQ(tokens[0], tokens[1]);  // the same path both times
+    } else {
+      EXPECT_GT(fused_steps[0], 50) << be->kernel_choices();
+    }
+  }
+}
+
 // Three sampled requests "<tag>0..2" through `eng`; their tokens in submission order.
 std::vector<std::vector<int>> run_three(engine::Engine& eng, const std::string& tag, int max_new,
                                         uint64_t seed) {
