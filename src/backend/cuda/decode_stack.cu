@@ -15,9 +15,11 @@
 // and the CPU, but slower: 5.4 ms a step against 3.1 ms op by op, so EngineConfig::fused_decode is off
 // by default. Timing-only variants put the attention stage (8 CTAs at short context) at ~2.2 ms a step
 // and the 180 grid barriers at ~0.6 ms; without the attention stage the stream alone ran at 3.2 ms.
-// Since that measurement (not yet run on a GPU): the attention stage is instantiated per GQA group with
-// its key loop rolled, and the stages are not inlined, to cut the code a layer runs from cold (~240 KB
-// of SASS before), on the lead that instruction fetch, not memory, made the attention stage slow.
+// The seventh session refuted the lead that instruction fetch made the attention stage slow: with the
+// attention stage instantiated per GQA group (key loop rolled) and the stages not inlined, the stack ran
+// at 5.6 ms (178.6 tok/s), and ncu counted 2.7 M local-memory spill requests from the calls at the 128
+// registers a 512-thread CTA per SM allows. The stages are inlined again (no spills); the per-group
+// attention stays.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
@@ -234,7 +236,7 @@ __device__ inline void finish_slot(const StackArgs& a, const DecodeStackLayer& l
 
 // One GEMV stage: this CTA's slots of it, consumed in ring order while later slots stream in. `g` is
 // the global index of the stage's first slot; returns the next stage's.
-__device__ __noinline__ int gemv_stage(const StackArgs& a, Ring& ring, int layer, int stage, const uint4* x,
+__device__ inline int gemv_stage(const StackArgs& a, Ring& ring, int layer, int stage, const uint4* x,
                                        float* partials, int g) {
   const Share& sh = ring.share[stage];
   int rows, k;
@@ -257,7 +259,7 @@ __device__ __noinline__ int gemv_stage(const StackArgs& a, Ring& ring, int layer
 }
 
 // act = bf16(RMSNorm(x) * w), as the rmsnorm op computes it.
-__device__ __noinline__ void load_normed(const StackArgs& a, const float* w, __nv_bfloat16* act,
+__device__ inline void load_normed(const StackArgs& a, const float* w, __nv_bfloat16* act,
                                          float* scratch) {
   const int n = a.shape.hidden;
   float sum = 0.0f;
@@ -274,7 +276,7 @@ __device__ __noinline__ void load_normed(const StackArgs& a, const float* w, __n
 }
 
 // act = a bf16 vector another CTA wrote in this launch (read from L2).
-__device__ __noinline__ void load_vector(const __nv_bfloat16* src, int n, __nv_bfloat16* act) {
+__device__ inline void load_vector(const __nv_bfloat16* src, int n, __nv_bfloat16* act) {
   const uint4* s = reinterpret_cast<const uint4*>(src);
   uint4* d = reinterpret_cast<uint4*>(act);
   for (int c = threadIdx.x; c < n / 8; c += kThreads) d[c] = __ldcg(s + c);
@@ -296,7 +298,7 @@ __device__ inline void attention_split(int visible, int n_kv_heads, int& splits,
 // warp over the channels for P V) with an fp32 online softmax, merged across warps in order; one split
 // writes the output, several write partials that the merge stage combines.
 template <int HD, int GROUP>
-__device__ __noinline__ void attention_stage(const StackArgs& a, int layer, unsigned char* work, int splits,
+__device__ inline void attention_stage(const StackArgs& a, int layer, unsigned char* work, int splits,
                                              int per_split) {
   constexpr int kPairs = HD / 2 > 32 ? HD / 64 : 1;  // channel pairs per lane
   const DecodeStackShape& s = a.shape;
@@ -360,8 +362,8 @@ __device__ __noinline__ void attention_stage(const StackArgs& a, int layer, unsi
         if (valid) {
           // The slot's key in batches of kBatch 16-byte loads in flight (the stage is latency-bound).
           const uint4* key = reinterpret_cast<const uint4*>(l.keys + row * HD);
-          // The batch loop stays rolled: the stage runs once a layer, and unrolled it was code enough
-          // to miss the instruction cache every layer.
+          // The batch loop stays rolled for less code; the instruction-cache reason it was rolled for
+          // was refuted (docs/benchmarks.md, seventh session), so unrolling it is open.
           constexpr int kBatch = HD / 8 < 8 ? HD / 8 : 8;
 #pragma unroll 1
           for (int c0 = 0; c0 < HD / 8; c0 += kBatch) {
@@ -480,7 +482,7 @@ __device__ __noinline__ void attention_stage(const StackArgs& a, int layer, unsi
 
 // Combines the splits' partials of each query head by log-sum-exp, in split order.
 template <int HD>
-__device__ __noinline__ void merge_stage(const StackArgs& a, int splits) {
+__device__ inline void merge_stage(const StackArgs& a, int splits) {
   for (int head = blockIdx.x; head < a.shape.n_heads; head += gridDim.x) {
     const float* first = a.partials + static_cast<int64_t>(head) * kMaxSplits * (HD + 2);
     float best = -INFINITY;
