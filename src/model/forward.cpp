@@ -182,7 +182,8 @@ backend::View ForwardPass::run(const backend::StepBatch& batch, const kv::KvPool
       const backend::KvLayer& kv = pool.layer(layer);
       be.rmsnorm(x, w.attn_norm, h, c.rms_eps);
       be.matmul(h, w.qkv, qkv, /*accumulate=*/false);
-      be.rope_attention(batch, qkv, w.q_norm, w.k_norm, c.rms_eps, weights_.rope, kv, q, attn, c.n_heads, scale);
+      be.rope_attention(batch, qkv, w.q_norm, w.k_norm, c.rms_eps, weights_.rope, kv, q, attn, c.n_heads,
+                        scale);
       be.matmul(attn, w.wo, x, /*accumulate=*/true);  // residual add fused into the GEMM
       be.rmsnorm(x, w.mlp_norm, h, c.rms_eps);
       be.matmul(h, w.gate_up, gate_up, /*accumulate=*/false);

@@ -289,7 +289,8 @@ TEST(CudaEngine, FusedDecodeDeclinesAPoolThatRecordsSignals) {
     EXPECT_EQ(fused_steps[1], 0) << policy;
     if (policy == "snapkv_pp") {
       EXPECT_EQ(fused_steps[0], 0);
-      EXPECT_NE(be->kernel_choices().find("records scoring signals"), std::string::npos) << be->kernel_choices();
+      EXPECT_NE(be->kernel_choices().find("records scoring signals"), std::string::npos)
+          << be->kernel_choices();
       EXPECT_EQ(tokens[0], tokens[1]);  // the same path both times
     } else {
       EXPECT_GT(fused_steps[0], 50) << be->kernel_choices();

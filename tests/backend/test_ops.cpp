@@ -206,6 +206,27 @@ struct RopeCase {
   int base_position;
 };
 
+// A RoPE case's per-head norms (Qwen3) and rotation table on one backend, the same on every backend.
+struct RopeTables {
+  Matrix q_norm, k_norm, inv_freq;
+  backend::Rope rope;
+  RopeTables(Backend& b, int head_dim, int rotary_dim)
+      : q_norm(b, DType::F32, 1, head_dim, "q_norm"),
+        k_norm(b, DType::F32, 1, head_dim, "k_norm"),
+        inv_freq(b, DType::F32, 1, rotary_dim / 2, "inv_freq") {
+    q_norm.upload(random_values(size_t(head_dim), 53, 0.3f, 1.0f));
+    k_norm.upload(random_values(size_t(head_dim), 54, 0.3f, 1.0f));
+    std::vector<float> freq(size_t(rotary_dim / 2));
+    for (int i = 0; i < rotary_dim / 2; ++i)
+      freq[i] = static_cast<float>(1.0 / std::pow(1e6, 2.0 * i / rotary_dim));
+    inv_freq.upload(freq);
+    rope = {inv_freq.view.as<const float>(), rotary_dim};
+  }
+  // The norms, or none (models without q/k norms).
+  backend::View q(bool norms) const { return norms ? q_norm.view : backend::View{}; }
+  backend::View k(bool norms) const { return norms ? k_norm.view : backend::View{}; }
+};
+
 TEST(CudaOps, QkNormRopeAppend) {
   BackendPair pair = make_pair();
   KVDICE_REQUIRE_GPU(pair);
@@ -225,11 +246,6 @@ TEST(CudaOps, QkNormRopeAppend) {
     h.page_table = shuffled_page_table(h.n_seqs, max_pages, 51);
     const int qkv_cols = (c.n_heads + 2 * c.n_kv) * c.head_dim;
     const auto qkv_host = random_values(size_t(h.n_rows) * qkv_cols, 52, 2.0f);
-    const auto qn_host = random_values(size_t(c.head_dim), 53, 0.3f, 1.0f);
-    const auto kn_host = random_values(size_t(c.head_dim), 54, 0.3f, 1.0f);
-    std::vector<float> inv_freq(size_t(c.rotary_dim / 2));
-    for (int i = 0; i < c.rotary_dim / 2; ++i)
-      inv_freq[i] = static_cast<float>(1.0 / std::pow(1e6, 2.0 * i / c.rotary_dim));
     const int n_pages = h.n_seqs * max_pages;
     std::vector<float> q_out[2], k_out[2], v_out[2];
     std::vector<int32_t> pos_out[2];
@@ -237,17 +253,12 @@ TEST(CudaOps, QkNormRopeAppend) {
     for (Backend* b : {pair.cpu.get(), pair.gpu.get()}) {
       Matrix qkv(*b, DType::F32, h.n_rows, qkv_cols, "qkv"),
           q(*b, b->activation_dtype(), h.n_rows, int64_t{c.n_heads} * c.head_dim, "q");
-      Matrix qn(*b, DType::F32, 1, c.head_dim, "q_norm"), kn(*b, DType::F32, 1, c.head_dim, "k_norm");
-      Matrix freq(*b, DType::F32, 1, c.rotary_dim / 2, "inv_freq");
       qkv.upload(qkv_host);
-      qn.upload(qn_host);
-      kn.upload(kn_host);
-      freq.upload(inv_freq);
+      const RopeTables tables(*b, c.head_dim, c.rotary_dim);
       KvLayerMemory kv(*b, n_pages, c.n_kv, page_slots, c.head_dim, 0);
       DeviceBatch d(*b, h);
-      const backend::Rope rope{freq.view.as<const float>(), c.rotary_dim};
-      b->qk_norm_rope_append(d.batch, qkv.view, c.norms ? qn.view : backend::View{},
-                             c.norms ? kn.view : backend::View{}, 1e-6f, rope, kv.layer, q.view, c.n_heads);
+      b->qk_norm_rope_append(d.batch, qkv.view, tables.q(c.norms), tables.k(c.norms), 1e-6f, tables.rope,
+                             kv.layer, q.view, c.n_heads);
       q_out[i] = q.download();
       k_out[i] = kv.keys.download();
       v_out[i] = kv.values.download();
@@ -370,11 +381,6 @@ TEST(CudaOps, RopeAttentionEqualsRopeAppendThenAttention) {
     const std::vector<int32_t> pos_host(pool / c.head_dim, -1);
     const int qkv_cols = (c.n_heads + 2 * c.n_kv) * c.head_dim;
     const auto qkv_host = random_values(size_t(n_seqs) * qkv_cols, 74, 2.0f);
-    const auto qn_host = random_values(size_t(c.head_dim), 75, 0.3f, 1.0f);
-    const auto kn_host = random_values(size_t(c.head_dim), 76, 0.3f, 1.0f);
-    std::vector<float> inv_freq(size_t(c.rotary_dim / 2));
-    for (int i = 0; i < c.rotary_dim / 2; ++i)
-      inv_freq[i] = static_cast<float>(1.0 / std::pow(1e6, 2.0 * i / c.rotary_dim));
     std::vector<float> out[3], keys[3], values[3];
     std::vector<int32_t> positions[3];
     int i = 0;
@@ -384,15 +390,11 @@ TEST(CudaOps, RopeAttentionEqualsRopeAppendThenAttention) {
       const int64_t q_cols = int64_t{c.n_heads} * c.head_dim;
       Matrix qkv(*b, DType::F32, n_seqs, qkv_cols, "qkv"), q(*b, b->activation_dtype(), n_seqs, q_cols, "q");
       Matrix o(*b, b->activation_dtype(), n_seqs, q_cols, "out");
-      Matrix qn(*b, DType::F32, 1, c.head_dim, "q_norm"), kn(*b, DType::F32, 1, c.head_dim, "k_norm");
-      Matrix freq(*b, DType::F32, 1, c.rotary_dim / 2, "inv_freq");
       qkv.upload(qkv_host);
-      qn.upload(qn_host);
-      kn.upload(kn_host);
-      freq.upload(inv_freq);
+      const RopeTables tables(*b, c.head_dim, c.rotary_dim);
       DeviceBatch d(*b, h);
-      const backend::Rope rope{freq.view.as<const float>(), c.rotary_dim};
-      const backend::View q_norm = c.norms ? qn.view : backend::View{}, k_norm = c.norms ? kn.view : backend::View{};
+      const backend::Rope& rope = tables.rope;
+      const backend::View q_norm = tables.q(c.norms), k_norm = tables.k(c.norms);
       const float scale = 1.0f / std::sqrt(float(c.head_dim));
       if (i == 0) {
         b->rope_attention(d.batch, qkv.view, q_norm, k_norm, 1e-6f, rope, kv.layer, q.view, o.view, c.n_heads,

@@ -317,20 +317,22 @@ class CudaBackend final : public Backend {
     cuda::launch_qk_norm_rope_append(batch, qkv, q_norm, k_norm, eps, rope, kv, q, n_heads, stream_);
   }
 
-  void rope_attention(const StepBatch& batch, const View& qkv, const View& q_norm, const View& k_norm, float eps,
-                      const Rope& rope, const KvLayer& kv, const View& q, const View& out, int n_heads,
-                      float scale) override {
+  void rope_attention(const StepBatch& batch, const View& qkv, const View& q_norm, const View& k_norm,
+                      float eps, const Rope& rope, const KvLayer& kv, const View& q, const View& out,
+                      int n_heads, float scale) override {
     // Fused only where the decode kernel takes the step and no scoring signal is recorded (those are
     // written by the rope op and read after attention); the two ops otherwise.
-    const bool no_signals = kv.query_ring == nullptr && kv.value_range == nullptr && kv.attention_mass == nullptr;
-    const bool norms_f32 = (q_norm.empty() || q_norm.dtype == DType::F32) &&
-                           (k_norm.empty() || k_norm.dtype == DType::F32);
-    const bool fusable =
-        no_signals && norms_f32 && qkv.dtype == DType::F32 && q.dtype == DType::BF16 && kv.dtype == DType::BF16 &&
-        kv.n_kv_heads > 0 && n_heads % kv.n_kv_heads == 0 && rope.rotary_dim % 2 == 0 &&
-        rope.rotary_dim <= kv.head_dim && qkv.cols == int64_t{n_heads + 2 * kv.n_kv_heads} * kv.head_dim &&
-        cuda::decode_attention_supports(batch, q.data, q.ld, kv.head_dim, n_heads / kv.n_kv_heads, kv.page_slots,
-                                        cuda::attention_splits(batch, kv, properties_.multiProcessorCount));
+    const bool no_signals =
+        kv.query_ring == nullptr && kv.value_range == nullptr && kv.attention_mass == nullptr;
+    const bool norms_f32 =
+        (q_norm.empty() || q_norm.dtype == DType::F32) && (k_norm.empty() || k_norm.dtype == DType::F32);
+    const bool fusable = no_signals && norms_f32 && qkv.dtype == DType::F32 && q.dtype == DType::BF16 &&
+                         kv.dtype == DType::BF16 && kv.n_kv_heads > 0 && n_heads % kv.n_kv_heads == 0 &&
+                         rope.rotary_dim % 2 == 0 && rope.rotary_dim <= kv.head_dim &&
+                         qkv.cols == int64_t{n_heads + 2 * kv.n_kv_heads} * kv.head_dim &&
+                         cuda::decode_attention_supports(
+                             batch, q.data, q.ld, kv.head_dim, n_heads / kv.n_kv_heads, kv.page_slots,
+                             cuda::attention_splits(batch, kv, properties_.multiProcessorCount));
     if (!fusable) {
       Backend::rope_attention(batch, qkv, q_norm, k_norm, eps, rope, kv, q, out, n_heads, scale);
       return;
@@ -375,7 +377,8 @@ class CudaBackend final : public Backend {
     int* split_counters = static_cast<int*>(
         grow(split_counters_, sizeof(int) * static_cast<size_t>(batch.n_seqs) * kv.n_kv_heads,
              "attention split counters"));
-    cuda::launch_attention(batch, q, kv, out, n_heads, scale, n_splits, scratch, split_counters, stream_, rope);
+    cuda::launch_attention(batch, q, kv, out, n_heads, scale, n_splits, scratch, split_counters, stream_,
+                           rope);
     // H2O's signal, only when the pool records it (the running policy asks for attention mass).
     if (kv.attention_mass != nullptr) {
       if (!cuda::attention_mass_supports(kv.head_dim, group))

@@ -237,7 +237,7 @@ __device__ inline void finish_slot(const StackArgs& a, const DecodeStackLayer& l
 // One GEMV stage: this CTA's slots of it, consumed in ring order while later slots stream in. `g` is
 // the global index of the stage's first slot; returns the next stage's.
 __device__ inline int gemv_stage(const StackArgs& a, Ring& ring, int layer, int stage, const uint4* x,
-                                       float* partials, int g) {
+                                 float* partials, int g) {
   const Share& sh = ring.share[stage];
   int rows, k;
   stage_dims(a.shape, stage, rows, k);
@@ -259,8 +259,7 @@ __device__ inline int gemv_stage(const StackArgs& a, Ring& ring, int layer, int 
 }
 
 // act = bf16(RMSNorm(x) * w), as the rmsnorm op computes it.
-__device__ inline void load_normed(const StackArgs& a, const float* w, __nv_bfloat16* act,
-                                         float* scratch) {
+__device__ inline void load_normed(const StackArgs& a, const float* w, __nv_bfloat16* act, float* scratch) {
   const int n = a.shape.hidden;
   float sum = 0.0f;
 #pragma unroll 4
@@ -299,7 +298,7 @@ __device__ inline void attention_split(int visible, int n_kv_heads, int& splits,
 // writes the output, several write partials that the merge stage combines.
 template <int HD, int GROUP>
 __device__ inline void attention_stage(const StackArgs& a, int layer, unsigned char* work, int splits,
-                                             int per_split) {
+                                       int per_split) {
   constexpr int kPairs = HD / 2 > 32 ? HD / 64 : 1;  // channel pairs per lane
   const DecodeStackShape& s = a.shape;
   const DecodeStackLayer& l = a.layers[layer];
