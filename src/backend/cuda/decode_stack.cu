@@ -50,6 +50,8 @@ constexpr int kAttentionWarps = 8;  // warps that stream one attention item's sl
 constexpr int kMaxGroup = 8;        // query heads per KV head: 1, 2, 4 or 8 (a kernel per group)
 constexpr int kMaxSplits = 16;      // CTAs that share one KV head's slots
 constexpr int kSplitSlots = 256;    // visible slots per split before another split is added
+constexpr int kPrefetchOverAttentionBytes = 24 << 20;  // L2 prefetch before the attention stage (grid)
+constexpr int kPrefetchOverBarrierBytes = 8 << 20;     // and before each other grid barrier
 
 enum Stage { kQkv = 0, kO = 1, kGateUp = 2, kDown = 3, kStages = 4 };
 static_assert(sizeof(DecodeStackPlan::rows_per_slot) == kStages * sizeof(int), "a plan entry per stage");
@@ -67,6 +69,7 @@ struct StackArgs {
   int slot_bytes;       // one ring slot
   int work_bytes;       // the activation vector, or one attention item's scratch
   int rows_per_slot[kStages];
+  int prefetch_slots[2];  // slots pulled into L2 before the attention stage, and before the other waits
 };
 
 // This CTA's share of one stage's rows (gate/up: rows of the intermediate, a gate row and an up row each).
@@ -162,25 +165,51 @@ struct Ring {
   int total;      // slots of the launch
 };
 
+// Where global slot g's weights are: one contiguous range, or two for gate/up (the up rows sit
+// `intermediate` rows below the gate rows; second == nullptr otherwise), each `bytes` long.
+struct SlotSource {
+  const char* first;
+  const char* second;
+  uint32_t bytes;
+};
+__device__ inline SlotSource slot_source(const StackArgs& a, const Ring& ring, int g) {
+  const int layer = g / ring.per_layer;
+  int r = g % ring.per_layer, stage = 0;
+  while (r >= ring.share[stage].slots) r -= ring.share[stage++].slots;
+  const Share& sh = ring.share[stage];
+  int rows, k;
+  stage_dims(a.shape, stage, rows, k);
+  const int row0 = sh.row_begin + r * sh.per_slot;
+  const int n = min(sh.per_slot, sh.row_begin + sh.rows - row0);
+  const char* w = reinterpret_cast<const char*>(stage_weight(a.layers[layer], stage));
+  SlotSource src;
+  src.first = w + static_cast<int64_t>(row0) * k * 2;
+  src.second = stage == kGateUp ? w + (static_cast<int64_t>(a.shape.intermediate) + row0) * k * 2 : nullptr;
+  src.bytes = static_cast<uint32_t>(n) * k * 2;
+  return src;
+}
+
 // Issues the copies of global slot g (nothing past the end). One thread.
 __device__ inline void issue_slot(const StackArgs& a, Ring& ring, int g) {
   if (g < ring.total) {
-    const int layer = g / ring.per_layer;
-    int r = g % ring.per_layer, stage = 0;
-    while (r >= ring.share[stage].slots) r -= ring.share[stage++].slots;
-    const Share& sh = ring.share[stage];
-    int rows, k;
-    stage_dims(a.shape, stage, rows, k);
-    const int row0 = sh.row_begin + r * sh.per_slot;
-    const int n = min(sh.per_slot, sh.row_begin + sh.rows - row0);
-    const uint32_t bytes = static_cast<uint32_t>(n) * k * 2;
-    const char* w = reinterpret_cast<const char*>(stage_weight(a.layers[layer], stage));
+    const SlotSource src = slot_source(a, ring, g);
     unsigned char* dst = ring.base + static_cast<int64_t>(g % kRing) * a.slot_bytes;
     uint64_t* bar = &ring.full[g % kRing];
-    barrier_expect(bar, stage == kGateUp ? 2 * bytes : bytes);
-    bulk_copy(dst, w + static_cast<int64_t>(row0) * k * 2, bytes, bar);
-    if (stage == kGateUp)  // the up rows sit `intermediate` rows below the gate rows
-      bulk_copy(dst + bytes, w + (static_cast<int64_t>(a.shape.intermediate) + row0) * k * 2, bytes, bar);
+    barrier_expect(bar, src.second != nullptr ? 2 * src.bytes : src.bytes);
+    bulk_copy(dst, src.first, src.bytes, bar);
+    if (src.second != nullptr) bulk_copy(dst + src.bytes, src.second, src.bytes, bar);
+  }
+}
+
+// Before a wait (grid barrier, attention) the ring holds only kRing - 1 slots in flight and the bus would
+// idle once they land: the slots after them, up to `count`, are pulled into L2 instead (no shared memory,
+// nothing to wait for), so the stages after the wait read them from L2. One thread.
+__device__ inline void prefetch_slots(const StackArgs& a, const Ring& ring, int from, int count) {
+  for (int g = from; g < min(ring.total, from + count); ++g) {
+    const SlotSource src = slot_source(a, ring, g);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src.first), "r"(src.bytes) : "memory");
+    if (src.second != nullptr)
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src.second), "r"(src.bytes) : "memory");
   }
 }
 
@@ -539,6 +568,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_stack_kernel(const __grid_
     const DecodeStackLayer& l = a.layers[layer];
     load_normed(a, l.attn_norm, act, scratch);
     g = gemv_stage(a, ring, layer, kQkv, act16, partials, g);
+    if (threadIdx.x == 0) prefetch_slots(a, ring, g + kRing - 1, a.prefetch_slots[0]);  // over attention
     grid.sync();
     switch (a.shape.n_heads / a.shape.n_kv_heads) {  // decode_stack_supports: 1, 2, 4 or 8
       case 1:
@@ -561,12 +591,15 @@ __global__ void __launch_bounds__(kThreads, 1) decode_stack_kernel(const __grid_
     }
     load_vector(a.attn, q_dim, act);
     g = gemv_stage(a, ring, layer, kO, act16, partials, g);
+    if (threadIdx.x == 0) prefetch_slots(a, ring, g + kRing - 1, a.prefetch_slots[1]);
     grid.sync();
     load_normed(a, l.mlp_norm, act, scratch);
     g = gemv_stage(a, ring, layer, kGateUp, act16, partials, g);
+    if (threadIdx.x == 0) prefetch_slots(a, ring, g + kRing - 1, a.prefetch_slots[1]);
     grid.sync();
     load_vector(a.mlp, a.shape.intermediate, act);
     g = gemv_stage(a, ring, layer, kDown, act16, partials, g);
+    if (threadIdx.x == 0) prefetch_slots(a, ring, g + kRing - 1, a.prefetch_slots[1]);
     grid.sync();
   }
 }
@@ -676,6 +709,10 @@ void launch_decode_stack(const StepBatch& batch, const DecodeStackLayer* layers,
   args.slot_bytes = plan.slot_bytes;
   args.work_bytes = plan.work_bytes;
   std::copy(plan.rows_per_slot, plan.rows_per_slot + kStages, args.rows_per_slot);
+  // L2 prefetch budgets, over the whole grid: a wait of ~15 us (the attention stage) leaves ~60 MB of bus
+  // time unused, a grid barrier ~15 MB; L2 holds ~50 MB, and what is prefetched must stay until read.
+  args.prefetch_slots[0] = kPrefetchOverAttentionBytes / sm_count / plan.slot_bytes;
+  args.prefetch_slots[1] = kPrefetchOverBarrierBytes / sm_count / plan.slot_bytes;
   switch (shape.head_dim) {
     case 16:
       return launch_for<16>(args, sm_count, plan.shared_bytes, stream);
