@@ -21,8 +21,10 @@
 // registers a 512-thread CTA per SM allows. The stages are inlined again (no spills); the per-group
 // attention stays. That profile's source view puts the attention stage at ~15 µs a layer (~8.5 % of
 // the launch) and the GEMV stages at 63 %, mostly waiting on the ring: refilled only after every warp
-// passed the slot before, it streams ~1.8 TB/s. The stream is the first thing to fix (a producer warp,
-// slots released through "empty" mbarriers instead of a CTA barrier per slot).
+// passed the slot before, it streams ~1.8 TB/s, and it drains at every wait (a grid barrier, the
+// attention stage), which its ~140 KB per SM covers for ~4 us. The stream is the first thing to fix:
+// before each wait the slots after the in-flight ones are now pulled into L2 (prefetch_slots; not yet
+// run on a GPU); a producer warp with slots released through "empty" mbarriers would come next.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
