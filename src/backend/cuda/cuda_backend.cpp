@@ -354,43 +354,6 @@ class CudaBackend final : public Backend {
     run_attention(batch, q, kv, out, n_heads, scale, nullptr);
   }
 
-  // attention, or with `rope` the fused form of rope_attention.
-  void run_attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
-                     float scale, const cuda::DecodeRope* rope) {
-    require_dtype(q, DType::BF16, "attention", "q");
-    require_dtype(out, DType::BF16, "attention", "out");
-    if (kv.dtype != DType::BF16) fail("CUDA attention: KV pool must be bf16, got {}", dtype_name(kv.dtype));
-    if (!cuda::attention_supports_head_dim(kv.head_dim))
-      fail("CUDA attention: head_dim {} is not supported (16, 32, 64, 128 or 256)", kv.head_dim);
-    if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0)
-      fail("CUDA attention: {} query heads do not split into {} KV heads", n_heads, kv.n_kv_heads);
-    const int group = n_heads / kv.n_kv_heads;
-    if (group > cuda::attention_max_group(kv.head_dim))
-      fail("CUDA attention: GQA group of {} query heads per KV head exceeds {} at head_dim {}", group,
-           cuda::attention_max_group(kv.head_dim), kv.head_dim);
-    KVDICE_CHECK(q.cols == int64_t{n_heads} * kv.head_dim && out.cols == q.cols,
-                 "attention: q [{}x{}] out [{}x{}]", q.rows, q.cols, out.rows, out.cols);
-    const int n_splits = cuda::attention_splits(batch, kv, properties_.multiProcessorCount);
-    void* scratch = grow(attention_scratch_, cuda::attention_scratch_bytes(batch, kv, n_heads, n_splits),
-                         "attention split partials");
-    // The counters live in a buffer of their own: partials of another shape never overwrite them.
-    int* split_counters = static_cast<int*>(
-        grow(split_counters_, sizeof(int) * static_cast<size_t>(batch.n_seqs) * kv.n_kv_heads,
-             "attention split counters"));
-    cuda::launch_attention(batch, q, kv, out, n_heads, scale, n_splits, scratch, split_counters, stream_,
-                           rope);
-    // H2O's signal, only when the pool records it (the running policy asks for attention mass).
-    if (kv.attention_mass != nullptr) {
-      if (!cuda::attention_mass_supports(kv.head_dim, group))
-        fail("CUDA attention: attention mass takes head_dim a multiple of 8 up to 256 and GQA groups up to 16, "
-             "got {} and {}",
-             kv.head_dim, group);
-      void* mass_scratch = grow(mass_scratch_, cuda::attention_mass_scratch_bytes(batch, kv, n_heads),
-                                "attention mass tile statistics");
-      cuda::launch_attention_mass(batch, q, kv, n_heads, scale, mass_scratch, stream_);
-    }
-  }
-
   bool decoder_stack(const StepBatch& batch, const DecoderStack& stack) override {
     // A step of several rows is the batched ops' job; any other refusal is noted (kernel_choices).
     if (batch.n_rows != 1 || batch.n_seqs != 1 || batch.max_rows_per_seq != 1) return false;
@@ -664,6 +627,43 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // attention, or with `rope` the fused form of rope_attention.
+  void run_attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
+                     float scale, const cuda::DecodeRope* rope) {
+    require_dtype(q, DType::BF16, "attention", "q");
+    require_dtype(out, DType::BF16, "attention", "out");
+    if (kv.dtype != DType::BF16) fail("CUDA attention: KV pool must be bf16, got {}", dtype_name(kv.dtype));
+    if (!cuda::attention_supports_head_dim(kv.head_dim))
+      fail("CUDA attention: head_dim {} is not supported (16, 32, 64, 128 or 256)", kv.head_dim);
+    if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0)
+      fail("CUDA attention: {} query heads do not split into {} KV heads", n_heads, kv.n_kv_heads);
+    const int group = n_heads / kv.n_kv_heads;
+    if (group > cuda::attention_max_group(kv.head_dim))
+      fail("CUDA attention: GQA group of {} query heads per KV head exceeds {} at head_dim {}", group,
+           cuda::attention_max_group(kv.head_dim), kv.head_dim);
+    KVDICE_CHECK(q.cols == int64_t{n_heads} * kv.head_dim && out.cols == q.cols,
+                 "attention: q [{}x{}] out [{}x{}]", q.rows, q.cols, out.rows, out.cols);
+    const int n_splits = cuda::attention_splits(batch, kv, properties_.multiProcessorCount);
+    void* scratch = grow(attention_scratch_, cuda::attention_scratch_bytes(batch, kv, n_heads, n_splits),
+                         "attention split partials");
+    // The counters live in a buffer of their own: partials of another shape never overwrite them.
+    int* split_counters = static_cast<int*>(
+        grow(split_counters_, sizeof(int) * static_cast<size_t>(batch.n_seqs) * kv.n_kv_heads,
+             "attention split counters"));
+    cuda::launch_attention(batch, q, kv, out, n_heads, scale, n_splits, scratch, split_counters, stream_,
+                           rope);
+    // H2O's signal, only when the pool records it (the running policy asks for attention mass).
+    if (kv.attention_mass != nullptr) {
+      if (!cuda::attention_mass_supports(kv.head_dim, group))
+        fail("CUDA attention: attention mass takes head_dim a multiple of 8 up to 256 and GQA groups up to 16, "
+             "got {} and {}",
+             kv.head_dim, group);
+      void* mass_scratch = grow(mass_scratch_, cuda::attention_mass_scratch_bytes(batch, kv, n_heads),
+                                "attention mass tile statistics");
+      cuda::launch_attention_mass(batch, q, kv, n_heads, scale, mass_scratch, stream_);
+    }
+  }
+
   // y += bias per row, after a matmul of a weight that has one.
   void add_bias(const Weight& w, const View& y) {
     if (w.bias.empty()) return;
