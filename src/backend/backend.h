@@ -106,6 +106,10 @@ struct KvLayer {
   // last r rows of a sequence write it (a longer prefill chunk leaves its last r queries).
   float* query_ring = nullptr;
   int n_heads = 0;
+  // Whether the pool records any of the signals above (fused paths that write none of them decline).
+  bool records_signals() const {
+    return value_range != nullptr || attention_mass != nullptr || query_ring != nullptr;
+  }
   // Element offset of (page, head, offset-in-page) for keys/values; positions use it / head_dim.
   int64_t slot_index(int32_t page, int head, int offset) const {
     return (static_cast<int64_t>(page) * n_kv_heads + head) * page_slots + offset;
@@ -218,8 +222,8 @@ class Backend {
   }
   // Every decoder layer of the step at once, where the backend has a fused form for it, returning
   // whether it ran; when it returns false the caller runs the layers op by op (rmsnorm, matmul,
-  // qk_norm_rope_append, attention, matmul, rmsnorm, matmul, silu_mul, matmul), the twin that defines
-  // what it computes. CUDA: a one-row decode step (decode_stack.cu); the CPU backend has none.
+  // rope_attention, matmul, rmsnorm, matmul, silu_mul, matmul), the twin that defines what it
+  // computes. CUDA: a one-row decode step (decode_stack.cu); the CPU backend has none.
   virtual bool decoder_stack(const StepBatch& batch, const DecoderStack& stack) { return false; }
   // out = silu(gate_up[:, :n]) * gate_up[:, n:]  (gate_up fp32 [rows, 2n]; out activation dtype).
   virtual void silu_mul(const View& gate_up, const View& out) = 0;

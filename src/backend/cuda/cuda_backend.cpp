@@ -322,17 +322,16 @@ class CudaBackend final : public Backend {
                       int n_heads, float scale) override {
     // Fused only where the decode kernel takes the step and no scoring signal is recorded (those are
     // written by the rope op and read after attention); the two ops otherwise.
-    const bool no_signals =
-        kv.query_ring == nullptr && kv.value_range == nullptr && kv.attention_mass == nullptr;
     const bool norms_f32 =
         (q_norm.empty() || q_norm.dtype == DType::F32) && (k_norm.empty() || k_norm.dtype == DType::F32);
-    const bool fusable = no_signals && norms_f32 && qkv.dtype == DType::F32 && q.dtype == DType::BF16 &&
-                         kv.dtype == DType::BF16 && kv.n_kv_heads > 0 && n_heads % kv.n_kv_heads == 0 &&
-                         rope.rotary_dim % 2 == 0 && rope.rotary_dim <= kv.head_dim &&
-                         qkv.cols == int64_t{n_heads + 2 * kv.n_kv_heads} * kv.head_dim &&
-                         cuda::decode_attention_supports(
-                             batch, q.data, q.ld, kv.head_dim, n_heads / kv.n_kv_heads, kv.page_slots,
-                             cuda::attention_splits(batch, kv, properties_.multiProcessorCount));
+    const bool fusable =
+        !kv.records_signals() && norms_f32 && qkv.dtype == DType::F32 && q.dtype == DType::BF16 &&
+        kv.dtype == DType::BF16 && kv.n_kv_heads > 0 && n_heads % kv.n_kv_heads == 0 &&
+        rope.rotary_dim % 2 == 0 && rope.rotary_dim <= kv.head_dim &&
+        qkv.cols == int64_t{n_heads + 2 * kv.n_kv_heads} * kv.head_dim &&
+        cuda::decode_attention_supports(batch, q.data, q.ld, kv.head_dim, n_heads / kv.n_kv_heads,
+                                        kv.page_slots,
+                                        cuda::attention_splits(batch, kv, properties_.multiProcessorCount));
     if (!fusable) {
       Backend::rope_attention(batch, qkv, q_norm, k_norm, eps, rope, kv, q, out, n_heads, scale);
       return;
@@ -400,8 +399,7 @@ class CudaBackend final : public Backend {
         return decline("a weight that is not bf16 with contiguous rows, or a bias other than QKV's");
       // The fused stack records no scoring signals: a pool that records them takes the op-by-op path.
       if (k.dtype != DType::BF16 || k.n_kv_heads != first.n_kv_heads || k.head_dim != first.head_dim ||
-          k.page_slots != first.page_slots || k.value_range != nullptr || k.attention_mass != nullptr ||
-          k.query_ring != nullptr)
+          k.page_slots != first.page_slots || k.records_signals())
         return decline("a KV pool that records scoring signals, or layers of different shapes");
       cuda::DecodeStackLayer& d = layers[l];
       d.qkv = w.qkv.w.as<const __nv_bfloat16>();

@@ -65,10 +65,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 #pragma unroll
   for (int m = 0; m < M; ++m) acc[m] = warp_sum(acc[m]);
-    // Lane m writes row m (every lane holds every sum after the butterfly).
 #pragma unroll
   for (int m = 0; m < M; ++m) {
-    if (lane == m) {
+    if (lane == m) {  // lane m writes row m (every lane holds every sum after the butterfly)
       float* dst = y + m * y_ld + n;
       *dst = accumulate ? *dst + acc[m] : acc[m];
     }

@@ -1,5 +1,6 @@
-// RoPE as the kernels that apply it share it (rope_append.cu, decode_stack.cu): the rotation table of
-// one absolute position, and one head vector's per-head RMSNorm (Qwen3) plus rotate-half rotation.
+// RoPE as the kernels that apply it share it (rope_append.cu, decode_attention.cu's kRope form,
+// decode_stack.cu): the rotation table of one absolute position, and one head vector's per-head RMSNorm
+// (Qwen3) plus rotate-half rotation.
 #pragma once
 
 namespace kvdice::backend::cuda {
