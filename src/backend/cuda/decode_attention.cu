@@ -13,9 +13,12 @@
 // kRope (CudaBackend::rope_attention): the launch also does qk_norm_rope_append's work for its step, so
 // that op's launch leaves the critical path. Each CTA norms and rotates its own query heads from the
 // fp32 qkv row into shared memory (rope.cuh, the same arithmetic and bf16 rounding as rope_append.cu),
-// and the CTA whose split holds the appended slot writes that slot's K, V and position before it
-// streams the page holding it. The rotation table is made before the dependent wait. (H200, batch 1,
-// Qwen3-4B shape, 2026-12-02: 337.7 -> 340.6 tok/s at a 128-token context, 323.3 -> 327.3 at 1,024.)
+// and the CTA whose split holds the appended slot writes that slot's K, V and position into the pool and,
+// when its page is one the prologue already fetched, into that page's stage too. Everything else a kRope
+// launch reads was written by earlier steps, so the rotation table and the prologue's page copies (all
+// but the new slot's row) are issued before the dependent wait: the KV's DRAM latency overlaps the QKV
+// GEMV's tail. (H200, batch 1, Qwen3-4B shape, 2026-12-02: RoPE inside 337.7 -> 340.6 tok/s at a
+// 128-token context, 323.3 -> 327.3 at 1,024; the prologue before the wait 339.7 -> 347.5, 327.1 -> 335.1.)
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -129,7 +132,9 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeArgs a
   // Before the wait: only what earlier steps wrote (the batch's rows and positions) and the table.
   if (kRope && batch.seq_row_begin[s + 1] != row)
     rope_table(batch.appended[s], a.rope.inv_freq, a.rope.rotary_dim / 2, cos_t, sin_t);
-  enter_dependent();
+  // Without kRope the previous kernel appended the new slot: wait before reading any page. With kRope
+  // this launch appends it, so the pages' older slots stream in before the wait (below).
+  if (!kRope) enter_dependent();
   if (batch.seq_row_begin[s + 1] == row) return;  // no row of this sequence in the step
   const int visible = batch.length[s] + 1;        // resident slots plus the one appended this step
 
@@ -159,7 +164,8 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeArgs a
 
   // The warp's pages are first_page + warp, + kWarps, ...; load_page(i) fetches its i-th.
   const int n_own = end_page - first_page > warp ? (end_page - first_page - warp + kWarps - 1) / kWarps : 0;
-  auto load_page = [&](int i) {
+  // skip_slot: a slot not to copy (the one this launch appends, written into the stage directly).
+  auto load_page = [&](int i, int skip_slot) {
     const int page = first_page + warp + i * kWarps;
     const int stage = i % kStages;
     const int64_t block = (static_cast<int64_t>(pages[page]) * a.n_kv_heads + g) * kPageSlots * HD;
@@ -170,27 +176,34 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeArgs a
       const int c = lane + 32 * j;
       const int r = c / Shape::kChunks, chunk = c % Shape::kChunks;
       const bool valid = page * kPageSlots + r < range_end;
+      if (page * kPageSlots + r == skip_slot) continue;
       const uint32_t offset = swizzled<HD>(r, chunk);
       cp_async_16(stage_k(stage) + offset, k_src + r * HD + chunk * 8, valid);
       cp_async_16(stage_v(stage) + offset, v_src + r * HD + chunk * 8, valid);
     }
   };
-  // Prologue: kStages - 1 pages in flight (empty groups keep the wait count uniform).
-  auto prologue = [&] {
-#pragma unroll
-    for (int i = 0; i < kStages - 1; ++i) {
-      if (i < n_own) load_page(i);
-      cp_async_commit();
-    }
-  };
-  // With kRope, the split that streams the appended slot writes it first; only the warp whose first
-  // pages hold it waits for that before its prologue (the others stream from the start).
+  // With kRope, the split that holds the appended slot computes it after the wait: if its page is one
+  // of the prologue's, the prologue leaves that slot's row alone and the K/V are stored into the stage
+  // directly (besides the pool); a later page is copied after the slot is in the pool.
   const bool holds_new = range_end == visible;
   const int new_local = (visible - 1) / kPageSlots - first_page;  // the new slot's page, in this split
-  const bool wait_for_new =
-      kRope && holds_new && new_local % kWarps == warp && new_local / kWarps < kStages - 1;
-  if (!wait_for_new) prologue();
+  const bool new_in_prologue = kRope && holds_new && new_local / kWarps < kStages - 1;
+  // Prologue: kStages - 1 pages in flight (empty groups keep the wait count uniform).
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < n_own) load_page(i, new_in_prologue ? visible - 1 : -1);
+    cp_async_commit();
+  }
   if constexpr (kRope) {
+    enter_dependent();  // the QKV row is the previous kernel's
+    // Where the new slot's row lies in its stage (when the prologue holds its page).
+    const int new_warp = new_local % kWarps, new_stage = new_local / kWarps % kStages;
+    const int new_row = (visible - 1) % kPageSlots;
+    auto stage_element = [&](bool value, int c) {
+      unsigned char* base = shared_raw + new_warp * Shape::kWarpBytes + new_stage * 2 * Shape::kPageBytes +
+                            (value ? Shape::kPageBytes : 0);
+      return reinterpret_cast<__nv_bfloat16*>(base + swizzled<HD>(new_row, c / 8)) + c % 8;
+    };
     // Items: the group's query heads (into q_shared, rounded to bf16 like the q activation), then, in the
     // split that holds it, the appended slot's key and value (and position).
     const float* src = a.rope.qkv + static_cast<int64_t>(row) * a.rope.qkv_ld;
@@ -209,15 +222,22 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeArgs a
       } else if (item == a.group) {
         norm_rope(src + static_cast<int64_t>(a.n_heads + g) * HD, a.rope.k_norm, a.rope.eps, HD,
                   a.rope.rotary_dim, cos_t, sin_t, norm_buffer[warp],
-                  [&](int c, float v) { keys[new_index * HD + c] = __float2bfloat16_rn(v); });
+                  [&](int c, float v) {
+                    const __nv_bfloat16 k = __float2bfloat16_rn(v);
+                    keys[new_index * HD + c] = k;
+                    if (new_in_prologue) *stage_element(false, c) = k;
+                  });
       } else {
         const float* v = src + static_cast<int64_t>(a.n_heads + a.n_kv_heads + g) * HD;
-        for (int c = lane; c < HD; c += 32) values[new_index * HD + c] = __float2bfloat16_rn(__ldcg(v + c));
+        for (int c = lane; c < HD; c += 32) {
+          const __nv_bfloat16 value = __float2bfloat16_rn(__ldcg(v + c));
+          values[new_index * HD + c] = value;
+          if (new_in_prologue) *stage_element(true, c) = value;
+        }
         if (lane == 0) a.rope.positions[new_index] = batch.appended[s];
       }
     }
-    __syncthreads();  // queries in shared memory; the new K/V row visible to this CTA's page copies
-    if (wait_for_new) prologue();
+    __syncthreads();  // queries and the new K/V row in shared memory; that row visible to later copies
   }
 
   // Q as the mma's A operand, held in registers for the whole range: row r = query head g*group + r.
@@ -247,7 +267,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeArgs a
 
   for (int i = 0; i < n_own; ++i) {
     // Keep kStages - 1 pages in flight: issue page i + kStages - 1, then wait for page i.
-    if (i + kStages - 1 < n_own) load_page(i + kStages - 1);
+    if (i + kStages - 1 < n_own) load_page(i + kStages - 1, -1);
     cp_async_commit();
     cp_async_wait<kStages - 1>();
     __syncwarp();
