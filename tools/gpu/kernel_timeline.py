@@ -11,7 +11,12 @@ time against the sum of kernel durations and the GPU's busy time (union of the i
 --totals lists kernels by total time instead (what an eviction benchmark needs: its rounds are not
 decode steps, and embed kernels of its setup would split it wrongly).
 
-usage: kernel_timeline.py TRACE.csv [--skip N] [--json OUT] [--totals]
+--positions PERIOD,FIRST,COUNT instead lists the mean time per position in the step (its end minus the
+previous kernel's end: the positions sum to the step), and the mean over COUNT repeats of PERIOD
+kernels starting at position FIRST (one decoder layer: 8,18,32 for layers 2-33 of a Qwen3 batch-1 step,
+whose embed and first norm are positions 0 and 1).
+
+usage: kernel_timeline.py TRACE.csv [--skip N] [--json OUT] [--totals | --positions PERIOD,FIRST,COUNT]
 """
 import argparse
 import csv
@@ -33,6 +38,7 @@ def main():
     ap.add_argument("--skip", type=int, default=3)
     ap.add_argument("--json")
     ap.add_argument("--totals", action="store_true")
+    ap.add_argument("--positions")
     args = ap.parse_args()
     rows = [r for r in csv.DictReader(open(args.trace))]
     ks = sorted(((int(r["start_ns"]), int(r["end_ns"]), short(r["name"]), int(r["graph_id"]), int(r["grid_x"]))
@@ -62,6 +68,9 @@ def main():
             d[1] += e - s
         for name, (cnt, tot, grid) in sorted(totals.items(), key=lambda kv: -kv[1][1])[:25]:
             print(f"{name:70s} {cnt:7d} x {tot/cnt/1e3:9.2f} us = {tot/1e6:9.2f} ms  grid {grid}")
+        return
+    if args.positions:
+        print_positions(steps, *(int(v) for v in args.positions.split(",")))
         return
     per = OrderedDict()
     walls, sums, busys = [], [], []
@@ -100,6 +109,26 @@ def main():
     if args.json:
         json.dump({"steps": n, "wall_us": wall / 1e3,
                    "period_us": sum(periods) / len(periods) / 1e3 if periods else None, "kernels": table}, open(args.json, "w"), indent=1)
+
+
+def print_positions(steps, period, first, count):
+    n = len(steps[0])
+    steps = [st for st in steps if len(st) == n]  # a step of another shape (a round) would misalign
+    inc, names = [0.0] * n, [""] * n
+    for st in steps:
+        prev = st[0][0]
+        for i, (s, e, name, _, grid) in enumerate(st):
+            inc[i] += (e - prev) / len(steps) / 1e3
+            names[i] = f"{name} grid {grid}"
+            prev = e
+    print(f"{len(steps)} steps of {n} kernels, {sum(inc):.1f} us; us per position (end - previous end):")
+    for i in range(n):
+        print(f"{i:4d} {inc[i]:8.2f}  {names[i]}")
+    if first + period * count <= n:
+        print(f"mean over {count} repeats of positions {first}..{first + period - 1}:")
+        for j in range(period):
+            mean = sum(inc[first + k * period + j] for k in range(count)) / count
+            print(f"     {mean:8.2f}  {names[first + j]}")
 
 
 if __name__ == "__main__":
