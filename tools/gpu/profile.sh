@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Per-kernel GPU time of a few decode steps (ncu, one metric, one pass; NCU=0 skips it), batch 1 and batch 128, on a
 # random-weight checkpoint of SHAPE (default qwen3-4b), prompt PROMPT, budget BUDGET. Results under $OUT.
-# TRACE=1: the CUPTI timeline of the decode graphs. STACK=1: a full ncu profile of one launch of the fused
-# decoder-stack kernel (decode_stack.cu) with its stall reasons per source line (NCU=0 to run it alone).
+# TRACE=1: the CUPTI timeline of the decode graphs (POSITIONS=8,18,32: per layer position at batch 1). STACK=1 / ATTENTION=1: a full ncu profile of one launch
+# of the fused decoder-stack kernel (decode_stack.cu) / of decode attention with RoPE (decode_attention.cu)
+# with its stall reasons per source line (NCU=0 to run it alone).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/kvdice-out}; mkdir -p "$OUT" .gpu
@@ -50,21 +51,27 @@ if [ "${TRACE:-0}" = 1 ]; then
     python3 tools/gpu/kernel_timeline.py "$OUT/trace_b$batch.csv" --json "$OUT/timeline_b$batch.json" \
       > "$OUT/timeline_b$batch.txt" 2>&1
     head -30 "$OUT/timeline_b$batch.txt"
+    # POSITIONS=8,18,32: one decoder layer's kernels by their place in the step (Qwen3 at batch 1).
+    if [ -n "${POSITIONS:-}" ] && [ "$batch" = 1 ]; then
+      python3 tools/gpu/kernel_timeline.py "$OUT/trace_b$batch.csv" --positions "$POSITIONS" | tail -12
+    fi
     xz -T4 -f "$OUT/trace_b$batch.csv"  # ~1 MB: kept for a closer look
   done
 fi
 
-# Where the fused decoder stack (bench --fused-decode) spends its time: every ncu section of one launch,
-# then the SASS lines with the most stall samples (the attention stage took ~60 us a layer on 8 CTAs,
-# docs/benchmarks.md, sixth session).
-if [ "${STACK:-0}" = 1 ]; then
-  ncu --set full --import-source yes --kernel-name regex:decode_stack --launch-skip 4 --launch-count 1 \
-    -o "$OUT/stack" -f .gpu-bin/kvdice bench latency --backend cuda --fused-decode --random-weights \
-    --config configs/shapes/$SHAPE.json --short-context 128 --long-context 129 --output-len 16 \
-    > "$OUT/stack_run.log" 2>&1
-  ncu -i "$OUT/stack.ncu-rep" --page details > "$OUT/stack_details.txt" 2>&1
-  ncu -i "$OUT/stack.ncu-rep" --page source --print-source cuda,sass --csv > "$OUT/stack_source.csv" 2>&1
-  python3 - "$OUT/stack_source.csv" <<'PY'
+# One kernel in full: every ncu section of one launch (NAME_REGEX, after SKIP launches of it) of a short
+# batch-1 `bench latency` (EXTRA: more flags), then the source lines with the most warp stall samples.
+# ncu serialises launches, so the duration is the kernel's alone, without its programmatic-launch overlap.
+profile_one_launch() {
+  local tag=$1 regex=$2 skip=$3; shift 3
+  ncu --set full --import-source yes --kernel-name "regex:$regex" --launch-skip "$skip" --launch-count 1 \
+    -o "$OUT/$tag" -f .gpu-bin/kvdice bench latency --backend cuda --random-weights \
+    --config configs/shapes/$SHAPE.json --short-context 128 --long-context 129 --output-len 16 "$@" \
+    > "$OUT/${tag}_run.log" 2>&1 || tail -5 "$OUT/${tag}_run.log"
+  ncu -i "$OUT/$tag.ncu-rep" --page details > "$OUT/${tag}_details.txt" 2>&1
+  grep -E "Duration|DRAM Throughput|Registers Per|Achieved Occupancy" "$OUT/${tag}_details.txt" | head -8
+  ncu -i "$OUT/$tag.ncu-rep" --page source --print-source cuda,sass --csv > "$OUT/${tag}_source.csv" 2>&1
+  python3 - "$OUT/${tag}_source.csv" <<'PY'
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1], errors="replace")))
 head = next((i for i, r in enumerate(rows) if any("Sampling" in c for c in r)), None)
@@ -79,4 +86,11 @@ total = sum(float(r[samp]) for r in rows[head + 1:] if len(r) > samp and r[samp]
 for r in top:
     print(f"{100 * float(r[samp]) / max(total, 1):5.1f}%  {r[src][:150]}")
 PY
-fi
+}
+
+# STACK=1: the fused decoder stack (bench --fused-decode; docs/benchmarks.md, sixth and seventh sessions).
+if [ "${STACK:-0}" = 1 ]; then profile_one_launch stack decode_stack 4 --fused-decode; fi
+
+# ATTENTION=1: one decode attention launch with RoPE (at batch 1 ~9.5 us a layer in the step's
+# timeline, the largest step of the chain outside the GEMVs; docs/benchmarks.md, eighth session).
+if [ "${ATTENTION:-0}" = 1 ]; then profile_one_launch attention decode_attention 200; fi
