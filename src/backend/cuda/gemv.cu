@@ -23,7 +23,7 @@
 namespace kvdice::backend::cuda {
 namespace {
 
-constexpr int kWarps = 4;  // rows per CTA
+constexpr int kWarps = 4;  // warps per CTA: 4 rows, or 2 rows of 2 warps
 constexpr int kDepth = 4;  // 16-byte weight loads in flight per lane
 constexpr int64_t kSplitCols = 2048;  // rows at least this long: 2 warps a row
 
