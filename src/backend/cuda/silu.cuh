@@ -1,5 +1,5 @@
-// SiLU(gate) * up as every kernel that applies it computes it (elementwise.cu's silu_mul, gemv.cu's
-// fused gate/up epilogue, decode_stack.cu), so the fused forms equal the op they replace bit for bit.
+// SiLU(gate) * up as every kernel that applies it computes it (elementwise.cu's silu_mul, decode_stack.cu),
+// so a fused form equals the op it replaces bit for bit.
 #pragma once
 
 namespace kvdice::backend::cuda {
