@@ -38,7 +38,7 @@ def main():
     ap.add_argument("--skip", type=int, default=3)
     ap.add_argument("--json")
     ap.add_argument("--totals", action="store_true")
-    ap.add_argument("--positions")
+    ap.add_argument("--positions", type=positions_arg)
     args = ap.parse_args()
     rows = [r for r in csv.DictReader(open(args.trace))]
     ks = sorted(((int(r["start_ns"]), int(r["end_ns"]), short(r["name"]), int(r["graph_id"]), int(r["grid_x"]))
@@ -70,7 +70,7 @@ def main():
             print(f"{name:70s} {cnt:7d} x {tot/cnt/1e3:9.2f} us = {tot/1e6:9.2f} ms  grid {grid}")
         return
     if args.positions:
-        print_positions(steps, *(int(v) for v in args.positions.split(",")))
+        print_positions(steps, *args.positions)
         return
     per = OrderedDict()
     walls, sums, busys = [], [], []
@@ -111,6 +111,16 @@ def main():
                    "period_us": sum(periods) / len(periods) / 1e3 if periods else None, "kernels": table}, open(args.json, "w"), indent=1)
 
 
+def positions_arg(text):
+    try:
+        period, first, count = (int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want PERIOD,FIRST,COUNT (three integers), got {text!r}")
+    if period < 1 or first < 0 or count < 1:
+        raise argparse.ArgumentTypeError(f"want PERIOD >= 1, FIRST >= 0, COUNT >= 1, got {text!r}")
+    return period, first, count
+
+
 def print_positions(steps, period, first, count):
     n = len(steps[0])
     steps = [st for st in steps if len(st) == n]  # a step of another shape (a round) would misalign
@@ -124,7 +134,9 @@ def print_positions(steps, period, first, count):
     print(f"{len(steps)} steps of {n} kernels, {sum(inc):.1f} us; us per position (end - previous end):")
     for i in range(n):
         print(f"{i:4d} {inc[i]:8.2f}  {names[i]}")
-    if first + period * count <= n:
+    if first + period * count > n:
+        print(f"no mean: {count} repeats of {period} from position {first} run past the step's {n} kernels")
+    else:
         print(f"mean over {count} repeats of positions {first}..{first + period - 1}:")
         for j in range(period):
             mean = sum(inc[first + k * period + j] for k in range(count)) / count
