@@ -17,25 +17,40 @@ __device__ inline void rope_table(int position, const float* inv_freq, int half,
   }
 }
 
-// One head vector `src` (hd fp32) by one warp: the per-head RMSNorm when `norm` is given (fp64 sum of
-// squares), then rotate-half RoPE of the first rotary_dim channels; emit(c, value) takes every output
-// channel (c and c + half in turn, then the unrotated tail). `buffer` is the warp's hd floats of shared
-// memory. src is read through L2 (the fused stack reads what other CTAs wrote in the same launch).
+inline constexpr int kRopeMaxHeadDim = 256;
+
+// One head vector `src` (hd fp32, hd <= kRopeMaxHeadDim) by one warp: the per-head RMSNorm when `norm` is
+// given (fp64 sum of squares), then rotate-half RoPE of the first rotary_dim channels; emit(c, value)
+// takes every output channel (c and c + half in turn, then the unrotated tail). `buffer` is the warp's hd
+// floats of shared memory. src is read once, through L2 (the fused stack reads what other CTAs wrote in
+// the same launch), all of a lane's channels in flight together: the vector and the norm's weights are
+// one memory round trip, not two.
 template <typename Emit>
 __device__ inline void norm_rope(const float* src, const float* norm, float eps, int hd, int rotary_dim,
                                  const float* cos_t, const float* sin_t, float* buffer, Emit emit) {
+  constexpr int kPerLane = kRopeMaxHeadDim / 32;
   const int lane = threadIdx.x % 32;
+  float v[kPerLane], w[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int c = lane + 32 * i;
+    v[i] = c < hd ? __ldcg(src + c) : 0.0f;
+    w[i] = c < hd && norm != nullptr ? norm[c] : 1.0f;
+  }
   if (norm != nullptr) {
-    double sum = 0.0;
-    for (int c = lane; c < hd; c += 32) {
-      const float v = __ldcg(src + c);
-      sum += static_cast<double>(v) * v;
-    }
+    double sum = 0.0;  // lane order c = lane, lane + 32, ... as before: the same sum
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (lane + 32 * i < hd) sum += static_cast<double>(v[i]) * v[i];
     for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
     const float inv = 1.0f / sqrtf(static_cast<float>(sum / hd) + eps);
-    for (int c = lane; c < hd; c += 32) buffer[c] = __ldcg(src + c) * inv * norm[c];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (lane + 32 * i < hd) buffer[lane + 32 * i] = v[i] * inv * w[i];
   } else {
-    for (int c = lane; c < hd; c += 32) buffer[c] = __ldcg(src + c);
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (lane + 32 * i < hd) buffer[lane + 32 * i] = v[i];
   }
   __syncwarp();
   const int half = rotary_dim / 2;
