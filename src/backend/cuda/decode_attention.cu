@@ -357,6 +357,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeArgs a
   auto merge_row = [&](int w, int r) { return merge + (w * kRows + r) * (HD + 2); };
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
+    if (r0 + 8 * h >= a.group) continue;  // padding rows of the mma tile: never read
     float* dst = merge_row(warp, r0 + 8 * h);
 #pragma unroll
     for (int n = 0; n < HD / 8; ++n) {
