@@ -363,6 +363,10 @@ TEST(CudaOps, RopeAttentionEqualsRopeAppendThenAttention) {
       {"qwen3-4b batch 4 mixed, first slot of a page", 32, 8, 128, 128, true, {0, 16, 255, 1000}},
       {"hd64 g7 no norms", 14, 2, 64, 64, false, {33, 700}},
       {"hd128 partial rotary", 8, 2, 128, 64, true, {5}},
+      // 40 x 8 (sequence, KV head) pairs: past the SM count, so four warps a CTA (the rest take eight).
+      {"qwen3-4b batch 40, four warps a CTA", 32, 8, 128, 128, true,
+       {0, 1, 15, 16, 17, 31, 63, 64, 65, 100, 127, 128, 129, 200, 255, 256, 257, 300, 511, 512,
+        3, 7, 40, 80, 96, 150, 190, 230, 250, 270, 33, 47, 79, 111, 143, 175, 207, 239, 271, 1000}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
