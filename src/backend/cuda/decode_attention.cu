@@ -196,6 +196,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeArg
   }
   if constexpr (kRope) {
     enter_dependent();  // the QKV row is the previous kernel's
+    __syncthreads();    // the rotation table (warps 0 and 1 wrote it) before any warp's RoPE item reads it
     // Where the new slot's row lies in its stage (when the prologue holds its page).
     const int new_warp = new_local % kWarps, new_stage = new_local / kWarps % kStages;
     const int new_row = (visible - 1) % kPageSlots;
