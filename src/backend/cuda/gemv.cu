@@ -12,7 +12,10 @@
 // this simplest form, which was the fastest; they were dropped. A gate/up form with SiLU in its epilogue
 // (a warp streaming gate row n and up row n against the same x, writing silu(g) * u itself: no silu_mul
 // launch) made batch 1 3 % slower (2026-12-02: 340.6 -> 331.0 tok/s; 56 registers against 32, or 38
-// with half the loads per row, which was slower still); it was dropped too.
+// with half the loads per row, which was slower still); it was dropped too. So was a CTA pairing gate
+// row j with up row j (two warps a half row each, bit-identical; 2026-12-02: 28.4 us a layer against
+// 24.7 + 2.3 for the GEMV and silu_mul, 1-2 % slower end to end with either order of the up halves),
+// and o_proj loading its whole half rows before the wait (8 loads a lane, 56 registers: 2 % slower).
 #include <cuda_bf16.h>
 
 #include "backend/cuda/bf16_dot.cuh"
