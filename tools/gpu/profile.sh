@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Per-kernel GPU time of a few decode steps (ncu, one metric, one pass; NCU=0 skips it), batch 1 and batch 128, on a
 # random-weight checkpoint of SHAPE (default qwen3-4b), prompt PROMPT, budget BUDGET. Results under $OUT.
-# TRACE=1: the CUPTI timeline of the decode graphs (POSITIONS=8,18,32: per layer position at batch 1). STACK=1 / ATTENTION=1: a full ncu profile of one launch
-# of the fused decoder-stack kernel (decode_stack.cu) / of decode attention with RoPE (decode_attention.cu)
+# TRACE=1: the CUPTI timeline of the decode graphs (POSITIONS=8,18,32: per layer position at batch 1). STACK=1 / ATTENTION=1 /
+# SAMPLER=1 / GEMV=1: a full ncu profile of one launch of the fused decoder-stack kernel (decode_stack.cu) / of decode
+# attention with RoPE (decode_attention.cu) / of the sampler's finish (sample.cu) / of a batch-1 GEMV (gemv.cu)
 # with its stall reasons per source line (NCU=0 to run it alone).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -94,3 +95,12 @@ if [ "${STACK:-0}" = 1 ]; then profile_one_launch stack decode_stack 4 --fused-d
 # ATTENTION=1: one decode attention launch with RoPE (at batch 1 ~9.5 us a layer in the step's
 # timeline, the largest step of the chain outside the GEMVs; docs/benchmarks.md, eighth session).
 if [ "${ATTENTION:-0}" = 1 ]; then profile_one_launch attention decode_attention 200; fi
+
+# SAMPLER=1: one launch of the exact sampler's finish (top-p on the random weights' flat logits: ~62 us of a
+# 2.66 ms batch-1 step in the tenth session's timeline).
+if [ "${SAMPLER:-0}" = 1 ]; then profile_one_launch sampler sample_finish 20; fi
+
+# GEMV=1: one small-batch GEMV launch (gemv.cu), by default the 44th of the run: layer 10's gate/up in the
+# first decode step (launch 0 is the prefill's one-row logits; then four a layer: QKV, O, gate/up, down).
+# GEMV_SKIP=42 is layer 10's O.
+if [ "${GEMV:-0}" = 1 ]; then profile_one_launch gemv gemv_kernel "${GEMV_SKIP:-43}"; fi

@@ -15,6 +15,12 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --f
 ldd $BIN/kvdice | grep -i "not found" && { echo "missing libraries"; exit 1; }
 [ "${SANITIZE:-0}" = 1 ] && { log "compute-sanitizer memcheck (fixture ops)"; timeout 300 compute-sanitizer --tool memcheck \
   $BIN/test_backend --gtest_filter='CudaOps.*:*CudaEvict*:*FixtureOnCuda*0:CudaEngine.Mixed*:-CudaOps.Matmul' 2>&1 | tail -15 | tee -a "$OUT/summary.txt"; }
+# RACECHECK=1: shared-memory hazards in the kernels that share stages between warps (decode attention with
+# and without RoPE, prefill attention). A race there fails no unit test deterministically: the rotation
+# table's missing barrier (ninth session) showed only here. The summary must read 0 hazards.
+[ "${RACECHECK:-0}" = 1 ] && { log "compute-sanitizer racecheck (attention)"; timeout 300 compute-sanitizer --tool racecheck \
+  --racecheck-report hazard $BIN/test_backend --gtest_filter='CudaOps.RopeAttention*:CudaOps.Attention*' 2>&1 \
+  | grep -E "RACECHECK SUMMARY|PASSED|FAILED" | tee -a "$OUT/summary.txt"; }
 
 STAGES=${STAGES:-tests parity generate speed}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -23,9 +29,8 @@ if has tests; then
   timeout 400 $BIN/test_backend --gtest_filter=-'TransformersParity*' 2>&1 | tee "$OUT/test_backend.txt" \
     | grep -E "^\[  (PASSED|FAILED|SKIPPED) |cuda-vs-cpu|Failure|rror" | head -60
 fi
-has parity || SHAPES=${SHAPES:-}
-
-SHAPES=${SHAPES:-qwen3-4b qwen2.5-0.5b}
+# The checkpoints the parity, generate and speed stages load (SHAPES= for none).
+SHAPES=${SHAPES-qwen3-4b qwen2.5-0.5b}
 for s in $SHAPES; do
   if [ ! -f .gpu/$s/golden.json ]; then
     log "checkpoint $s"
@@ -63,3 +68,5 @@ import json,sys; r=json.load(open('$OUT/speed_$1_b$batch.json')); r=r if isinsta
 s=[x['stats'] for x in r]; print('prompt %d, generated %d each, decode tok/s per sequence: %.1f, aggregate %.1f, rounds %d, prefill %.2f s' % (s[0]['prompt_tokens'], s[0]['generated_tokens'], s[0]['decode_tokens_per_second'], sum(x['decode_tokens_per_second'] for x in s), s[0]['eviction_rounds'], s[0]['prefill_seconds']))" | tee -a "$OUT/summary.txt"
   done
 done
+# Every stage's result is in $OUT/summary.txt; a failing stage does not stop the others, nor set the status.
+exit 0

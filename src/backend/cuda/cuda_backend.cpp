@@ -307,9 +307,9 @@ class CudaBackend final : public Backend {
       fail("CUDA qk_norm_rope_append: q must be bf16 or f32, got {}", dtype_name(q.dtype));
     if (kv.dtype != DType::BF16 && kv.dtype != DType::F32)
       fail("CUDA qk_norm_rope_append: KV pool must be bf16 or f32, got {}", dtype_name(kv.dtype));
-    if (kv.head_dim > 256 || rope.rotary_dim > kv.head_dim || rope.rotary_dim % 2 != 0)
-      fail("CUDA qk_norm_rope_append: head_dim {} (at most 256) with rotary_dim {}", kv.head_dim,
-           rope.rotary_dim);
+    if (kv.head_dim > cuda::kRopeMaxHeadDim || rope.rotary_dim > kv.head_dim || rope.rotary_dim % 2 != 0)
+      fail("CUDA qk_norm_rope_append: head_dim {} (at most {}) with rotary_dim {}", kv.head_dim,
+           cuda::kRopeMaxHeadDim, rope.rotary_dim);
     KVDICE_CHECK(qkv.cols == int64_t{n_heads + 2 * kv.n_kv_heads} * kv.head_dim &&
                      q.cols == int64_t{n_heads} * kv.head_dim,
                  "qk_norm_rope_append: qkv has {} columns, q {}, for {} q heads and {} KV heads of dim {}",
@@ -324,14 +324,14 @@ class CudaBackend final : public Backend {
     // written by the rope op and read after attention); the two ops otherwise.
     const bool norms_f32 =
         (q_norm.empty() || q_norm.dtype == DType::F32) && (k_norm.empty() || k_norm.dtype == DType::F32);
-    const int n_splits = cuda::attention_splits(batch, kv, properties_.multiProcessorCount);
+    const cuda::AttentionPlan plan = cuda::attention_plan(batch, kv, properties_.multiProcessorCount);
     const bool fusable = !kv.records_signals() && norms_f32 && qkv.dtype == DType::F32 &&
                          q.dtype == DType::BF16 && kv.dtype == DType::BF16 && kv.n_kv_heads > 0 &&
                          n_heads % kv.n_kv_heads == 0 && rope.rotary_dim % 2 == 0 &&
                          rope.rotary_dim <= kv.head_dim &&
                          qkv.cols == int64_t{n_heads + 2 * kv.n_kv_heads} * kv.head_dim &&
                          cuda::decode_attention_supports(batch, q.data, q.ld, kv.head_dim,
-                                                         n_heads / kv.n_kv_heads, kv.page_slots, n_splits);
+                                                         n_heads / kv.n_kv_heads, kv.page_slots, plan.n_splits);
     if (!fusable) {
       Backend::rope_attention(batch, qkv, q_norm, k_norm, eps, rope, kv, q, out, n_heads, scale);
       return;
@@ -345,13 +345,13 @@ class CudaBackend final : public Backend {
     fused.inv_freq = rope.inv_freq;
     fused.rotary_dim = rope.rotary_dim;
     fused.positions = kv.positions;
-    run_attention(batch, q, kv, out, n_heads, scale, n_splits, &fused);
+    run_attention(batch, q, kv, out, n_heads, scale, plan, &fused);
   }
 
   void attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
                  float scale) override {
-    const int n_splits = cuda::attention_splits(batch, kv, properties_.multiProcessorCount);
-    run_attention(batch, q, kv, out, n_heads, scale, n_splits, nullptr);
+    run_attention(batch, q, kv, out, n_heads, scale,
+                  cuda::attention_plan(batch, kv, properties_.multiProcessorCount), nullptr);
   }
 
   bool decoder_stack(const StepBatch& batch, const DecoderStack& stack) override {
@@ -626,10 +626,10 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  // attention over n_splits (cuda::attention_splits of the step), or with `rope` the fused form of
+  // attention as `plan` (cuda::attention_plan of the step) says, or with `rope` the fused form of
   // rope_attention.
   void run_attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
-                     float scale, int n_splits, const cuda::DecodeRope* rope) {
+                     float scale, const cuda::AttentionPlan& plan, const cuda::DecodeRope* rope) {
     require_dtype(q, DType::BF16, "attention", "q");
     require_dtype(out, DType::BF16, "attention", "out");
     if (kv.dtype != DType::BF16) fail("CUDA attention: KV pool must be bf16, got {}", dtype_name(kv.dtype));
@@ -643,14 +643,13 @@ class CudaBackend final : public Backend {
            cuda::attention_max_group(kv.head_dim), kv.head_dim);
     KVDICE_CHECK(q.cols == int64_t{n_heads} * kv.head_dim && out.cols == q.cols,
                  "attention: q [{}x{}] out [{}x{}]", q.rows, q.cols, out.rows, out.cols);
-    void* scratch = grow(attention_scratch_, cuda::attention_scratch_bytes(batch, kv, n_heads, n_splits),
+    void* scratch = grow(attention_scratch_, cuda::attention_scratch_bytes(batch, kv, n_heads, plan.n_splits),
                          "attention split partials");
     // The counters live in a buffer of their own: partials of another shape never overwrite them.
     int* split_counters = static_cast<int*>(
         grow(split_counters_, sizeof(int) * static_cast<size_t>(batch.n_seqs) * kv.n_kv_heads,
              "attention split counters"));
-    cuda::launch_attention(batch, q, kv, out, n_heads, scale, n_splits, scratch, split_counters, stream_,
-                           rope);
+    cuda::launch_attention(batch, q, kv, out, n_heads, scale, plan, scratch, split_counters, stream_, rope);
     // H2O's signal, only when the pool records it (the running policy asks for attention mass).
     if (kv.attention_mass != nullptr) {
       if (!cuda::attention_mass_supports(kv.head_dim, group))

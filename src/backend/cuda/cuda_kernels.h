@@ -22,6 +22,8 @@ void launch_gather_last_rows(const StepBatch& batch, const View& x, const View& 
 void launch_advance(const StepBatch& batch, cudaStream_t stream);
 
 // ---- rope_append.cu ----
+// The largest head_dim the RoPE kernels take (rope.cuh holds a head vector in registers: 8 a lane).
+inline constexpr int kRopeMaxHeadDim = 256;
 void launch_qk_norm_rope_append(const StepBatch& batch, const View& qkv, const View& q_norm,
                                 const View& k_norm, float eps, const Rope& rope, const KvLayer& kv,
                                 const View& q, int n_heads, cudaStream_t stream);
@@ -31,8 +33,14 @@ void launch_qk_norm_rope_append(const StepBatch& batch, const View& qkv, const V
 bool attention_supports_head_dim(int head_dim);
 // Largest GQA group (query heads per KV head) the kernels take at this head dim.
 int attention_max_group(int head_dim);
-// Split-KV plan: how many CTAs share one (sequence, KV head) in a decode step (1 for prefill).
-int attention_splits(const StepBatch& batch, const KvLayer& kv, int sm_count);
+// How a step's attention launches: how many CTAs share one (sequence, KV head) in a decode step (1 for
+// prefill), and whether the tensor-core decode kernel runs 8 warps a CTA (while the step's sequences x
+// KV heads leave SMs idle; else 4). A function of the launch shape and the device's SM count.
+struct AttentionPlan {
+  int n_splits = 1;
+  bool wide = false;
+};
+AttentionPlan attention_plan(const StepBatch& batch, const KvLayer& kv, int sm_count);
 // Scratch the split partials need (0 for one split).
 size_t attention_scratch_bytes(const StepBatch& batch, const KvLayer& kv, int n_heads, int n_splits);
 // qk_norm_rope_append's inputs, for a decode attention launch that applies it itself (q then comes
@@ -50,7 +58,7 @@ struct DecodeRope {
 // split_counters: [n_seqs][n_kv_heads] ints, zero (a buffer of their own: every launch leaves them zero).
 // With `rope`, the step must be one decode_attention_supports takes.
 void launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
-                      float scale, int n_splits, void* scratch, int* split_counters, cudaStream_t stream,
+                      float scale, const AttentionPlan& plan, void* scratch, int* split_counters, cudaStream_t stream,
                       const DecodeRope* rope = nullptr);
 
 // ---- decode_attention.cu (tensor cores; launch_attention dispatches to it) ----
@@ -63,8 +71,8 @@ bool decode_attention_supports(const StepBatch& batch, const void* q, int64_t q_
 // last split to finish, counted in split_counters ([n_seqs][n_kv_heads], zero before and after).
 void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld, const void* keys,
                              const void* values, int n_kv_heads, int head_dim, void* out, int64_t out_ld,
-                             int n_heads, float scale, int n_splits, float* partial_acc, float* partial_ml,
-                             int* split_counters, const DecodeRope* rope, cudaStream_t stream);
+                             int n_heads, float scale, int n_splits, bool wide, float* partial_acc,
+                             float* partial_ml, int* split_counters, const DecodeRope* rope, cudaStream_t stream);
 
 // ---- attention_mass.cu (H2O's signal; CpuBackend::accumulate_attention's twin) ----
 // Head dims (a multiple of 8, at most 256) and GQA groups (at most 16) the mass kernel takes.

@@ -1,6 +1,6 @@
 // Decode attention on tensor cores: one query row per sequence, the GQA group's query heads (up to 16)
 // as the 16 rows of an mma.sync m16n8k16 tile, keys as its columns. A CTA takes one (sequence, KV head,
-// split); each of its warps (8 while the step leaves SMs idle, else 4: launch_for) streams whole KV
+// split); each of its warps (8 while the step leaves SMs idle, else 4: attention_plan) streams whole KV
 // pages (16 slots: one contiguous [16][head_dim] block of K and one of V per KV head) through its own
 // cp.async ring of shared-memory stages, so a warp never waits on another warp and the DRAM reads of
 // the next pages overlap the math of this one. Per page:
@@ -492,8 +492,8 @@ bool decode_attention_supports(const StepBatch& batch, const void* q, int64_t q_
 
 void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld, const void* keys,
                              const void* values, int n_kv_heads, int head_dim, void* out, int64_t out_ld,
-                             int n_heads, float scale, int n_splits, float* partial_acc, float* partial_ml,
-                             int* split_counters, const DecodeRope* rope, cudaStream_t stream) {
+                             int n_heads, float scale, int n_splits, bool wide, float* partial_acc,
+                             float* partial_ml, int* split_counters, const DecodeRope* rope, cudaStream_t stream) {
   DecodeArgs a{};
   if (rope != nullptr) a.rope = *rope;
   a.batch = batch;
@@ -511,10 +511,6 @@ void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld
   a.partial_acc = partial_acc;
   a.partial_ml = partial_ml;
   a.split_counters = split_counters;
-  int device = 0, sm_count = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
-  const bool wide = batch.n_seqs * n_kv_heads <= sm_count;
   if (head_dim == 128) {
     launch_for<128>(a, wide, stream);
   } else {

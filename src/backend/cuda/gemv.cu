@@ -16,6 +16,11 @@
 // row j with up row j (two warps a half row each, bit-identical; 2026-12-02: 28.4 us a layer against
 // 24.7 + 2.3 for the GEMV and silu_mul, 1-2 % slower end to end with either order of the up halves),
 // and o_proj loading its whole half rows before the wait (8 loads a lane, 56 registers: 2 % slower).
+// 2026-12-02, tenth session (docs/benchmarks.md), all dropped: the RMSNorm folded in (every CTA norming
+// its fp32 rows: 286-300 against 376 tok/s, a prologue per tiny CTA that every wave pays); 8 chunks a
+// lane staged in shared memory by cp.async before the wait (1-2 % slower: o_proj gained 2 us a layer,
+// attention and silu_mul lost more, queued behind the larger prefetch); silu_mul in the epilogue with a
+// CTA's two rows one (gate, up) pair (0.5 % slower: down lost the window silu_mul gave its first loads).
 #include <cuda_bf16.h>
 
 #include "backend/cuda/bf16_dot.cuh"

@@ -3,6 +3,8 @@
 // (Qwen3) plus rotate-half rotation.
 #pragma once
 
+#include "backend/cuda/cuda_kernels.h"  // kRopeMaxHeadDim
+
 namespace kvdice::backend::cuda {
 
 // cos and sin of position * inv_freq[c] for c < half, in double like the CPU twin so large positions
@@ -16,8 +18,6 @@ __device__ inline void rope_table(int position, const float* inv_freq, int half,
     sin_t[c] = static_cast<float>(sin_d);
   }
 }
-
-inline constexpr int kRopeMaxHeadDim = 256;
 
 // One head vector `src` (hd fp32, hd <= kRopeMaxHeadDim) by one warp: the per-head RMSNorm when `norm` is
 // given (fp64 sum of squares), then rotate-half RoPE of the first rotary_dim channels; emit(c, value)
