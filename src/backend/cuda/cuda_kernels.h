@@ -68,7 +68,8 @@ void launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, 
 bool decode_attention_supports(const StepBatch& batch, const void* q, int64_t q_ld, int head_dim, int group,
                                int page_slots, int n_splits);
 // Writes out; with n_splits > 1 through the split partials (attention.cu's layout), merged by the
-// last split to finish, counted in split_counters ([n_seqs][n_kv_heads], zero before and after).
+// last split to finish, counted in split_counters ([n_seqs][n_kv_heads], zero before and after). `wide`:
+// eight warps a CTA instead of four (AttentionPlan::wide).
 void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld, const void* keys,
                              const void* values, int n_kv_heads, int head_dim, void* out, int64_t out_ld,
                              int n_heads, float scale, int n_splits, bool wide, float* partial_acc,
