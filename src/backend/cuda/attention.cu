@@ -362,8 +362,7 @@ void launch_for_head_dim(const AttentionArgs& args, const DecodeRope* rope, cuda
   if (decode_attention_supports(args.batch, args.q, args.q_ld, HD, args.group, args.page_slots, args.n_splits)) {
     launch_decode_attention(args.batch, args.q, args.q_ld, args.keys, args.values, args.n_kv_heads, HD,
                             args.out, args.out_ld, args.n_heads, args.scale, args.n_splits, args.wide_decode,
-                            args.partial_acc,
-                            args.partial_ml, args.split_counters, rope, stream);
+                            args.partial_acc, args.partial_ml, args.split_counters, rope, stream);
     return;
   }
   if (rope != nullptr)  // CudaBackend::rope_attention checks decode_attention_supports first
