@@ -10,6 +10,9 @@
 #include <random>
 
 #include "backend/op_harness.h"
+#ifdef KVDICE_WITH_CUDA
+#include "backend/cuda/cuda_kernels.h"
+#endif
 #include "backend/sampling_rule.h"
 #include "core/error.h"
 #include "policy/cuda_selection.h"
@@ -347,6 +350,41 @@ TEST(CudaOps, Attention) {
 // ---- fused ops: each equals the ops it replaces on the same backend, bit for bit ----------------
 
 // The composed form of a fused op on the same backend is the base class's default: `b.Backend::op`.
+
+// The launch plan is host arithmetic: it runs wherever the CUDA backend is built, GPU or not.
+TEST(CudaAttentionPlan, WarpsFollowTheGridAndSplitsTheCapacity) {
+#ifndef KVDICE_WITH_CUDA
+  GTEST_SKIP() << "this build has no CUDA backend (configure with -DKVDICE_CUDA=ON)";
+#else
+  backend::KvLayer kv;
+  kv.n_kv_heads = 8;
+  kv.page_slots = 16;
+  const auto plan = [&](int n_seqs, int max_rows_per_seq, int max_pages, int sms) {
+    backend::StepBatch b;
+    b.n_seqs = n_seqs;
+    b.n_rows = n_seqs * max_rows_per_seq;
+    b.max_rows_per_seq = max_rows_per_seq;
+    b.max_pages = max_pages;
+    return backend::cuda::attention_plan(b, kv, sms);
+  };
+  // Batch 1 on an H200 (132 SMs): 8 CTAs, eight warps each; 2 x 132 / 8 = 33 splits wanted, capped by
+  // the capacity at one split per 256 slots (128 pages = 2,048 slots: 8).
+  auto p = plan(1, 1, 128, 132);
+  EXPECT_TRUE(p.wide);
+  EXPECT_EQ(p.n_splits, 8);
+  // Exactly as many (sequence, KV head) pairs as SMs: still eight warps; one more sequence: four.
+  EXPECT_TRUE(plan(33, 1, 128, 264).wide);
+  EXPECT_FALSE(plan(34, 1, 128, 264).wide);
+  // Batch 128: 1,024 CTAs, four warps, one split (2 x 132 / 1024 rounds up to 1).
+  p = plan(128, 1, 128, 132);
+  EXPECT_FALSE(p.wide);
+  EXPECT_EQ(p.n_splits, 1);
+  // A prefill step: one split, and the decode kernel's warp count does not apply.
+  p = plan(1, 64, 128, 132);
+  EXPECT_FALSE(p.wide);
+  EXPECT_EQ(p.n_splits, 1);
+#endif
+}
 
 TEST(CudaOps, RopeAttentionEqualsRopeAppendThenAttention) {
   BackendPair pair = make_pair();
