@@ -11,8 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 [ -f .gpu-carry/var.tar.xz ] && tar xJf .gpu-carry/var.tar.xz
 OUT=${OUT:-/tmp/kvdice-out}; mkdir -p "$OUT"
-CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH="$PWD/.gpu-var/lib:$CUBLAS_DIR:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+. tools/gpu/gpu-env.sh && gpu_library_path .gpu-var/lib
 S=$OUT/summary.txt
 say() { echo "$*" | tee -a "$S"; }
 T0=$(date +%s)

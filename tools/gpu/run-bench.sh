@@ -8,8 +8,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/kvdice-out}; mkdir -p "$OUT"
-CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH="$PWD/.gpu-bin/lib:$CUBLAS_DIR:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+. tools/gpu/gpu-env.sh && gpu_library_path .gpu-bin/lib
 BIN=${BIN:-.gpu-bin/kvdice}
 MODE=${MODE:-quick}
 if [ -n "${MODEL:-}" ]; then

@@ -7,8 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/kvdice-out}
 mkdir -p "$OUT" .gpu
-CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH="$PWD/.gpu-bin/lib:$CUBLAS_DIR:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+. tools/gpu/gpu-env.sh && gpu_library_path .gpu-bin/lib
 BIN=.gpu-bin
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"

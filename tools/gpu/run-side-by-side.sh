@@ -11,8 +11,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/kvdice-out}; mkdir -p "$OUT"
 WORK=$(mktemp -d); T0=$(date +%s)
 left() { echo $(( ${BUDGET_S:-520} - ($(date +%s) - T0) )); }
-CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH="$PWD/.gpu-bin/lib:$CUBLAS_DIR:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+. tools/gpu/gpu-env.sh && gpu_library_path .gpu-bin/lib
 summary() { echo "$*" | tee -a "$WORK/summary.md"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$WORK/gpu.txt"
 

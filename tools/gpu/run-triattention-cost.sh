@@ -7,8 +7,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/kvdice-out}; mkdir -p "$OUT" .gpu
-CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH="$PWD/.gpu-bin/lib:$CUBLAS_DIR:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+. tools/gpu/gpu-env.sh && gpu_library_path .gpu-bin/lib
 M=.gpu/qwen3-4b
 [ -f $M/config.json ] || timeout 120 python3 tools/gpu/make_checkpoint.py --shape configs/shapes/qwen3-4b.json --out $M | tail -1
 STATS=.gpu/qwen3-4b-triattention.safetensors
