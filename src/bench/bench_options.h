@@ -33,6 +33,7 @@ struct BenchOptions {
   float temperature = 0.6f;
   float top_p = 0.95f;
   int prefill_chunk = 2048;
+  int warmup_tokens = 4;  // untimed tokens a request of the same load first (LoadSpec::warmup_tokens)
 
   double memory_gib = 0.0;            // capacity: the KV pool's size in GiB
   std::vector<int> batches{1, 128};   // evict

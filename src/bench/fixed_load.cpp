@@ -79,6 +79,7 @@ Json LoadResult::metrics_json(double bandwidth) const {
               {"fused_decode_steps", fused_decode_steps},
               {"prefill_steps", prefill_steps},
               {"wall_seconds", wall_seconds},
+              {"warmup_seconds", warmup_seconds},
               {"prefill_seconds", prefill_seconds},
               {"decode_seconds", decode_seconds},
               {"output_tok_s_decode", decode_seconds > 0 ? decode_tokens / decode_seconds : 0.0},
@@ -137,16 +138,35 @@ LoadResult run_load(const model::Model& model, backend::Backend& backend, const 
   out.kv_bytes_per_slot =
       int64_t{2} * mc.n_layers * mc.n_kv_heads * mc.head_dim * engine.kv_bytes_per_element();
 
-  for (int i = 0; i < spec.requests; ++i) {
-    engine::GenerationRequest request;
-    request.prompt = random_prompt(mc.vocab, spec.prompt_len, spec.seed, static_cast<uint64_t>(i));
-    request.max_new_tokens = spec.output_len;
-    request.ignore_eos = true;
-    request.sampling.temperature = spec.temperature;
-    request.sampling.top_p = spec.top_p;
-    request.sampling.seed = spec.seed;
-    engine.submit(std::move(request));
+  const auto submit_load = [&](int output_len) {
+    for (int i = 0; i < spec.requests; ++i) {
+      engine::GenerationRequest request;
+      request.prompt = random_prompt(mc.vocab, spec.prompt_len, spec.seed, static_cast<uint64_t>(i));
+      request.max_new_tokens = output_len;
+      request.ignore_eos = true;
+      request.sampling.temperature = spec.temperature;
+      request.sampling.top_p = spec.top_p;
+      request.sampling.seed = spec.seed;
+      engine.submit(std::move(request));
+    }
+  };
+  const auto stalled = [&] {
+    fail("the load stalled: {} requests wait and none can be admitted (the KV pool is too small for one)",
+         engine.waiting());
+  };
+  if (spec.warmup_tokens > 0) {
+    // The same requests, so the engine meets the same batch shapes (every request is admitted before
+    // the first decode step), for a few tokens: each shape's eager step and graph recording happen here.
+    const auto warmup_start = Clock::now();
+    submit_load(std::min(spec.warmup_tokens, spec.output_len));
+    while (!engine.idle())
+      if (engine.step() == engine::StepKind::Idle) stalled();
+    engine.take_finished();
+    backend.synchronize();
+    out.warmup_seconds = since(warmup_start);
   }
+  const int64_t fused_before = engine.fused_decode_steps();
+  submit_load(spec.output_len);
   std::map<uint64_t, int64_t> streamed;
   int64_t tokens = 0;
   engine.set_token_callback([&](const engine::TokenEvent& event) {
@@ -173,12 +193,11 @@ LoadResult run_load(const model::Model& model, backend::Backend& backend, const 
     } else if (kind == engine::StepKind::Decode) {
       out.decode_seconds += seconds;
     } else {
-      fail("the load stalled: {} requests wait and none can be admitted (the KV pool is too small for one)",
-           engine.waiting());
+      stalled();
     }
   }
   out.wall_seconds = since(start);
-  out.fused_decode_steps = engine.fused_decode_steps();
+  out.fused_decode_steps = engine.fused_decode_steps() - fused_before;
   out.total_tokens = tokens;
   out.decode_tokens = tokens - prefilled;
   out.validation = validate_load(spec, engine.take_finished(), streamed);

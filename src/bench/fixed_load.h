@@ -2,7 +2,10 @@
 // `prompt_len` tokens, each generating exactly `output_len` tokens (EOS ignored) under one policy and
 // budget. The checks (validate_load) compare what the engine returned and streamed with what the
 // budget rule predicts (budget_rule.h); a mismatch makes the run invalid, and an invalid run is an
-// error for the caller, never a footnote.
+// error for the caller, never a footnote. With warmup_tokens, the same load first runs on the same
+// engine for that many tokens a request, untimed: the first step of each batch shape runs eagerly and
+// the second records its CUDA graph (with the kernels' first loads, milliseconds each), one-time costs
+// that a server pays once and that would otherwise weigh on a short timed run.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +30,7 @@ struct LoadSpec {
   int max_batch = 1;          // engine rows; the whole load fits when >= requests
   int64_t kv_pool_bytes = 0;  // 0: exactly the reservations of the load's running sequences
   int prefill_chunk = 2048;
+  int warmup_tokens = 0;  // untimed tokens a request before the timed load (0: none)
   bool graphs = true;
   bool fused_decode = false;
   float temperature = 0.0f;
@@ -50,6 +54,7 @@ Validation validate_load(const LoadSpec& spec, const std::vector<engine::Generat
 
 struct LoadResult {
   double wall_seconds = 0.0, prefill_seconds = 0.0, decode_seconds = 0.0;
+  double warmup_seconds = 0.0;  // the untimed warm-up load, prefill included
   int64_t prefill_steps = 0, decode_steps = 0, decode_tokens = 0, total_tokens = 0;
   int64_t fused_decode_steps = 0;  // decode steps that ran through the fused decoder stack
   int max_running = 0;

@@ -24,6 +24,7 @@ LoadSpec load_spec(const BenchOptions& options, const std::string& policy_name) 
   spec.budget.engine.long_prompt = kv::LongPromptRule::Error;
   spec.max_batch = std::min(options.requests, 4096);
   spec.prefill_chunk = options.prefill_chunk;
+  spec.warmup_tokens = options.warmup_tokens;
   spec.graphs = options.graphs;
   spec.fused_decode = options.fused_decode;
   spec.temperature = options.temperature;
@@ -43,6 +44,7 @@ Json load_parameters(const LoadSpec& spec) {
               {"budget_rule", spec.budget.description},
               {"max_batch", spec.max_batch},
               {"prefill_chunk", spec.prefill_chunk},
+              {"warmup_tokens", spec.warmup_tokens},
               {"temperature", spec.temperature},
               {"top_p", spec.top_p},
               {"ignore_eos", true}};

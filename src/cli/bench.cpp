@@ -111,6 +111,9 @@ void add_bench_command(CLI::App& app) {
   add_number_option(cmd, "--top-p", o.top_p, 0.0, 1.0, "Top-p");
   add_int_option(cmd, "--prefill-chunk", o.prefill_chunk, 1, kMaxTokens,
                  "Most prompt tokens of one prefill step");
+  add_int_option(cmd, "--warmup-tokens", o.warmup_tokens, 0, kMaxTokens,
+                 "Untimed tokens a request of the same load before the timed run (records each batch "
+                 "shape's step graph; 0: none, the timed run pays it)");
   cmd->add_option("--memory-gib", o.memory_gib, "capacity: KV pool memory (GiB) every policy gets")
       ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("--batches", o.batches, "evict: batch sizes (default 1 128)")->delimiter(',');

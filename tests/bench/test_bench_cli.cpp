@@ -64,6 +64,10 @@ TEST_F(BenchCli, ThroughputOnTheFixtureRecordsEverything) {
   // 4 x 80 tokens; rounds: first at 40 slots, then every 8 until 16 + 79 = 95: 7 per sequence.
   EXPECT_EQ(m["output_tokens"], 320);
   EXPECT_EQ(m["decode_tokens"], 4 * 79);
+  // The untimed warm-up (4 tokens a request by default) ran first and is in none of the timed counts.
+  EXPECT_EQ(run["parameters"]["warmup_tokens"], 4);
+  EXPECT_GT(m["warmup_seconds"].get<double>(), 0.0);
+  EXPECT_EQ(m["decode_steps"], 79);
   EXPECT_EQ(m["eviction_rounds_per_sequence"], 7);
   EXPECT_EQ(m["eviction_rounds_total"], 28);
   EXPECT_EQ(run["results"][0]["validation"]["eviction_rounds_expected"], 28);
@@ -181,8 +185,8 @@ TEST_F(BenchCli, LatencyAgainstTheWeightsOnlyRoofline) {
   const std::string json = path("l.json"), md = path("l.md");
   const CommandResult r =
       run_kvdice(cpu({"bench", "latency", "--random-weights", "--config", kFixtures + "/qwen2/config.json",
-                      "--short-context", "8", "--long-context", "300", "--output-len", "20", "--json-out",
-                      json, "--markdown-out", md}));
+                      "--short-context", "8", "--long-context", "300", "--output-len", "20",
+                      "--warmup-tokens", "0", "--json-out", json, "--markdown-out", md}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json run = read_runs(json)[0];
   ASSERT_EQ(run["results"].size(), 2u);
@@ -192,7 +196,9 @@ TEST_F(BenchCli, LatencyAgainstTheWeightsOnlyRoofline) {
     EXPECT_GT(result["metrics"]["weights_only_roofline_fraction"].get<double>(), 0.0);
     EXPECT_EQ(result["metrics"]["max_running"], 1);
     EXPECT_EQ(result["metrics"]["fused_decode_steps"], 0);
+    EXPECT_EQ(result["metrics"]["warmup_seconds"], 0.0);  // --warmup-tokens 0: a cold timed run
   }
+  EXPECT_EQ(run["parameters"]["warmup_tokens"], 0);
   EXPECT_EQ(run["results"][1]["metrics"]["context"], 300);
   EXPECT_EQ(run["parameters"]["fused_decode"], false);
 }
