@@ -195,8 +195,8 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeArg
     cp_async_commit();
   }
   if constexpr (kRope) {
-    enter_dependent();  // the QKV row is the previous kernel's
-    __syncthreads();    // the rotation table (warps 0 and 1 wrote it) before any warp's RoPE item reads it
+    wait_for_predecessor();  // the QKV row is the previous kernel's (o_proj launches after the pages)
+    __syncthreads();         // the rotation table (warps 0 and 1 wrote it) before any warp's RoPE item reads it
     // Where the new slot's row lies in its stage (when the prologue holds its page).
     const int new_warp = new_local % kWarps, new_stage = new_local / kWarps % kStages;
     const int new_row = (visible - 1) % kPageSlots;
@@ -346,6 +346,8 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeArg
     __syncwarp();  // every lane has read this stage before a later iteration refills it
   }
   cp_async_wait<0>();
+  // o_proj's CTAs launch now, their weight loads no longer competing with this CTA's RoPE and pages.
+  if constexpr (kRope) release_dependents();
 
   // Merge the warps: each publishes its rows' (m, l, O) in shared memory (over the drained stages).
 #pragma unroll

@@ -16,9 +16,18 @@
 
 namespace kvdice::backend::cuda {
 
+// The two halves of enter_dependent, for a kernel that lets its successor launch later than at its start
+// (decode attention, after its pages: o_proj's early weight loads competed with them). Releasing
+// earlier instead (an RMSNorm or silu_mul before its wait, so the next GEMV's loads overlap the
+// previous GEMV's tail) measured 4.5 % slower at batch 1 (docs/benchmarks.md, eleventh session).
+// Waits until the predecessor grid has completed and its writes are visible.
+__device__ inline void wait_for_predecessor() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+// Lets the successor grid launch once every CTA of this one has called this (or exited).
+__device__ inline void release_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+
 __device__ inline void enter_dependent() {
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  wait_for_predecessor();
+  release_dependents();
 }
 
 template <typename... Params, typename... Args>
