@@ -39,9 +39,8 @@ Buffer Backend::alloc_host(size_t bytes, const std::string& what) {
   return Buffer(p, bytes, [](void* q) { std::free(q); });
 }
 
-uint64_t Backend::download_async(void* dst, const void* src, size_t bytes) {
-  download(dst, src, bytes);
-  return 0;
+void Backend::store_to_host(int32_t* host_dst, const int32_t* src, int words) {
+  download(host_dst, src, sizeof(int32_t) * static_cast<size_t>(words));
 }
 
 void* Buffer::Carver::take(size_t bytes) {

@@ -171,12 +171,15 @@ class Backend {
   virtual void download_matrix(const View& src, float* dst) = 0;
   virtual void synchronize() = 0;
   // Reading a step's outputs while the next step runs (the engine reads sampled tokens one step late):
-  // alloc_host gives host memory that download_async can copy into without waiting (CUDA: pinned);
-  // download_async enqueues the copy after everything issued so far and returns a ticket, and
-  // wait(ticket) blocks until that copy is done. A backend whose ops run at once (the CPU) copies
-  // immediately and waits for nothing: these defaults.
+  // alloc_host gives host memory the device can write (CUDA: pinned and mapped); store_to_host is an
+  // op in stream order, recordable in a graph, that copies `words` 32-bit words of device memory into
+  // it (CUDA: a kernel's stores over the bus; a DMA copy between two steps' graphs cost ~9 us a step at
+  // batch 1); mark() returns a ticket for everything issued so far, and wait(ticket) blocks until that
+  // is done. A backend whose ops run at once (the CPU) copies immediately and waits for nothing: these
+  // defaults.
   virtual Buffer alloc_host(size_t bytes, const std::string& what);
-  virtual uint64_t download_async(void* dst, const void* src, size_t bytes);
+  virtual void store_to_host(int32_t* host_dst, const int32_t* src, int words);
+  virtual uint64_t mark() { return 0; }
   virtual void wait(uint64_t ticket) {}
   virtual MemoryInfo memory() const = 0;
   // What the backend chose for the work it has run so far that a reader of a benchmark should know

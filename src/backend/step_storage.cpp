@@ -154,11 +154,11 @@ void StepStorage::download_outputs(bool forced_scores, bool self_feeding) {
   }
 }
 
-uint64_t StepStorage::download_tokens_async(int slot, bool self_feeding) {
+void StepStorage::publish_tokens(int slot, bool self_feeding) {
   KVDICE_CHECK(slot == 0 || slot == 1, "token ring slot {} (0 or 1)", slot);
-  int32_t* dst = static_cast<int32_t*>(ring_.data()) + static_cast<size_t>(slot) * static_cast<size_t>(max_seqs_);
-  return backend_.download_async(dst, self_feeding ? device_.tokens : device_.next_token,
-                                 sizeof(int32_t) * static_cast<size_t>(host_.n_seqs));
+  int32_t* dst =
+      static_cast<int32_t*>(ring_.data()) + static_cast<size_t>(slot) * static_cast<size_t>(max_seqs_);
+  backend_.store_to_host(dst, self_feeding ? device_.tokens : device_.next_token, host_.n_seqs);
 }
 
 const int32_t* StepStorage::ring_tokens(int slot) const {

@@ -32,10 +32,11 @@ class StepStorage {
   // Reads next_token (and the forced-token scores) of the first n_seqs sequences into the mirror;
   // a self-feeding batch's sampled tokens are in its token rows.
   void download_outputs(bool forced_scores, bool self_feeding = false);
-  // Starts copying the sampled tokens of the first n_seqs sequences into host ring slot `slot` (0 or
-  // 1) and returns the backend's ticket: once backend.wait(ticket) returns, ring_tokens(slot) holds
-  // them, while later steps may already run. The decode step reads its tokens this way, one step late.
-  uint64_t download_tokens_async(int slot, bool self_feeding);
+  // Copies the sampled tokens of the first n_seqs sequences into host ring slot `slot` (0 or 1) as a
+  // backend op (a decode step's graph records it): once a backend.mark() ticket taken after it has
+  // been waited for, ring_tokens(slot) holds them, while later steps may already run. The decode step
+  // reads its tokens this way, one step late.
+  void publish_tokens(int slot, bool self_feeding);
   const int32_t* ring_tokens(int slot) const;
 
  private:

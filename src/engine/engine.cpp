@@ -407,21 +407,25 @@ void Engine::decode() {
   std::vector<uint8_t> policy_used(policies_.size(), 0);
   for (const auto& seq : running_)
     policy_used[static_cast<size_t>(seq->policy)] |= seq->budget.bounded() ? 1 : 0;
-  // The step's launches depend only on the batch size and the policies in use: that is the graph's
-  // key. A shape runs eagerly once (scratch buffers grow then), is recorded the second time, and
-  // replays from then on.
+  // The step's launches depend only on the batch size and the policies in use: that is the shape's
+  // key. A shape runs eagerly once (scratch buffers grow then); from then on each of its recordings
+  // (one per host ring slot the step publishes its tokens into, or one without publishing) is made the
+  // first time it is needed and replays after that. The two slots' graphs alternate step by step.
   uint64_t key = static_cast<uint64_t>(n);
   for (size_t p = 0; p < policies_.size() && p < 40; ++p)
     key |= static_cast<uint64_t>(policy_used[p]) << (16 + p);
   StepShape& shape = step_shapes_[key];
-  const bool replayed = config_.graphs && backend_.replay(this, key);
+  const int publish_slot = overlap ? next_slot_ : -1;
+  const uint64_t graph_key = key | static_cast<uint64_t>(publish_slot + 1) << 62;
+  const bool replayed = config_.graphs && backend_.replay(this, graph_key);
   if (!replayed) {
     if (config_.graphs && shape.runs >= 1 && backend_.begin_capture()) {
-      decode_ops(view, policy_used);
-      backend_.end_capture(this, key);
-      KVDICE_CHECK(backend_.replay(this, key), "decode graph {} was recorded but does not replay", key);
+      decode_ops(view, policy_used, publish_slot);
+      backend_.end_capture(this, graph_key);
+      KVDICE_CHECK(backend_.replay(this, graph_key), "decode graph {} was recorded but does not replay",
+                   graph_key);
     } else {
-      decode_ops(view, policy_used);
+      decode_ops(view, policy_used, publish_slot);
     }
     ++shape.runs;
     shape.fused = forward_->last_run_fused();
@@ -435,7 +439,7 @@ void Engine::decode() {
     apply_decode(rows, b.next_token, b.forced_logprob, b.forced_is_argmax);
     return;
   }
-  InFlightStep launched{std::move(rows), next_slot_, storage.download_tokens_async(next_slot_, true)};
+  InFlightStep launched{std::move(rows), next_slot_, backend_.mark()};
   next_slot_ ^= 1;
   drain();  // the previous step, read while this one runs
   in_flight_ = std::move(launched);
@@ -479,9 +483,11 @@ void Engine::apply_decode(const std::vector<Sequence*>& rows, const int32_t* tok
   }
 }
 
-void Engine::decode_ops(const backend::StepBatch& view, const std::vector<uint8_t>& policy_used) {
+void Engine::decode_ops(const backend::StepBatch& view, const std::vector<uint8_t>& policy_used,
+                        int publish_slot) {
   const backend::View logits = forward_->run(view, *pool_, false);
   backend_.sample(view, logits);
+  if (publish_slot >= 0) decode_batch_->publish_tokens(publish_slot, /*self_feeding=*/true);
   backend_.advance(view);
   for (size_t p = 0; p < policies_.size(); ++p)
     if (policy_used[p]) backend_.evict(view, pool_->layers(), *policies_[p], static_cast<int>(p));

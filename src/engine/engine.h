@@ -126,7 +126,9 @@ class Engine {
   // chunking_'s next chunk; after its last, it joins the decode batch (or leaves, cancelled).
   void prefill_chunk_step();
   void decode();
-  void decode_ops(const backend::StepBatch& view, const std::vector<uint8_t>& policy_used);
+  // The decode step's backend ops; with publish_slot >= 0 the sampled tokens are published into that
+  // host ring slot right after sampling (the host reads them one step late).
+  void decode_ops(const backend::StepBatch& view, const std::vector<uint8_t>& policy_used, int publish_slot);
   void write_decode_row(int row);
   // A launched decode step whose tokens are not read yet (overlap_readback).
   struct InFlightStep {

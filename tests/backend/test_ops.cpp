@@ -172,6 +172,47 @@ TEST(CudaOps, SiluMulGatherAdvance) {
   EXPECT_EQ(length[1], (std::vector<int32_t>{7, 1, 12}));
 }
 
+// The decode step publishes its sampled tokens from inside its graph: store_to_host must write the host
+// slot when the recording replays (not when it is recorded), with the device words of that moment, and
+// nothing past the words asked for.
+TEST(CudaOps, StoreToHostWritesTheSlotWhenTheGraphReplays) {
+  BackendPair pair = make_pair();
+  KVDICE_REQUIRE_GPU(pair);
+  const int n = 300;  // more than one CTA of the store kernel
+  std::vector<int32_t> first(n), second(n);
+  for (int i = 0; i < n; ++i) first[i] = 7 * i - 1000, second[i] = 1 << 20 | i;
+  for (Backend* b : {pair.cpu.get(), pair.gpu.get()}) {
+    backend::Buffer words = b->alloc(sizeof(int32_t) * n, "words");
+    backend::Buffer host = b->alloc_host(sizeof(int32_t) * (2 * n + 1), "host slots");
+    int32_t* slots = static_cast<int32_t*>(host.data());
+    std::fill(slots, slots + 2 * n + 1, -7);
+    const auto* device = static_cast<const int32_t*>(words.data());
+    b->upload(words.data(), first.data(), sizeof(int32_t) * n);
+    b->store_to_host(slots, device, n);  // eager, into slot 0
+    b->wait(b->mark());
+    EXPECT_EQ(std::vector<int32_t>(slots, slots + n), first);
+    const int owner = 0;
+    const bool recorded = b->begin_capture();
+    if (recorded) {
+      b->store_to_host(slots + n, device, n);  // slot 1, recorded only
+      b->end_capture(&owner, 1);
+      b->synchronize();
+      EXPECT_EQ(slots[n], -7) << "a recorded op ran at recording";
+    }
+    b->upload(words.data(), second.data(), sizeof(int32_t) * n);
+    if (recorded) {
+      ASSERT_TRUE(b->replay(&owner, 1));
+    } else {
+      b->store_to_host(slots + n, device, n);
+    }
+    b->wait(b->mark());
+    EXPECT_EQ(std::vector<int32_t>(slots + n, slots + 2 * n), second);
+    EXPECT_EQ(std::vector<int32_t>(slots, slots + n), first);  // slot 0 untouched
+    EXPECT_EQ(slots[2 * n], -7);                               // nothing past the words
+    b->drop_graphs(&owner);
+  }
+}
+
 TEST(CudaOps, SiluMulShapes) {
   BackendPair pair = make_pair();
   KVDICE_REQUIRE_GPU(pair);

@@ -127,7 +127,8 @@ class CudaBackend final : public Backend {
 
   Buffer alloc_host(size_t bytes, const std::string& what) override {
     void* p = nullptr;
-    const cudaError_t status = cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocDefault);
+    // Mapped: store_to_host's kernel writes it (unified addressing: the device uses the same pointer).
+    const cudaError_t status = cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocMapped);
     if (status != cudaSuccess)
       fail("cannot allocate {} bytes of pinned host memory for {}: {}", bytes, what, cudaGetErrorString(status));
     const int device = device_;
@@ -137,8 +138,11 @@ class CudaBackend final : public Backend {
     });
   }
 
-  uint64_t download_async(void* dst, const void* src, size_t bytes) override {
-    if (bytes != 0) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  void store_to_host(int32_t* host_dst, const int32_t* src, int words) override {
+    cuda::launch_store_words(src, host_dst, words, stream_);
+  }
+
+  uint64_t mark() override {
     const uint64_t ticket = next_ticket_++;
     CUDA_CHECK(cudaEventRecord(ticket_events_[ticket % kTicketEvents], stream_));
     return ticket;
@@ -806,7 +810,7 @@ class CudaBackend final : public Backend {
   int device_;
   cudaDeviceProp properties_{};
   cudaStream_t stream_ = nullptr;
-  static constexpr uint64_t kTicketEvents = 4;  // download_async tickets in flight at most
+  static constexpr uint64_t kTicketEvents = 4;  // mark() tickets in flight at most
   cudaEvent_t ticket_events_[kTicketEvents] = {};
   uint64_t next_ticket_ = 0;
   int* error_host_ = nullptr;    // pinned, mapped: written by the eviction kernels

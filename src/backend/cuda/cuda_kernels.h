@@ -20,6 +20,8 @@ void launch_add_bias(const View& bias, const View& y, cudaStream_t stream);
 void launch_silu_mul(const View& gate_up, const View& out, cudaStream_t stream);
 void launch_gather_last_rows(const StepBatch& batch, const View& x, const View& out, cudaStream_t stream);
 void launch_advance(const StepBatch& batch, cudaStream_t stream);
+// host[i] = device[i] for i < n: `host` is pinned, mapped host memory (the device stores over the bus).
+void launch_store_words(const int32_t* device, int32_t* host, int n, cudaStream_t stream);
 
 // ---- rope_append.cu ----
 // The largest head_dim the RoPE kernels take (rope.cuh holds a head vector in registers: 8 a lane).

@@ -157,6 +157,10 @@ __global__ void advance_kernel(StepBatch batch) {
   batch.appended[s] += n_new;
 }
 
+__global__ void store_words_kernel(const int32_t* device, int32_t* host, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) host[i] = device[i];
+}
+
 }  // namespace
 
 void launch_embed(const StepBatch& batch, const View& table, const View& x, cudaStream_t stream) {
@@ -242,6 +246,12 @@ void launch_advance(const StepBatch& batch, cudaStream_t stream) {
   if (batch.n_seqs == 0) return;
   advance_kernel<<<(batch.n_seqs + 127) / 128, 128, 0, stream>>>(batch);
   CUDA_CHECK_LAUNCH("advance_kernel");
+}
+
+void launch_store_words(const int32_t* device, int32_t* host, int n, cudaStream_t stream) {
+  if (n <= 0) return;
+  store_words_kernel<<<std::min((n + 127) / 128, 64), 128, 0, stream>>>(device, host, n);
+  CUDA_CHECK_LAUNCH("store_words_kernel");
 }
 
 }  // namespace kvdice::backend::cuda
