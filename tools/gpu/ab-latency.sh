@@ -22,13 +22,15 @@ if [ -n "${SUITE:-}" ]; then
   grep -E "^\[  (PASSED|FAILED) |Failure" "$OUT/tests_$SUITE.log" | head -20 | tee -a "$S"
 fi
 # BACKEND=cpu SHAPE=qwen2.5-0.5b OUTPUT_LEN=8 rehearses the script here (no SUITE or TRACE).
+# LONG_CONTEXT (1024; 129 makes both contexts one shape, for a timeline's step period), LATENCY_FLAGS: more
+# flags for every run (e.g. --warmup-tokens 0).
 LAT="bench latency --backend ${BACKEND:-cuda} --random-weights --config configs/shapes/${SHAPE:-qwen3-4b}.json
-     --short-context 128 --long-context 1024 --output-len ${OUTPUT_LEN:-256}"
+     --short-context 128 --long-context ${LONG_CONTEXT:-1024} --output-len ${OUTPUT_LEN:-256} ${LATENCY_FLAGS:-}"
 for round in $(seq "${ROUNDS:-2}"); do
   for b in ${BUILDS:?BUILDS=\"main new\"}; do
     timeout "${LIMIT:-60}" ".gpu-var/kvdice_$b" $LAT --markdown-out "$OUT/latency_$b.md" > "$OUT/latency_$b.log" 2>&1
     rc=$?
-    say "latency $b (round $round) rc $rc: $(tail -1 "$OUT/latency_$b.md" | grep -o 'short context 128[^<]*of [0-9.]* GB/s') | $(tail -1 "$OUT/latency_$b.md" | grep -o 'long context 1024[^<]*ms/step')"
+    say "latency $b (round $round) rc $rc: $(tail -1 "$OUT/latency_$b.md" | grep -o 'short context 128[^<]*of [0-9.]* GB/s') | $(tail -1 "$OUT/latency_$b.md" | grep -o "long context ${LONG_CONTEXT:-1024}[^<]*ms/step")"
   done
 done
 # profile.sh runs .gpu-bin/kvdice with .gpu-bin/lib (the tracer library is there).
@@ -38,6 +40,7 @@ for b in ${TRACE:-}; do
   NCU=0 TRACE=1 BATCHES=1 PROMPT_LEN=128 POSITIONS=${POSITIONS:-8,18,32} OUT="$OUT/trace_$b" timeout 90 \
     bash tools/gpu/profile.sh > "$OUT/trace_$b.txt" 2>&1
   say "timeline $b rc $?:"
+  grep -E "^[0-9]+ steps, |^step period" "$OUT/trace_$b.txt" | head -2 | tee -a "$S"  # wall, then period
   grep -A12 "^mean over" "$OUT/trace_$b.txt" | tee -a "$S"
   rm -f "$OUT/trace_$b"/*.csv.xz "$OUT/trace_$b"/*.json
 done
