@@ -150,17 +150,12 @@ LoadResult run_load(const model::Model& model, backend::Backend& backend, const 
       engine.submit(std::move(request));
     }
   };
-  const auto stalled = [&] {
-    fail("the load stalled: {} requests wait and none can be admitted (the KV pool is too small for one)",
-         engine.waiting());
-  };
   if (spec.warmup_tokens > 0) {
     // The same requests, so the engine meets the same batch shapes (every request is admitted before
     // the first decode step), for a few tokens: each shape's eager step and graph recording happen here.
     const auto warmup_start = Clock::now();
     submit_load(std::min(spec.warmup_tokens, spec.output_len));
-    while (!engine.idle())
-      if (engine.step() == engine::StepKind::Idle) stalled();
+    engine.run();  // fails, naming the request, if one can never be admitted
     engine.take_finished();
     backend.synchronize();
     out.warmup_seconds = since(warmup_start);
@@ -193,7 +188,8 @@ LoadResult run_load(const model::Model& model, backend::Backend& backend, const 
     } else if (kind == engine::StepKind::Decode) {
       out.decode_seconds += seconds;
     } else {
-      stalled();
+      fail("the load stalled: {} requests wait and none can be admitted (the KV pool is too small for one)",
+           engine.waiting());
     }
   }
   out.wall_seconds = since(start);

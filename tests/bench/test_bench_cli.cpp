@@ -244,6 +244,7 @@ TEST_F(BenchCli, BadInputIsRefusedByName) {
       "--memory-gib");
   expect_failure(cpu({"bench", "throughput", "--model", kModel, "--budget-convention", "hf"}),
                  "budget-convention");
+  expect_failure(cpu({"bench", "latency", "--model", kModel, "--warmup-tokens", "-1"}), "--warmup-tokens");
   expect_failure(cpu({"bench", "evict", "--model", kModel, "--policies", "full", "--budget", "32", "--window",
                       "8", "--prompt-len", "4"}),
                  "never evicts");
