@@ -45,3 +45,6 @@ for b in ${TRACE:-}; do
   rm -f "$OUT/trace_$b"/*.csv.xz "$OUT/trace_$b"/*.json
 done
 say "ab-latency: $(( $(date +%s) - T0 )) s"
+# A call brings back only a handful of files from $OUT: every log and timeline goes into one archive.
+(cd "$OUT" && find . -type f ! -name summary.txt ! -name 'logs_*.tar.xz' |
+  tar cJf "logs_$(date +%s).tar.xz" -T - --remove-files && find . -mindepth 1 -type d -empty -delete)
