@@ -200,6 +200,15 @@ class Backend {
   virtual void rmsnorm(const View& x, const View& w, const View& y, float eps) = 0;
   // y = x · W^T + bias, or y += x · W^T when `accumulate` (y fp32, the residual stream).
   virtual void matmul(const View& x, const Weight& w, const View& y, bool accumulate) = 0;
+  // rmsnorm(x, norm, h, eps) then matmul(h, w, y, false), which is this default (h: the composition's
+  // scratch). CUDA fuses them for one-row steps on weights of up to 64 MiB (gemv_norm.cu: the QKV
+  // projection at batch 1): every CTA norms the row into its shared memory, bit-identical to rmsnorm's
+  // output, and h is left unwritten (only the matmul reads it).
+  virtual void rmsnorm_matmul(const View& x, const View& norm, float eps, const View& h, const Weight& w,
+                              const View& y) {
+    rmsnorm(x, norm, h, eps);
+    matmul(h, w, y, /*accumulate=*/false);
+  }
   // For each row: split qkv (fp32 [n_rows, (n_heads + 2 n_kv) * head_dim], q then k then v), apply the
   // per-head RMSNorm to q and k when the norms are given (Qwen3), rotate q and k at the row's absolute
   // position (batch.appended[seq] + row - seq_row_begin[seq]), write q into `q` (activation dtype
@@ -224,7 +233,7 @@ class Backend {
     attention(batch, q, kv, out, n_heads, scale);
   }
   // Every decoder layer of the step at once, where the backend has a fused form for it, returning
-  // whether it ran; when it returns false the caller runs the layers op by op (rmsnorm, matmul,
+  // whether it ran; when it returns false the caller runs the layers op by op (rmsnorm_matmul,
   // rope_attention, matmul, rmsnorm, matmul, silu_mul, matmul), the twin that defines what it
   // computes. CUDA: a one-row decode step (decode_stack.cu); the CPU backend has none.
   virtual bool decoder_stack(const StepBatch& batch, const DecoderStack& stack) { return false; }

@@ -180,8 +180,7 @@ backend::View ForwardPass::run(const backend::StepBatch& batch, const kv::KvPool
     for (int layer = 0; layer < c.n_layers; ++layer) {
       const UploadedLayer& w = weights_.layers[static_cast<size_t>(layer)];
       const backend::KvLayer& kv = pool.layer(layer);
-      be.rmsnorm(x, w.attn_norm, h, c.rms_eps);
-      be.matmul(h, w.qkv, qkv, /*accumulate=*/false);
+      be.rmsnorm_matmul(x, w.attn_norm, c.rms_eps, h, w.qkv, qkv);
       be.rope_attention(batch, qkv, w.q_norm, w.k_norm, c.rms_eps, weights_.rope, kv, q, attn, c.n_heads,
                         scale);
       be.matmul(attn, w.wo, x, /*accumulate=*/true);  // residual add fused into the GEMM

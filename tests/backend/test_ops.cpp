@@ -106,6 +106,11 @@ TEST(CudaOps, Matmul) {
       {"small accumulate+bias", 6, 64, 32, true, true, 1e-5},
       // Rows 1..8 take gemv.cu, the rest (and odd `in`) cuBLASLt.
       {"decode batch 1 o_proj (residual)", 1, 4096, 2560, false, true, 1e-4},
+      {"batch 1 qkv", 1, 2560, 6144, false, false, 1e-4},
+      {"batch 1 down (residual)", 1, 9728, 2560, false, true, 1e-4},
+      {"batch 1 logits", 1, 2560, 151936, false, false, 1e-4},
+      {"batch 1, fewer lines than warps, bias", 1, 256, 97, true, false, 1e-5},
+      {"batch 1, rows cut between warps", 1, 768, 1001, false, true, 1e-4},
       {"decode batch 8 gate_up", 8, 2560, 19456, false, false, 1e-4},
       {"batch 9 (cuBLASLt)", 9, 2560, 512, false, true, 1e-4},
       {"odd in (cuBLASLt)", 2, 36, 40, true, false, 1e-5},
@@ -136,6 +141,55 @@ TEST(CudaOps, Matmul) {
       EXPECT_TRUE(y.memory.sentinel_intact());
     }
     EXPECT_LE(relative_error(out[1], out[0]), c.tol);
+  }
+}
+
+// rmsnorm_matmul's one-row CUDA form (gemv_norm.cu) against the composition on the GPU (the normed row is
+// bit-identical, the matmul's summation order differs) and against the CPU. A weight above 64 MiB and
+// two rows take the composition.
+TEST(CudaOps, RmsNormMatmulEqualsItsComposition) {
+  BackendPair pair = make_pair();
+  KVDICE_REQUIRE_GPU(pair);
+  struct Case {
+    const char* name;
+    int rows, in, out;
+    bool bias;
+  };
+  const Case cases[] = {
+      {"qwen3-4b qkv", 1, 2560, 6144, false},        {"llama hidden, bias", 1, 4096, 300, true},
+      {"widest row, fewer lines than warps", 1, 8192, 3, false}, {"rows cut between warps", 1, 768, 1001, false},
+      {"gate_up (composition)", 1, 2560, 19456, false}, {"two rows (composition)", 2, 2560, 512, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const auto x_host = random_values(size_t(c.rows) * c.in, 51, 3.0f);
+    const auto norm_host = random_values(size_t(c.in), 52, 0.5f, 1.0f);
+    const auto w_host = random_values(size_t(c.out) * c.in, 53, 0.05f);
+    const auto b_host = random_values(size_t(c.out), 54);
+    std::vector<float> fused[2], composed;
+    int i = 0;
+    for (Backend* b : {pair.cpu.get(), pair.gpu.get()}) {
+      Matrix x(*b, DType::F32, c.rows, c.in, "x"), norm(*b, DType::F32, 1, c.in, "norm");
+      Matrix h(*b, b->activation_dtype(), c.rows, c.in, "normed row");
+      Matrix w(*b, b->weight_dtype(), c.out, c.in, "w"), bias(*b, DType::F32, 1, c.out, "bias");
+      Matrix y(*b, DType::F32, c.rows, c.out, "y");
+      x.upload(x_host);
+      norm.upload(norm_host);
+      w.upload(w_host);
+      bias.upload(b_host);
+      const backend::Weight weight{w.view, c.bias ? bias.view : backend::View{}};
+      b->rmsnorm_matmul(x.view, norm.view, 1e-6f, h.view, weight, y.view);
+      fused[i] = y.download();
+      if (!b->is_cpu()) {
+        b->rmsnorm(x.view, norm.view, h.view, 1e-6f);
+        b->matmul(h.view, weight, y.view, false);
+        composed = y.download();
+      }
+      EXPECT_TRUE(y.memory.sentinel_intact() && h.memory.sentinel_intact());
+      ++i;
+    }
+    EXPECT_LE(relative_error(fused[1], composed), 1e-5);
+    EXPECT_LE(relative_error(fused[1], fused[0]), 3e-3);  // the CPU keeps the row in fp32
   }
 }
 

@@ -93,6 +93,14 @@ inline constexpr int kGemvMaxRows = 8;
 bool gemv_supports(const View& x, const View& w, const View& y);
 void launch_gemv(const View& x, const View& w, const View& y, bool accumulate, cudaStream_t stream);
 
+// ---- gemv_norm.cu (CudaBackend::rmsnorm_matmul: one row, the norm built inside the matmul's CTAs) ----
+// fp32 x [1, K] with K a multiple of 256 up to 8192, bf16 W [N, K] with contiguous rows of at most
+// kGemvNormMaxBytes in all, fp32 y [1, N].
+inline constexpr int64_t kGemvNormMaxBytes = int64_t{64} << 20;
+bool gemv_norm_supports(const View& x, const View& w, const View& y);
+// y = rmsnorm(x; norm fp32 [K], eps) · W^T.
+void launch_gemv_norm(const View& x, const View& norm, float eps, const View& w, const View& y, cudaStream_t stream);
+
 // ---- decode_stack.cu (CudaBackend::decoder_stack: every layer of a one-row decode step at once) ----
 inline constexpr int kDecodeStackMaxLayers = 64;
 // One layer as the fused stack reads it: bf16 weights with contiguous rows (gate/up: gate rows first),

@@ -22,4 +22,13 @@ __device__ inline void store_float(void* base, DType dtype, int64_t index, float
   }
 }
 
+// Four floats as four bf16 (round to nearest even), in order: one 8-byte store.
+__device__ inline uint2 pack_bf16x4(const float4& v) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+  uint2 packed;
+  packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+  packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+  return packed;
+}
+
 }  // namespace kvdice::backend::cuda

@@ -8,10 +8,12 @@
 #include <cub/block/block_reduce.cuh>
 #include <type_traits>
 
+#include "backend/cuda/bf16_dot.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/device_convert.cuh"
+#include "backend/cuda/rmsnorm.cuh"
 #include "backend/cuda/silu.cuh"
 
 namespace kvdice::backend::cuda {
@@ -60,7 +62,7 @@ __global__ void rmsnorm_kernel(const float* x, int64_t x_ld, const float* w, voi
 // The fast path for rows of up to kNormThreads * 4 * V columns (16-byte aligned): one CTA per row holds
 // its row in registers (V float4 per thread), so the row is read once with all loads in flight, then
 // a warp-shuffle block sum. Same arithmetic as rmsnorm_kernel: fp32 sum of squares, y = x * inv * w.
-constexpr int kNormThreads = 128;
+constexpr int kNormThreads = kRmsSumThreads;
 
 template <int V>
 __global__ void __launch_bounds__(kNormThreads)
@@ -86,28 +88,17 @@ __global__ void __launch_bounds__(kNormThreads)
     v[i] = gi < groups ? xr[gi] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
 #pragma unroll
-  for (int i = 0; i < V; ++i) sum += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
-  __syncthreads();
-  float total = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kNormThreads / 32; ++k) total += warp_sums[k];
-  const float inv = 1.0f / sqrtf(total / static_cast<float>(cols) + eps);
+  for (int i = 0; i < V; ++i) sum = add_squares(sum, v[i]);
+  const float inv = block_rms_inverse(sum, warp_sums, cols, eps);
 #pragma unroll
   for (int i = 0; i < V; ++i) {
     const int gi = threadIdx.x + i * kNormThreads;
     if (gi >= groups) continue;
-    const float r0 = v[i].x * inv * wv[i].x, r1 = v[i].y * inv * wv[i].y, r2 = v[i].z * inv * wv[i].z,
-                r3 = v[i].w * inv * wv[i].w;
+    const float4 r = rms_scaled(v[i], inv, wv[i]);
     if (y_dtype == DType::BF16) {
-      const __nv_bfloat162 lo = __floats2bfloat162_rn(r0, r1), hi = __floats2bfloat162_rn(r2, r3);
-      uint2 packed;
-      packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-      packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-      reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(y) + blockIdx.x * y_ld)[gi] = packed;
+      reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(y) + blockIdx.x * y_ld)[gi] = pack_bf16x4(r);
     } else {
-      reinterpret_cast<float4*>(static_cast<float*>(y) + blockIdx.x * y_ld)[gi] = make_float4(r0, r1, r2, r3);
+      reinterpret_cast<float4*>(static_cast<float*>(y) + blockIdx.x * y_ld)[gi] = r;
     }
   }
 }
@@ -141,16 +132,12 @@ __global__ void silu_mul_vec4_kernel(const float* gate_up, int64_t gu_ld, Out* o
     const float* gate = gate_up + row * gu_ld + c;
     const float4 g = *reinterpret_cast<const float4*>(gate);
     const float4 u = *reinterpret_cast<const float4*>(gate + n);
-    const float r0 = silu_times(g.x, u.x), r1 = silu_times(g.y, u.y), r2 = silu_times(g.z, u.z),
-                r3 = silu_times(g.w, u.w);
+    const float4 r = make_float4(silu_times(g.x, u.x), silu_times(g.y, u.y), silu_times(g.z, u.z),
+                                 silu_times(g.w, u.w));
     if constexpr (std::is_same_v<Out, float>) {
-      *reinterpret_cast<float4*>(out + row * out_ld + c) = make_float4(r0, r1, r2, r3);
+      *reinterpret_cast<float4*>(out + row * out_ld + c) = r;
     } else {
-      const __nv_bfloat162 lo = __floats2bfloat162_rn(r0, r1), hi = __floats2bfloat162_rn(r2, r3);
-      uint2 packed;
-      packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-      packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-      *reinterpret_cast<uint2*>(out + row * out_ld + c) = packed;
+      *reinterpret_cast<uint2*>(out + row * out_ld + c) = pack_bf16x4(r);
     }
   }
 }

@@ -23,7 +23,8 @@
 // CTA's two rows one (gate, up) pair (0.5 % slower: down lost the window silu_mul gave its first loads).
 // Twelfth session: a one-wave form for one row (1024-thread CTAs, one per SM, each a static block of
 // rows, the norm or SiLU built once per SM in shared memory, a layer in 5 kernels) was 6 % slower
-// (356.7 against 380.4 tok/s), and 512-thread forms with 8 or 12 loads in flight no better.
+// (356.7 against 380.4 tok/s), and 512-thread forms with 8 or 12 loads in flight no better; only its
+// QKV form with the norm folded in paid, and is kept (gemv_norm.cu).
 #include <cuda_bf16.h>
 
 #include "backend/cuda/bf16_dot.cuh"
