@@ -145,20 +145,27 @@ TEST(CudaOps, Matmul) {
 }
 
 // rmsnorm_matmul's one-row CUDA form (gemv_norm.cu) against the composition on the GPU (the normed row is
-// bit-identical, the matmul's summation order differs) and against the CPU. A weight above 64 MiB and
-// two rows take the composition.
+// bit-identical, the matmul's summation order differs) and against the CPU. A weight above 64 MiB, two
+// rows and a norm weight off 16-byte alignment take the composition.
 TEST(CudaOps, RmsNormMatmulEqualsItsComposition) {
   BackendPair pair = make_pair();
   KVDICE_REQUIRE_GPU(pair);
+  enum Form { kOneWave, kComposition };
   struct Case {
     const char* name;
     int rows, in, out;
     bool bias;
+    Form form;
+    bool misaligned_norm = false;
   };
   const Case cases[] = {
-      {"qwen3-4b qkv", 1, 2560, 6144, false},        {"llama hidden, bias", 1, 4096, 300, true},
-      {"widest row, fewer lines than warps", 1, 8192, 3, false}, {"rows cut between warps", 1, 768, 1001, false},
-      {"gate_up (composition)", 1, 2560, 19456, false}, {"two rows (composition)", 2, 2560, 512, false},
+      {"qwen3-4b qkv", 1, 2560, 6144, false, kOneWave},
+      {"llama hidden, bias", 1, 4096, 300, true, kOneWave},
+      {"widest row, fewer lines than warps", 1, 8192, 3, false, kOneWave},
+      {"rows cut between warps", 1, 768, 1001, false, kOneWave},
+      {"gate_up", 1, 2560, 19456, false, kComposition},
+      {"two rows", 2, 2560, 512, false, kComposition},
+      {"norm weight off 16-byte alignment", 1, 2560, 512, false, kComposition, true},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -169,26 +176,31 @@ TEST(CudaOps, RmsNormMatmulEqualsItsComposition) {
     std::vector<float> fused[2], composed;
     int i = 0;
     for (Backend* b : {pair.cpu.get(), pair.gpu.get()}) {
-      Matrix x(*b, DType::F32, c.rows, c.in, "x"), norm(*b, DType::F32, 1, c.in, "norm");
+      Matrix x(*b, DType::F32, c.rows, c.in, "x"), norm(*b, DType::F32, 1, c.in + 1, "norm");
       Matrix h(*b, b->activation_dtype(), c.rows, c.in, "normed row");
       Matrix w(*b, b->weight_dtype(), c.out, c.in, "w"), bias(*b, DType::F32, 1, c.out, "bias");
       Matrix y(*b, DType::F32, c.rows, c.out, "y");
       x.upload(x_host);
-      norm.upload(norm_host);
+      std::vector<float> norm_padded(norm_host);
+      norm_padded.insert(c.misaligned_norm ? norm_padded.begin() : norm_padded.end(), 0.0f);
+      norm.upload(norm_padded);
+      backend::View norm_view = norm.view;  // the first c.in floats, or (misaligned) the last
+      norm_view.data = static_cast<float*>(norm_view.data) + (c.misaligned_norm ? 1 : 0);
+      norm_view.cols = norm_view.ld = c.in;
       w.upload(w_host);
       bias.upload(b_host);
       const backend::Weight weight{w.view, c.bias ? bias.view : backend::View{}};
-      b->rmsnorm_matmul(x.view, norm.view, 1e-6f, h.view, weight, y.view);
+      b->rmsnorm_matmul(x.view, norm_view, 1e-6f, h.view, weight, y.view);
       fused[i] = y.download();
       if (!b->is_cpu()) {
-        b->rmsnorm(x.view, norm.view, h.view, 1e-6f);
+        b->rmsnorm(x.view, norm_view, h.view, 1e-6f);
         b->matmul(h.view, weight, y.view, false);
         composed = y.download();
       }
       EXPECT_TRUE(y.memory.sentinel_intact() && h.memory.sentinel_intact());
       ++i;
     }
-    EXPECT_LE(relative_error(fused[1], composed), 1e-5);
+    EXPECT_LE(relative_error(fused[1], composed), c.form == kComposition ? 0.0 : 1e-5);
     EXPECT_LE(relative_error(fused[1], fused[0]), 3e-3);  // the CPU keeps the row in fp32
   }
 }

@@ -302,18 +302,15 @@ class CudaBackend final : public Backend {
   }
 
   // One row on a small weight: the norm inside the matmul's CTAs (gemv_norm.cu), h unwritten. Otherwise
-  // the composition.
+  // the composition (a norm weight off 16-byte alignment too).
   void rmsnorm_matmul(const View& x, const View& norm, float eps, const View& h, const Weight& w,
                       const View& y) override {
-    if (h.dtype != DType::BF16 || !cuda::gemv_norm_supports(x, w.w, y))
+    if (h.dtype != DType::BF16 || !cuda::gemv_norm_supports(x, norm, w.w, y))
       return Backend::rmsnorm_matmul(x, norm, eps, h, w, y);
-    require_dtype(norm, DType::F32, "rmsnorm", "weight");
-    require_dtype(w.w, DType::BF16, "matmul", "weight");
     KVDICE_CHECK(norm.rows * norm.cols == x.cols && h.rows == x.rows && h.cols == x.cols && w.w.cols == x.cols &&
                      y.cols == w.w.rows,
                  "rmsnorm_matmul [{}x{}] (norm of {}) · [{}x{}]^T into [{}x{}]", x.rows, x.cols,
                  norm.rows * norm.cols, w.w.rows, w.w.cols, y.rows, y.cols);
-    KVDICE_CHECK(reinterpret_cast<uintptr_t>(norm.data) % 16 == 0, "rmsnorm_matmul: norm weight not 16-byte aligned");
     cuda::launch_gemv_norm(x, norm, eps, w.w, y, stream_);
     add_bias(w, y);
   }

@@ -23,4 +23,14 @@ void throw_cublas_error(cublasStatus_t status, const char* call, const char* fil
        cublasLtGetStatusName(status), cublasLtGetStatusString(status), file, line);
 }
 
+int device_sm_count() {
+  static const int count = [] {
+    int device = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return sms;
+  }();
+  return count;
+}
+
 }  // namespace kvdice::backend::cuda

@@ -12,6 +12,9 @@ namespace kvdice::backend::cuda {
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line);
 
+// The current device's SM count, queried once per process (the kernels that size their grids by it).
+int device_sm_count();
+
 }  // namespace kvdice::backend::cuda
 
 #define CUDA_CHECK(call)                                                                         \

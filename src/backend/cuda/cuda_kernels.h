@@ -97,7 +97,7 @@ void launch_gemv(const View& x, const View& w, const View& y, bool accumulate, c
 // fp32 x [1, K] with K a multiple of 256 up to 8192, bf16 W [N, K] with contiguous rows of at most
 // kGemvNormMaxBytes in all, fp32 y [1, N].
 inline constexpr int64_t kGemvNormMaxBytes = int64_t{64} << 20;
-bool gemv_norm_supports(const View& x, const View& w, const View& y);
+bool gemv_norm_supports(const View& x, const View& norm, const View& w, const View& y);
 // y = rmsnorm(x; norm fp32 [K], eps) · W^T.
 void launch_gemv_norm(const View& x, const View& norm, float eps, const View& w, const View& y, cudaStream_t stream);
 

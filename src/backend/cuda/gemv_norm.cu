@@ -148,23 +148,22 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_norm_kernel(NormArgs a) {
 
 }  // namespace
 
-bool gemv_norm_supports(const View& x, const View& w, const View& y) {
+bool gemv_norm_supports(const View& x, const View& norm, const View& w, const View& y) {
   const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const int64_t cols = w.cols;
   return x.rows == 1 && y.rows == 1 && cols % kLineCols == 0 && cols <= kMaxCols && x.dtype == DType::F32 &&
-         w.dtype == DType::BF16 && y.dtype == DType::F32 && w.ld == cols && aligned16(x.data) &&
-         aligned16(w.data) && w.rows * cols * 2 <= kGemvNormMaxBytes;
+         norm.dtype == DType::F32 && w.dtype == DType::BF16 && y.dtype == DType::F32 && w.ld == cols &&
+         aligned16(x.data) && aligned16(norm.data) && aligned16(w.data) && w.rows * cols * 2 <= kGemvNormMaxBytes;
 }
 
 void launch_gemv_norm(const View& x, const View& norm, float eps, const View& w, const View& y, cudaStream_t stream) {
-  static const int sms = [] {
-    int device = 0, count = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  static const bool configured = [] {
     // The fp32 and bf16 rows of the widest K: above the 48 KB a launch gets unasked.
     CUDA_CHECK(cudaFuncSetAttribute(gemv_norm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxCols * (2 + 4)));
-    return count;
+    return true;
   }();
+  (void)configured;
+  const int sms = device_sm_count();
   // One wave: at most one CTA per SM, as many rows each as that takes.
   const int n_out = static_cast<int>(w.rows);
   const int rows_per_cta = (n_out + sms - 1) / sms;

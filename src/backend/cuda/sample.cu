@@ -74,15 +74,7 @@ struct ChunkPartial {
 // Enough chunks per row that a step's chunk CTAs fill the GPU, but no fewer than large batches use.
 // About two chunk CTAs per SM at small batches (the SM count queried once per process, like the
 // finish's cluster capacity).
-int chunk_ctas() {
-  static const int ctas = [] {
-    int device = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return 2 * sms;
-  }();
-  return ctas;
-}
+int chunk_ctas() { return 2 * device_sm_count(); }
 
 int chunks_for(int n_seqs, int64_t vocab) {
   const int64_t wide = std::clamp<int64_t>((vocab + kTokensPerChunk - 1) / kTokensPerChunk, 1, kWideChunks);
