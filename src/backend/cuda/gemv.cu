@@ -24,7 +24,11 @@
 // Twelfth session: a one-wave form for one row (1024-thread CTAs, one per SM, each a static block of
 // rows, the norm or SiLU built once per SM in shared memory, a layer in 5 kernels) was 6 % slower
 // (356.7 against 380.4 tok/s), and 512-thread forms with 8 or 12 loads in flight no better; only its
-// QKV form with the norm folded in paid, and is kept (gemv_norm.cu).
+// QKV form with the norm folded in paid, and is kept (gemv_norm.cu). Thirteenth session: the norm in
+// this kernel's loop (each warp summing the squares of the fp32 x it reads, 1/rms applied after the dot:
+// no prologue) made gate/up 36.2 us against 23.8 + 2.4 (64 bytes of x and norm weight read per 16-byte
+// weight chunk), and it broke the batch invariant (a one-row step no longer rounded the normed row to
+// bf16 as a batched step does: CudaEngine.MixedBatchEqualsEachSequenceAlone failed).
 #include <cuda_bf16.h>
 
 #include "backend/cuda/bf16_dot.cuh"

@@ -12,7 +12,9 @@
 // norm 8.66 us a layer against 8.97 + 2.24 for the GEMV and the norm kernel; but a static block per SM
 // streams a long weight worse than gemv.cu's thousands of small CTAs (gate/up with its norm 29.6 against
 // 23.8 + 2.4 us, o_proj without a norm 7.7 against 5.5, down with SiLU folded in 16.2 against
-// 12.9 + 2.3), so only weights up to kGemvNormMaxBytes take it.
+// 12.9 + 2.3), so only weights up to kGemvNormMaxBytes take it. Thirteenth session: warps taking whole
+// rows from an atomic counter instead of static blocks streamed gate/up slower still (39.6 us, 2.5 TB/s:
+// 64 KB in flight per SM, one L2 atomic a row).
 #include <cuda_bf16.h>
 
 #include "backend/cuda/bf16_dot.cuh"
