@@ -408,8 +408,8 @@ TEST(CudaOps, Attention) {
       {"decode qwen3-4b batch 1 long (split)", 32, 8, 128, {1}, {2111}},
       {"decode qwen3-4b batch 1 big capacity", 32, 8, 128, {1}, {2111}, 600},
       {"decode qwen3-4b batch 1 short, big capacity", 32, 8, 128, {1}, {20}, 600},
-      // 255 and 256 visible slots run as one split (the output written directly), 257 and 258 split.
-      {"decode qwen3-4b around the single-split edge", 32, 8, 128, {1, 1, 1, 1}, {254, 255, 256, 257}, 600},
+      // 511 and 512 visible slots run as one split (the output written directly), 513 and 514 split.
+      {"decode qwen3-4b around the single-split edge", 32, 8, 128, {1, 1, 1, 1}, {510, 511, 512, 513}, 600},
       {"decode qwen3-4b batch 1 odd length", 32, 8, 128, {1}, {9001}},
       {"decode hd64 g7 batch 3 mixed, big capacity", 14, 2, 64, {1, 1, 1}, {0, 777, 3000}, 300},
       {"decode qwen3-4b batch 128 short", 32, 8, 128, std::vector<int>(128, 1), {}},
@@ -506,6 +506,8 @@ TEST(CudaOps, RopeAttentionEqualsRopeAppendThenAttention) {
       {"qwen3-4b batch 1 short", 32, 8, 128, 128, true, {20}},
       {"qwen3-4b batch 1 long (splits; the last holds the new slot)", 32, 8, 128, 128, true, {2111}},
       {"qwen3-4b batch 4 mixed, first slot of a page", 32, 8, 128, 128, true, {0, 16, 255, 1000}},
+      // One split of eight warps whose new slot lies past the pages fetched before the wait.
+      {"qwen3-4b batch 1, one split, the new slot past the prologue", 32, 8, 128, 128, true, {400}},
       {"hd64 g7 no norms", 14, 2, 64, 64, false, {33, 700}},
       {"hd128 partial rotary", 8, 2, 128, 64, true, {5}},
       // 40 x 8 (sequence, KV head) pairs: past the SM count, so four warps a CTA (the rest take eight).
@@ -712,6 +714,34 @@ TEST(CudaOps, SampleSmallBatchIsBitIdentical) {
       wide.h.forced[s] = -1;
     }
     expect_same_samples(pair, wide, vocab, 2);
+  }
+}
+
+// The finish's radix descents start at the highest bit the row's weights can differ in (sample.cu's
+// RowKey), so the spread of a row's logits sets how many byte passes refine its crossing digit: none
+// for equal logits, a partial byte for a spread of ~1e-6, up to three for a wide one. Every spread,
+// at top-p and top-k with top-p, in one batch of 1,000-token and 151,936-token rows.
+TEST(CudaOps, SampleIsBitIdenticalAtEveryLogitSpread) {
+  BackendPair pair = make_pair();
+  KVDICE_REQUIRE_GPU(pair);
+  for (const int vocab : {1000, 151936}) {
+    SCOPED_TRACE(testing::Message() << "vocab " << vocab);
+    const std::vector<float> spreads = {0.0f, 1e-7f, 1e-6f, 3e-5f, 1e-3f, 0.02f, 0.3f, 4.0f, 40.0f};
+    const int n = static_cast<int>(spreads.size()) * 2;
+    SampleRows rows{HostBatch::make(std::vector<int>(n, 1), 1), random_values(size_t(n) * vocab, 72, 1.0f)};
+    HostBatch& h = rows.h;
+    for (int s = 0; s < n; ++s) {
+      const float spread = spreads[s / 2];
+      float* l = rows.logits.data() + size_t(s) * vocab;
+      for (int i = 0; i < vocab; ++i) l[i] = 1.5f + spread * l[i];
+      h.temperature[s] = 0.7f;
+      h.top_k[s] = s % 2 == 0 ? 0 : vocab / 3;
+      h.top_p[s] = 0.9f;
+      h.sample_key[s] = philox_key(77, uint64_t(s), RngDomain::Sampling);
+      h.gen_step[s] = s;
+      h.forced[s] = -1;
+    }
+    expect_same_samples(pair, rows, vocab, 3);
   }
 }
 

@@ -37,7 +37,10 @@ namespace {
 
 constexpr int kPageSlots = 16;  // one page = one m16n8k16 k-step of P V
 constexpr int kRows = 16;       // mma rows: query heads of the group (the rest are zero)
-constexpr int kSingleSplitSlots = 256;  // up to this many visible slots, one CTA per KV head does all
+// Up to this many visible slots, one CTA per KV head does all (H200, batch 1, Qwen3-4B shape, contexts
+// 128-384, 2026-12-03: 256 -> 512 took 384.9 -> 392.6 tok/s: at 257-384 slots three splits and the last
+// one's merge cost more than a warp's second and third page; 128 was slower, 377.9).
+constexpr int kSingleSplitSlots = 512;
 
 template <int HD, int kWarps>
 struct DecodeShape {
