@@ -411,6 +411,10 @@ TEST(CudaOps, Attention) {
       // 511 and 512 visible slots run as one split (the output written directly), 513 and 514 split.
       {"decode qwen3-4b around the single-split edge", 32, 8, 128, {1, 1, 1, 1}, {510, 511, 512, 513}, 600},
       {"decode qwen3-4b batch 1 odd length", 32, 8, 128, {1}, {9001}},
+      // Up to kMaxClusterSplits splits run as one thread block cluster and merge in shared memory;
+      // 601 visible slots over 4 splits of 256 use 3, so the cluster's last CTA is empty.
+      {"decode qwen3-4b batch 1, splits as one cluster", 32, 8, 128, {1}, {1000}},
+      {"decode qwen3-4b batch 1, a cluster with an empty split", 32, 8, 128, {1}, {600}, 25},
       {"decode hd64 g7 batch 3 mixed, big capacity", 14, 2, 64, {1, 1, 1}, {0, 777, 3000}, 300},
       {"decode qwen3-4b batch 128 short", 32, 8, 128, std::vector<int>(128, 1), {}},
       {"decode qwen3-4b batch 16 varied", 32, 8, 128, std::vector<int>(16, 1), {}, 16},
@@ -508,6 +512,7 @@ TEST(CudaOps, RopeAttentionEqualsRopeAppendThenAttention) {
       {"qwen3-4b batch 4 mixed, first slot of a page", 32, 8, 128, 128, true, {0, 16, 255, 1000}},
       // One split of eight warps whose new slot lies past the pages fetched before the wait.
       {"qwen3-4b batch 1, one split, the new slot past the prologue", 32, 8, 128, 128, true, {400}},
+      {"qwen3-4b batch 1, splits as one cluster (the last holds the new slot)", 32, 8, 128, 128, true, {1000}},
       {"hd64 g7 no norms", 14, 2, 64, 64, false, {33, 700}},
       {"hd128 partial rotary", 8, 2, 128, 64, true, {5}},
       // 40 x 8 (sequence, KV head) pairs: past the SM count, so four warps a CTA (the rest take eight).
