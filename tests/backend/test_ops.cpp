@@ -411,8 +411,8 @@ TEST(CudaOps, Attention) {
       // 511 and 512 visible slots run as one split (the output written directly), 513 and 514 split.
       {"decode qwen3-4b around the single-split edge", 32, 8, 128, {1, 1, 1, 1}, {510, 511, 512, 513}, 600},
       {"decode qwen3-4b batch 1 odd length", 32, 8, 128, {1}, {9001}},
-      // Up to kMaxClusterSplits splits run as one thread block cluster and merge in shared memory;
-      // 601 visible slots over 4 splits of 256 use 3, so the cluster's last CTA is empty.
+      // Up to 8 splits run as one thread block cluster and merge in shared memory. A capacity of 1,008
+      // slots gives 4 splits; 601 visible slots (5 units of 128) fill 3, so the last CTA is empty.
       {"decode qwen3-4b batch 1, splits as one cluster", 32, 8, 128, {1}, {1000}},
       {"decode qwen3-4b batch 1, a cluster with an empty split", 32, 8, 128, {1}, {600}, 25},
       {"decode hd64 g7 batch 3 mixed, big capacity", 14, 2, 64, {1, 1, 1}, {0, 777, 3000}, 300},
@@ -722,10 +722,11 @@ TEST(CudaOps, SampleSmallBatchIsBitIdentical) {
   }
 }
 
-// The finish's radix descents start at the highest bit the row's weights can differ in (sample.cu's
-// RowKey), so the spread of a row's logits sets how many byte passes refine its crossing digit: none
-// for equal logits, a partial byte for a spread of ~1e-6, up to three for a wide one. Every spread,
-// at top-p and top-k with top-p, in one batch of 1,000-token and 151,936-token rows.
+// The spread of a row's logits sets how many tokens share the finish's crossing digit and in which
+// bytes their weights still differ: every weight 2^31 (equal logits), weights an ulp apart, flat,
+// smooth, and wide (most weights zero). Every spread, at top-p and at top-k with top-p, in one batch
+// of 1,000-token and 151,936-token rows. (It caught a descent that left the tie count unset when no
+// byte was left to refine: equal logits then always drew token 0.)
 TEST(CudaOps, SampleIsBitIdenticalAtEveryLogitSpread) {
   BackendPair pair = make_pair();
   KVDICE_REQUIRE_GPU(pair);
