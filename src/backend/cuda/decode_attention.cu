@@ -521,21 +521,8 @@ void launch_for(const DecodeArgs& args, cudaStream_t stream) {
   (void)configured;
   const dim3 grid(static_cast<unsigned>(args.batch.n_seqs), static_cast<unsigned>(args.n_kv_heads),
                   static_cast<unsigned>(args.n_splits));
-  cudaLaunchAttribute attributes[2]{};
-  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attributes[0].val.programmaticStreamSerializationAllowed = 1;
-  attributes[1].id = cudaLaunchAttributeClusterDimension;
-  attributes[1].val.clusterDim.x = 1;
-  attributes[1].val.clusterDim.y = 1;
-  attributes[1].val.clusterDim.z = args.cluster ? static_cast<unsigned>(args.n_splits) : 1u;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = dim3(kWarps * 32);
-  config.dynamicSmemBytes = shared;
-  config.stream = stream;
-  config.attrs = attributes;
-  config.numAttrs = args.cluster ? 2 : 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&config, decode_attention_kernel<HD, kRope, kWarps>, args));
+  launch_dependent_clusters(decode_attention_kernel<HD, kRope, kWarps>, grid, dim3(kWarps * 32), shared, stream,
+                            args.cluster ? static_cast<unsigned>(args.n_splits) : 1u, args);
   CUDA_CHECK_LAUNCH("decode_attention_kernel");
 }
 

@@ -32,20 +32,31 @@ __device__ inline void enter_dependent() {
   release_dependents();
 }
 
+// As launch_dependent, the grid's CTAs along z grouped into thread block clusters of cluster_z (1: none).
 template <typename... Params, typename... Args>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
-                      Args&&... args) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
+void launch_dependent_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                               cudaStream_t stream, unsigned cluster_z, Args&&... args) {
+  cudaLaunchAttribute attributes[2]{};
+  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[0].val.programmaticStreamSerializationAllowed = 1;
+  attributes[1].id = cudaLaunchAttributeClusterDimension;
+  attributes[1].val.clusterDim.x = 1;
+  attributes[1].val.clusterDim.y = 1;
+  attributes[1].val.clusterDim.z = cluster_z;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  config.attrs = attributes;
+  config.numAttrs = cluster_z > 1 ? 2 : 1;
   CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                      Args&&... args) {
+  launch_dependent_clusters(kernel, grid, block, shared_bytes, stream, 1u, std::forward<Args>(args)...);
 }
 
 }  // namespace kvdice::backend::cuda
