@@ -584,26 +584,26 @@ __device__ Candidates to_shared(Finish& f, Keep keep) {
     const int base = tile + warp_first;
     uint4 g[kUnroll];
     load_groups(f, base, g);
-    unsigned taken = 0;  // bit 4u + e: id 4q + e of g[u]
+    // visit(id, weight, bit) for each of this thread's tokens of the tile; bit 4u + e of `taken` is
+    // id 4q + e of g[u].
+    const auto each_token = [&](auto visit) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int q = base + u * kFinishThreads + static_cast<int>(threadIdx.x % 32);
-      const uint32_t w[4] = {g[u].x, g[u].y, g[u].z, g[u].w};
+      for (int u = 0; u < kUnroll; ++u) {
+        const int q = base + u * kFinishThreads + static_cast<int>(threadIdx.x % 32);
+        const uint32_t w[4] = {g[u].x, g[u].y, g[u].z, g[u].w};
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        if (q < f.g_end && 4 * q + e < f.vocab && keep(4 * q + e, w[e])) taken |= 1u << (4 * u + e);
-    }
+        for (int e = 0; e < 4; ++e) visit(4 * q + e, w[e], 4 * u + e);
+      }
+    };
+    unsigned taken = 0;
+    each_token([&](int i, uint32_t w, int bit) {
+      if (i < 4 * f.g_end && i < f.vocab && keep(i, w)) taken |= 1u << bit;
+    });
     int slot = 0, tile_count = 0;
     Scan(f.sh.scan).ExclusiveSum(__popc(taken), slot, tile_count);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int q = base + u * kFinishThreads + static_cast<int>(threadIdx.x % 32);
-      const uint32_t w[4] = {g[u].x, g[u].y, g[u].z, g[u].w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        if (taken >> (4 * u + e) & 1u)
-          f.list[size + slot++] = make_uint2(static_cast<uint32_t>(4 * q + e), w[e]);
-    }
+    each_token([&](int i, uint32_t w, int bit) {
+      if (taken >> bit & 1u) f.list[size + slot++] = make_uint2(static_cast<uint32_t>(i), w);
+    });
     size += tile_count;
     __syncthreads();  // the scan's storage is reused
   }
