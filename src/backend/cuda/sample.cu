@@ -309,10 +309,10 @@ __global__ void __launch_bounds__(kChunkThreads)
 // soon as the cluster's histogram says the row's fit; its later passes then read little. On nearly
 // flat logits (random weights; temperature 0.6, top-p 0.95: the crossing byte holds ~147k of 152k
 // tokens, its next byte ~11k) a top-p row reads its slice three times: the first refinement, the move
-// to shared memory, the draw. Where such a row's ~52 us went (H200, clock64 stamps of rank 0, fifteenth
-// session): the top crossing 3 us, the first refinement's histogram over the slice 12 us (shared
-// atomics on a handful of hot digits), the move to shared memory 6.5 us, each later refinement pass
-// ~5 us, the id cut 8.9 us, the draw 6.5 us: a phase of barriers, a cluster exchange and one warp's
+// to shared memory, the draw. Where such a row's ~50 us go (H200, clock64 stamps of rank 0, fifteenth
+// session): the top crossing 2.6 us, the first refinement's histogram over the slice 12.7 us (shared
+// atomics on a handful of hot digits), the move to shared memory 5.9 us, each later refinement pass
+// 5.5-7.5 us, the id cut 8.3 us, the draw 6.3 us: a phase of barriers, a cluster exchange and one warp's
 // digit walk costs 1-1.5 us however little it reads, so fewer phases is what would pay. (The first
 // version built a global list of the crossing byte's ids and made seven passes over it: ~0.8-1.1 ms a
 // row; one CTA a row took ~195 us on an H200, each vocabulary pass ~50 us of one SM's histogram adds.)
@@ -698,7 +698,7 @@ __device__ int local_nth_lowest_id(Finish& f, const Candidates& c, unsigned long
 // The nth-lowest id (n >= 1) in the row among candidates with take(i, weight); -1 when fewer have it.
 // The slices are contiguous id ranges in rank order, so the CTAs' counts name the slice that holds it;
 // that CTA selects it from its own candidates and shares it: two exchanges, where a radix select over
-// the cluster's histograms took four (H200, flat logits: 10.2 -> 8.9 us).
+// the cluster's histograms took four (H200, flat logits: 10.3 -> 8.3 us).
 template <class Take>
 __device__ int nth_lowest_id(Finish& f, const Candidates& c, int nth, Take take) {
   FinishShared& sh = f.sh;
