@@ -568,14 +568,14 @@ void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld
   a.out_ld = out_ld;
   a.n_heads = n_heads;
   a.group = n_heads / n_kv_heads;
-  a.n_splits = n_splits;
+  // A launch whose page table fits one split runs one CTA per (sequence, KV head): the plan's other
+  // splits would all be empty, and a cluster launch alone cost ~3 us a step (batch 1, 128-token context).
+  a.n_splits = batch.max_pages * kPageSlots > kSingleSplitSlots ? n_splits : 1;
   a.scale_log2 = scale * 1.4426950408889634f;
   a.partial_acc = partial_acc;
   a.partial_ml = partial_ml;
   a.split_counters = split_counters;
-  // A launch whose capacity fits one split never merges, so it is no cluster (at batch 1 and a 128-token
-  // context the cluster launch alone cost ~3 us a step).
-  a.cluster = n_splits > 1 && n_splits <= kMaxClusterSplits && batch.max_pages * kPageSlots > kSingleSplitSlots;
+  a.cluster = a.n_splits > 1 && a.n_splits <= kMaxClusterSplits;
   if (head_dim == 128) {
     launch_for<128>(a, wide, stream);
   } else {
