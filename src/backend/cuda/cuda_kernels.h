@@ -134,7 +134,7 @@ struct DecodeStackPlan {
 // of 1, 2, 4 or 8, hidden and intermediate multiples of 8, at most kDecodeStackMaxLayers layers, and
 // every weight row within one ring slot of shared memory.
 std::optional<DecodeStackPlan> plan_decode_stack(const DecodeStackShape& shape, int n_layers);
-// Split-KV partials of the attention stage.
+// Split-KV partials of the attention stage and the stages' counters (zeroed once when allocated).
 size_t decode_stack_scratch_bytes(const DecodeStackShape& shape);
 // x (the step's one residual row, fp32) in, x out; qkv (fp32), attn and mlp (bf16) are the forward's
 // activation rows, used as the stages' hand-over buffers. One CTA per SM (sm_count), cooperative.

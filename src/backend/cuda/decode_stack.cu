@@ -1,32 +1,26 @@
 // The decoder stack of a one-row decode step in one persistent launch (batch 1 is a pure weight stream:
 // with one kernel per op, every kernel boundary drains and refills the memory pipe, and the small ops
 // between the GEMVs leave it idle). One CTA per SM, all resident (a cooperative launch), runs every
-// layer's stages in order with a grid barrier between dependent stages:
+// layer's stages in order:
 //   RMSNorm + QKV -> q/k norm, RoPE, K/V append + attention (split-KV over CTAs) [-> split merge]
 //   -> O (+= residual) -> RMSNorm + gate/up with SiLU(gate)*up in its epilogue -> down (+= residual).
-// Each CTA owns a fixed share of every weight matrix's rows (the same in every layer) and streams that
-// share, layer after layer, through a ring of shared-memory slots filled by bulk copies; the next
-// slots are issued whatever stage the CTA is in, because weights depend on nothing.
+// Each CTA owns a fixed share of every weight matrix's rows (the same in every layer). A producer warp
+// streams that share, layer after layer, through a ring of shared-memory slots filled by bulk copies,
+// each slot refilled as soon as the consumer warps hand it back (an "empty" mbarrier per slot): the
+// weights depend on nothing, so the stream never waits for a stage. The consumer warps wait only where
+// a stage reads what other CTAs wrote: per-layer counters in global memory (`Point`), one arrival per CTA,
+// so while some CTAs attend the others' producers fill their rings with O's rows and beyond.
 // Sums run in a fixed order (per slot: warps over row parts, then the parts in order), so a step is
 // deterministic on a given GPU. The op-by-op forward (model/forward.cpp) is the twin that defines
 // what this computes; tests/backend/test_model_gpu.cpp holds them together.
 //
-// Status (H200, Qwen3-4B shape, docs/benchmarks.md "sixth session"): exact against the op-by-op path
-// and the CPU, but slower: 5.4 ms a step against 3.1 ms op by op, so EngineConfig::fused_decode is off
-// by default. Timing-only variants put the attention stage (8 CTAs at short context) at ~2.2 ms a step
-// and the 180 grid barriers at ~0.6 ms; without the attention stage the stream alone ran at 3.2 ms.
-// The seventh session refuted the lead that instruction fetch made the attention stage slow: with the
-// attention stage instantiated per GQA group (key loop rolled) and the stages not inlined, the stack ran
-// at 5.6 ms (178.6 tok/s), and ncu counted 2.7 M local-memory spill requests from the calls at the 128
-// registers a 512-thread CTA per SM allows. The stages are inlined again (no spills); the per-group
-// attention stays. That profile's source view puts the attention stage at ~15 µs a layer (~8.5 % of
-// the launch) and the GEMV stages at 63 %, mostly waiting on the ring: refilled only after every warp
-// passed the slot before, it streams ~1.8 TB/s, and it drains at every wait (a grid barrier, the
-// attention stage), which its ~140 KB per SM covers for ~4 us. The stream is the first thing to fix:
-// before each wait the slots after the in-flight ones are now pulled into L2 (prefetch_slots); with the
-// stages inlined this took the stack from 178.6 to 236.1 tok/s (eighth session), still behind op by op.
-// A producer warp with slots released through "empty" mbarriers would come next.
-#include <cooperative_groups.h>
+// History (docs/benchmarks.md, sixth to ninth and sixteenth sessions): the first form (a ring refilled
+// behind a CTA barrier, grid barriers between stages) ran at 168-236 tok/s against ~320-394 op by op.
+// This form (exact; CUDA suite and memcheck clean) runs at ~204 tok/s against 394: per-slot stamps put
+// the producer waiting on its consumers 72 % of the time. A consumer slot (wait, dot, CTA barrier, the
+// rows' sums) costs ~1.3 us against the ~0.8 us its 25 KB take to stream, so the consumers, not the
+// stream, set the pace; the next step is warps that release slots on their own and combine their sums
+// once a stage.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -42,21 +36,24 @@
 namespace kvdice::backend::cuda {
 namespace {
 
-namespace cg = cooperative_groups;
-
-constexpr int kWarps = 16;
-constexpr int kThreads = kWarps * 32;
-constexpr int kRing = 4;            // ring slots: kRing - 1 in flight while one is read
+// 15 consumer warps do the stages' work and one producer warp streams the weights: 512 threads keep the
+// 128 registers a thread that the attention stage needs (17 warps would leave 96, and it spills).
+constexpr int kWarps = 15;
+constexpr int kConsumerThreads = kWarps * 32;
+constexpr int kThreads = kConsumerThreads + 32;
+constexpr int kRing = 8;                         // ring slots, all in flight but the one being read
 constexpr int kMaxSlotRows = 64;    // weight rows of one slot
 constexpr int kPartials = 256;      // per slot: rows x parts of the per-warp sums
 constexpr int kAttentionWarps = 8;  // warps that stream one attention item's slots
 constexpr int kMaxGroup = 8;        // query heads per KV head: 1, 2, 4 or 8 (a kernel per group)
 constexpr int kMaxSplits = 16;      // CTAs that share one KV head's slots
 constexpr int kSplitSlots = 256;    // visible slots per split before another split is added
-constexpr int kPrefetchOverAttentionBytes = 24 << 20;  // L2 prefetch before the attention stage (grid)
-constexpr int kPrefetchOverBarrierBytes = 8 << 20;     // and before each other grid barrier
+constexpr int kMaxOwnRows = 512;    // rows of the residual a CTA owns (O and down write them), in shared memory
 
 enum Stage { kQkv = 0, kO = 1, kGateUp = 2, kDown = 3, kStages = 4 };
+// The points of a layer the CTAs wait on: each counts the CTAs that are past it (all of them, every
+// layer), so a stage starts as soon as what it reads is written, while the producer warps stream on.
+enum Point { kQkvDone, kAttentionDone, kMergeDone, kODone, kGateUpDone, kDownDone, kPoints };
 static_assert(sizeof(DecodeStackPlan::rows_per_slot) == kStages * sizeof(int), "a plan entry per stage");
 
 struct StackArgs {
@@ -69,10 +66,10 @@ struct StackArgs {
   __nv_bfloat16* attn;  // [n_heads * head_dim]
   __nv_bfloat16* mlp;   // [intermediate]
   float* partials;      // split partials [n_heads][kMaxSplits][head_dim + 2]: O, then max, sum
+  int* flags;           // [n_layers][kPoints] then the launch's exit count; zero between launches
   int slot_bytes;       // one ring slot
   int work_bytes;       // the activation vector, or one attention item's scratch
   int rows_per_slot[kStages];
-  int prefetch_slots[2];  // slots pulled into L2 before the attention stage, and before the other waits
 };
 
 // This CTA's share of one stage's rows (gate/up: rows of the intermediate, a gate row and an up row each).
@@ -143,6 +140,35 @@ __device__ inline void barrier_wait(uint64_t* bar, uint32_t parity) {
   }
 }
 
+__device__ inline void barrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(bar)) : "memory");
+}
+
+// The consumer warps' barrier (the producer warp never joins it: it runs ahead on its own).
+__device__ inline void consumer_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory"); }
+
+// This CTA is past a point: every consumer's writes before the call are visible to a CTA that then
+// sees the count (the release pattern of a grid barrier's arrival).
+__device__ inline void signal(int* flag) {
+  consumer_sync();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(flag, 1);
+  }
+}
+
+// Waits until `target` CTAs are past a point (one thread polls with acquire loads, the rest wait at the
+// consumer barrier); what they wrote before it is then read through L2 (__ldcg).
+__device__ inline void wait_for(const int* flag, int target) {
+  if (threadIdx.x == 0) {
+    int seen = 0;
+    do {
+      asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(flag) : "memory");
+    } while (seen < target);
+  }
+  consumer_sync();
+}
+
 __device__ inline float warp_max(float v) {
   for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
@@ -152,17 +178,18 @@ __device__ inline float warp_max(float v) {
 __device__ inline float block_sum(float v, float* scratch) {
   v = warp_sum(v);
   if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
-  __syncthreads();
+  consumer_sync();
   float total = 0.0f;
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) total += scratch[w];
-  __syncthreads();
+  consumer_sync();
   return total;
 }
 
 struct Ring {
   unsigned char* base;
-  uint64_t full[kRing];  // mbarrier per slot: its bytes have landed
+  uint64_t full[kRing];   // mbarrier per slot: its bytes have landed
+  uint64_t empty[kRing];  // and: the consumers are done with it, the producer may refill it
   Share share[kStages];
   int per_layer;  // slots of one layer
   int total;      // slots of the launch
@@ -204,18 +231,6 @@ __device__ inline void issue_slot(const StackArgs& a, Ring& ring, int g) {
   }
 }
 
-// Before a wait (grid barrier, attention) the ring holds only kRing - 1 slots in flight and the bus would
-// idle once they land: the slots after them, up to `count`, are pulled into L2 instead (no shared memory,
-// nothing to wait for), so the stages after the wait read them from L2. One thread.
-__device__ inline void prefetch_slots(const StackArgs& a, const Ring& ring, int from, int count) {
-  for (int g = from; g < min(ring.total, from + count); ++g) {
-    const SlotSource src = slot_source(a, ring, g);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src.first), "r"(src.bytes) : "memory");
-    if (src.second != nullptr)
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src.second), "r"(src.bytes) : "memory");
-  }
-}
-
 // Per-warp partial dot products of a slot's rows with the activation vector: with at least kWarps
 // rows a warp takes whole rows; otherwise each row is cut into kWarps / rows parts, one per warp.
 __device__ inline void dot_slot(const uint4* w, const uint4* x, int rows, int chunks, float* partial) {
@@ -243,9 +258,11 @@ __device__ inline void dot_slot(const uint4* w, const uint4* x, int rows, int ch
   if (lane == 0) partial[r * parts + part] = acc;
 }
 
-// Writes slot s's outputs from its partial sums (threads of the CTA, one row each).
+// Writes slot s's outputs from its partial sums (threads of the CTA, one row each). O and down add into
+// the residual rows this CTA owns (`own`: the same rows in both stages, kept in shared memory, so the add
+// waits on no load) and store the sums for the other CTAs' norms.
 __device__ inline void finish_slot(const StackArgs& a, const DecodeStackLayer& layer, int stage,
-                                   const Share& sh, int s, const float* partial) {
+                                   const Share& sh, int s, const float* partial, float* own) {
   const int row0 = sh.row_begin + s * sh.per_slot;
   const int n = min(sh.per_slot, sh.row_begin + sh.rows - row0);
   const int slot_rows = stage == kGateUp ? 2 * n : n;
@@ -255,7 +272,7 @@ __device__ inline void finish_slot(const StackArgs& a, const DecodeStackLayer& l
     for (int p = 0; p < parts; ++p) v += partial[r * parts + p];
     return v;
   };
-  for (int t = threadIdx.x; t < n; t += kThreads) {
+  for (int t = threadIdx.x; t < n; t += kConsumerThreads) {
     const int row = row0 + t;
     if (stage == kQkv) {
       float v = row_sum(t);
@@ -264,15 +281,18 @@ __device__ inline void finish_slot(const StackArgs& a, const DecodeStackLayer& l
     } else if (stage == kGateUp) {
       a.mlp[row] = __float2bfloat16_rn(silu_times(row_sum(t), row_sum(n + t)));
     } else {
-      a.x[row] = __ldcg(a.x + row) + row_sum(t);  // the residual add (O and down)
+      const int i = row - sh.row_begin;
+      own[i] += row_sum(t);  // the residual add (O and down)
+      a.x[row] = own[i];
     }
   }
 }
 
-// One GEMV stage: this CTA's slots of it, consumed in ring order while later slots stream in. `g` is
-// the global index of the stage's first slot; returns the next stage's.
+// One GEMV stage: this CTA's slots of it, consumed in ring order; each slot goes back to the producer as
+// soon as every warp has read it. `g` is the global index of the stage's first slot; returns the next
+// stage's.
 __device__ inline int gemv_stage(const StackArgs& a, Ring& ring, int layer, int stage, const uint4* x,
-                                 float* partials, int g) {
+                                 float* partials, float* own, int g) {
   const Share& sh = ring.share[stage];
   int rows, k;
   stage_dims(a.shape, stage, rows, k);
@@ -280,41 +300,47 @@ __device__ inline int gemv_stage(const StackArgs& a, Ring& ring, int layer, int 
   const DecodeStackLayer& l = a.layers[layer];
   for (int s = 0; s < sh.slots; ++s, ++g) {
     barrier_wait(&ring.full[g % kRing], (g / kRing) & 1);  // slot g has landed
-    __syncthreads();  // every thread is past slot g - 1: its ring slot may be refilled
-    if (s > 0) finish_slot(a, l, stage, sh, s - 1, partials + ((s - 1) & 1) * kPartials);
-    if (threadIdx.x == 0) issue_slot(a, ring, g + kRing - 1);
     const int n = min(sh.per_slot, sh.row_begin + sh.rows - (sh.row_begin + s * sh.per_slot));
     const uint4* w =
         reinterpret_cast<const uint4*>(ring.base + static_cast<int64_t>(g % kRing) * a.slot_bytes);
-    dot_slot(w, x, stage == kGateUp ? 2 * n : n, chunks, partials + (s & 1) * kPartials);
+    float* partial = partials + (s & 1) * kPartials;  // the other half may still be read by finish_slot
+    dot_slot(w, x, stage == kGateUp ? 2 * n : n, chunks, partial);
+    consumer_sync();  // every warp is done with slot g and has written its partial sums
+    if (threadIdx.x == 0) barrier_arrive(&ring.empty[g % kRing]);
+    finish_slot(a, l, stage, sh, s, partial, own);
   }
-  __syncthreads();
-  if (sh.slots > 0) finish_slot(a, l, stage, sh, sh.slots - 1, partials + ((sh.slots - 1) & 1) * kPartials);
   return g;
 }
 
-// act = bf16(RMSNorm(x) * w), as the rmsnorm op computes it.
-__device__ inline void load_normed(const StackArgs& a, const float* w, __nv_bfloat16* act, float* scratch) {
+// The norm weight into shared memory, before the wait for the residual (it depends on nothing).
+__device__ inline void load_norm_weight(const float* w, int n, float* w_s) {
+  for (int c = threadIdx.x; c < n; c += kConsumerThreads) w_s[c] = __ldg(w + c);
+}
+
+// act = bf16(RMSNorm(x) * w), as the rmsnorm op computes it: x read once (into x_s), w from shared memory.
+__device__ inline void load_normed(const StackArgs& a, const float* w_s, float* x_s, __nv_bfloat16* act,
+                                   float* scratch) {
   const int n = a.shape.hidden;
   float sum = 0.0f;
-#pragma unroll 4
-  for (int c = threadIdx.x; c < n; c += kThreads) {
+#pragma unroll 8
+  for (int c = threadIdx.x; c < n; c += kConsumerThreads) {
     const float v = __ldcg(a.x + c);
+    x_s[c] = v;
     sum += v * v;
   }
   sum = block_sum(sum, scratch);
   const float inv = 1.0f / sqrtf(sum / static_cast<float>(n) + a.shape.eps);
 #pragma unroll 4
-  for (int c = threadIdx.x; c < n; c += kThreads) act[c] = __float2bfloat16_rn(__ldcg(a.x + c) * inv * w[c]);
-  __syncthreads();
+  for (int c = threadIdx.x; c < n; c += kConsumerThreads) act[c] = __float2bfloat16_rn(x_s[c] * inv * w_s[c]);
+  consumer_sync();
 }
 
 // act = a bf16 vector another CTA wrote in this launch (read from L2).
 __device__ inline void load_vector(const __nv_bfloat16* src, int n, __nv_bfloat16* act) {
   const uint4* s = reinterpret_cast<const uint4*>(src);
   uint4* d = reinterpret_cast<uint4*>(act);
-  for (int c = threadIdx.x; c < n / 8; c += kThreads) d[c] = __ldcg(s + c);
-  __syncthreads();
+  for (int c = threadIdx.x; c < n / 8; c += kConsumerThreads) d[c] = __ldcg(s + c);
+  consumer_sync();
 }
 
 // Splits of the visible slots per KV head: one per kSplitSlots, at most what the grid holds; every
@@ -353,7 +379,7 @@ __device__ inline void attention_stage(const StackArgs& a, int layer, unsigned c
     const int begin = split * per_split, end = min(visible, begin + per_split);
     const int half = s.rotary_dim / 2;
     rope_table(position, s.inv_freq, half, cos_t, sin_t);
-    __syncthreads();
+    consumer_sync();
     const bool holds_new = end == visible;
     const int64_t new_index =
         (static_cast<int64_t>(pages[length / s.page_slots]) * s.n_kv_heads + g) * s.page_slots +
@@ -372,7 +398,7 @@ __device__ inline void attention_stage(const StackArgs& a, int layer, unsigned c
       for (int c = lane; c < HD; c += 32) l.values[new_index * HD + c] = __float2bfloat16_rn(__ldcg(v + c));
       if (lane == 0) l.positions[new_index] = position;
     }
-    __syncthreads();  // queries in shared memory; the new key and value visible to the CTA
+    consumer_sync();  // queries in shared memory; the new key and value visible to the CTA
 
     float m[GROUP], l_lane[GROUP], acc[GROUP][2 * kPairs];
 #pragma unroll
@@ -485,8 +511,8 @@ __device__ inline void attention_stage(const StackArgs& a, int layer, unsigned c
         }
       }
     }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < group * HD; idx += kThreads) {
+    consumer_sync();
+    for (int idx = threadIdx.x; idx < group * HD; idx += kConsumerThreads) {
       const int r = idx / HD, c = idx % HD;
       float best = -INFINITY;
       for (int w = 0; w < kAttentionWarps; ++w) best = fmaxf(best, merge[(w * group + r) * (HD + 2) + HD]);
@@ -510,7 +536,7 @@ __device__ inline void attention_stage(const StackArgs& a, int layer, unsigned c
         }
       }
     }
-    __syncthreads();  // the scratch is free for the next item
+    consumer_sync();  // the scratch is free for the next item
   }
 }
 
@@ -524,7 +550,7 @@ __device__ inline void merge_stage(const StackArgs& a, int splits) {
     float denominator = 0.0f;
     for (int sp = 0; sp < splits; ++sp)
       denominator += __ldcg(first + sp * (HD + 2) + HD + 1) * expf(__ldcg(first + sp * (HD + 2) + HD) - best);
-    for (int c = threadIdx.x; c < HD; c += kThreads) {
+    for (int c = threadIdx.x; c < HD; c += kConsumerThreads) {
       float value = 0.0f;
       for (int sp = 0; sp < splits; ++sp)
         value += __ldcg(first + sp * (HD + 2) + c) * expf(__ldcg(first + sp * (HD + 2) + HD) - best);
@@ -542,6 +568,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_stack_kernel(const __grid_
   float* scratch = partials + 2 * kPartials;                        // [kWarps]
   __nv_bfloat16* act = reinterpret_cast<__nv_bfloat16*>(work);
   const uint4* act16 = reinterpret_cast<const uint4*>(work);
+  // Beside act while a norm is built: the residual row and the norm weight, fp32 (make_plan sizes work).
+  float* x_s = reinterpret_cast<float*>(work + (a.shape.hidden * 2 + 15) / 16 * 16);
+  float* w_s = x_s + a.shape.hidden;
+  __shared__ float own[kMaxOwnRows];
   if (threadIdx.x == 0) {
     ring.base = shared_raw;
     ring.per_layer = 0;
@@ -555,55 +585,88 @@ __global__ void __launch_bounds__(kThreads, 1) decode_stack_kernel(const __grid_
       ring.per_layer += ring.share[stage].slots;
     }
     ring.total = ring.per_layer * a.n_layers;
-    for (int i = 0; i < kRing; ++i) barrier_init(&ring.full[i]);
+    for (int i = 0; i < kRing; ++i) {
+      barrier_init(&ring.full[i]);
+      barrier_init(&ring.empty[i]);
+    }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    // The weights depend on nothing: the first slots stream in while the first norm runs.
-    for (int g = 0; g < kRing - 1; ++g) issue_slot(a, ring, g);
   }
-  __syncthreads();
+  __syncthreads();  // the last barrier of all kThreads threads
 
-  cg::grid_group grid = cg::this_grid();
+  // The producer warp: the weights depend on nothing, so it streams the CTA's share of every layer's
+  // matrices in order, a slot as soon as the consumers hand it back, whatever stage they wait in.
+  if (threadIdx.x / 32 == kWarps) {
+    if (threadIdx.x % 32 == 0) {
+      for (int g = 0; g < ring.total; ++g) {
+        if (g >= kRing) barrier_wait(&ring.empty[g % kRing], (g / kRing - 1) & 1);
+        issue_slot(a, ring, g);
+      }
+    }
+    return;
+  }
+
+  const int grid = static_cast<int>(gridDim.x);
+  const auto point = [&](int layer, Point p) { return a.flags + layer * kPoints + p; };
   int splits, per_split;
   attention_split(a.batch.length[0] + 1, a.shape.n_kv_heads, splits, per_split);
   const int q_dim = a.shape.n_heads * HD;
   int g = 0;  // the next ring slot to consume
+  for (int i = threadIdx.x; i < ring.share[kO].rows; i += kConsumerThreads) own[i] = a.x[ring.share[kO].row_begin + i];
   for (int layer = 0; layer < a.n_layers; ++layer) {
     const DecodeStackLayer& l = a.layers[layer];
-    load_normed(a, l.attn_norm, act, scratch);
-    g = gemv_stage(a, ring, layer, kQkv, act16, partials, g);
-    if (threadIdx.x == 0) prefetch_slots(a, ring, g + kRing - 1, a.prefetch_slots[0]);  // over attention
-    grid.sync();
-    switch (a.shape.n_heads / a.shape.n_kv_heads) {  // decode_stack_supports: 1, 2, 4 or 8
-      case 1:
-        attention_stage<HD, 1>(a, layer, work, splits, per_split);
-        break;
-      case 2:
-        attention_stage<HD, 2>(a, layer, work, splits, per_split);
-        break;
-      case 4:
-        attention_stage<HD, 4>(a, layer, work, splits, per_split);
-        break;
-      default:
-        attention_stage<HD, 8>(a, layer, work, splits, per_split);
-        break;
+    load_norm_weight(l.attn_norm, a.shape.hidden, w_s);
+    if (layer > 0) wait_for(point(layer - 1, kDownDone), grid);  // the residual row is whole
+    else consumer_sync();
+    load_normed(a, w_s, x_s, act, scratch);
+    g = gemv_stage(a, ring, layer, kQkv, act16, partials, own, g);
+    signal(point(layer, kQkvDone));
+    if (static_cast<int>(blockIdx.x) < a.shape.n_kv_heads * splits) {  // this CTA has attention items
+      wait_for(point(layer, kQkvDone), grid);
+      switch (a.shape.n_heads / a.shape.n_kv_heads) {  // decode_stack_supports: 1, 2, 4 or 8
+        case 1:
+          attention_stage<HD, 1>(a, layer, work, splits, per_split);
+          break;
+        case 2:
+          attention_stage<HD, 2>(a, layer, work, splits, per_split);
+          break;
+        case 4:
+          attention_stage<HD, 4>(a, layer, work, splits, per_split);
+          break;
+        default:
+          attention_stage<HD, 8>(a, layer, work, splits, per_split);
+          break;
+      }
     }
-    grid.sync();
+    signal(point(layer, kAttentionDone));
+    Point attention_written = kAttentionDone;
     if (splits > 1) {
+      wait_for(point(layer, kAttentionDone), grid);
       merge_stage<HD>(a, splits);
-      grid.sync();
+      signal(point(layer, kMergeDone));
+      attention_written = kMergeDone;
     }
+    wait_for(point(layer, attention_written), grid);
     load_vector(a.attn, q_dim, act);
-    g = gemv_stage(a, ring, layer, kO, act16, partials, g);
-    if (threadIdx.x == 0) prefetch_slots(a, ring, g + kRing - 1, a.prefetch_slots[1]);
-    grid.sync();
-    load_normed(a, l.mlp_norm, act, scratch);
-    g = gemv_stage(a, ring, layer, kGateUp, act16, partials, g);
-    if (threadIdx.x == 0) prefetch_slots(a, ring, g + kRing - 1, a.prefetch_slots[1]);
-    grid.sync();
+    g = gemv_stage(a, ring, layer, kO, act16, partials, own, g);
+    signal(point(layer, kODone));
+    load_norm_weight(l.mlp_norm, a.shape.hidden, w_s);
+    wait_for(point(layer, kODone), grid);
+    load_normed(a, w_s, x_s, act, scratch);
+    g = gemv_stage(a, ring, layer, kGateUp, act16, partials, own, g);
+    signal(point(layer, kGateUpDone));
+    wait_for(point(layer, kGateUpDone), grid);
     load_vector(a.mlp, a.shape.intermediate, act);
-    g = gemv_stage(a, ring, layer, kDown, act16, partials, g);
-    if (threadIdx.x == 0) prefetch_slots(a, ring, g + kRing - 1, a.prefetch_slots[1]);
-    grid.sync();
+    g = gemv_stage(a, ring, layer, kDown, act16, partials, own, g);
+    signal(point(layer, kDownDone));
+  }
+  // The last CTA out (every other one is past its last wait) zeroes the points for the next launch.
+  if (threadIdx.x == 0) {
+    int* exits = a.flags + a.n_layers * kPoints;
+    __threadfence();
+    if (atomicAdd(exits, 1) == grid - 1) {
+      for (int i = 0; i <= a.n_layers * kPoints; ++i) a.flags[i] = 0;
+      __threadfence();
+    }
   }
 }
 
@@ -617,9 +680,12 @@ int attention_work_bytes(int hd, int group) {
 std::optional<DecodeStackPlan> make_plan(const DecodeStackShape& s, int shared_limit) {
   DecodeStackPlan plan;
   const int q_dim = s.n_heads * s.head_dim;
+  // The activation vector, or act beside the residual row and the norm weight in fp32 (load_normed).
   const int act_bytes = std::max({s.hidden, q_dim, s.intermediate}) * 2;
+  const int norm_bytes = (s.hidden * 2 + 15) / 16 * 16 + s.hidden * 8;
   plan.work_bytes =
-      (std::max(act_bytes, attention_work_bytes(s.head_dim, s.n_heads / s.n_kv_heads)) + 127) / 128 * 128;
+      (std::max({act_bytes, norm_bytes, attention_work_bytes(s.head_dim, s.n_heads / s.n_kv_heads)}) + 127) /
+      128 * 128;
   const int fixed = plan.work_bytes + (2 * kPartials + kWarps) * static_cast<int>(sizeof(float));
   plan.slot_bytes = (shared_limit - fixed) / kRing / 128 * 128;
   const int row_bytes[kStages] = {s.hidden * 2, q_dim * 2, 4 * s.hidden, s.intermediate * 2};
@@ -684,7 +750,7 @@ void launch_for(const StackArgs& args, int grid, int shared_bytes, cudaStream_t 
 
 std::optional<DecodeStackPlan> plan_decode_stack(const DecodeStackShape& s, int n_layers) {
   const bool shape_ok =
-      n_layers >= 1 && n_layers <= kDecodeStackMaxLayers &&
+      s.hidden <= kMaxOwnRows * device_sm_count() && n_layers >= 1 && n_layers <= kDecodeStackMaxLayers &&
       (s.head_dim == 16 || s.head_dim == 32 || s.head_dim == 64 || s.head_dim == 128) && s.n_kv_heads >= 1 &&
       s.n_heads % s.n_kv_heads == 0 && kMaxGroup % (s.n_heads / s.n_kv_heads) == 0 && s.hidden % 8 == 0 &&
       s.intermediate % 8 == 0 && s.rotary_dim % 2 == 0 && s.rotary_dim <= s.head_dim && s.page_slots >= 1;
@@ -693,7 +759,8 @@ std::optional<DecodeStackPlan> plan_decode_stack(const DecodeStackShape& s, int 
 }
 
 size_t decode_stack_scratch_bytes(const DecodeStackShape& s) {
-  return sizeof(float) * static_cast<size_t>(s.n_heads) * kMaxSplits * (s.head_dim + 2);
+  return sizeof(float) * static_cast<size_t>(s.n_heads) * kMaxSplits * (s.head_dim + 2) +
+         sizeof(int) * (kDecodeStackMaxLayers * kPoints + 1);
 }
 
 void launch_decode_stack(const StepBatch& batch, const DecodeStackLayer* layers, int n_layers,
@@ -709,13 +776,10 @@ void launch_decode_stack(const StepBatch& batch, const DecodeStackLayer* layers,
   args.attn = static_cast<__nv_bfloat16*>(attn);
   args.mlp = static_cast<__nv_bfloat16*>(mlp);
   args.partials = scratch;
+  args.flags = reinterpret_cast<int*>(scratch + static_cast<size_t>(shape.n_heads) * kMaxSplits * (shape.head_dim + 2));
   args.slot_bytes = plan.slot_bytes;
   args.work_bytes = plan.work_bytes;
   std::copy(plan.rows_per_slot, plan.rows_per_slot + kStages, args.rows_per_slot);
-  // L2 prefetch budgets, over the whole grid: a wait of ~15 us (the attention stage) leaves ~60 MB of bus
-  // time unused, a grid barrier ~15 MB; L2 holds ~50 MB, and what is prefetched must stay until read.
-  args.prefetch_slots[0] = kPrefetchOverAttentionBytes / sm_count / plan.slot_bytes;
-  args.prefetch_slots[1] = kPrefetchOverBarrierBytes / sm_count / plan.slot_bytes;
   switch (shape.head_dim) {
     case 16:
       return launch_for<16>(args, sm_count, plan.shared_bytes, stream);
