@@ -16,11 +16,12 @@
 //
 // History (docs/benchmarks.md, sixth to ninth and sixteenth sessions): the first form (a ring refilled
 // behind a CTA barrier, grid barriers between stages) ran at 168-236 tok/s against ~320-394 op by op.
-// This form (exact; CUDA suite and memcheck clean) runs at ~204 tok/s against 394: per-slot stamps put
-// the producer waiting on its consumers 72 % of the time. A consumer slot (wait, dot, CTA barrier, the
-// rows' sums) costs ~1.3 us against the ~0.8 us its 25 KB take to stream, so the consumers, not the
-// stream, set the pace; the next step is warps that release slots on their own and combine their sums
-// once a stage.
+// With the producer warp and the counters it ran at ~204 tok/s: per-slot stamps put the producer waiting
+// on its consumers 72 % of the time, each slot a CTA-wide step (wait, dot, CTA barrier, a thread a row
+// summing the warps' pieces) of ~1.3 us against the ~0.8 us its bytes take to stream. Warps now release
+// slots on their own and combine the sums once a stage (252 tok/s), in slots twice as large (323 tok/s,
+// against 394 op by op in the same run). Still ahead: the attention stage (~13 us a layer: nine dependent
+// global round trips under the weight stream) and the producer's ~0.6 us a slot.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -41,9 +42,11 @@ namespace {
 constexpr int kWarps = 15;
 constexpr int kConsumerThreads = kWarps * 32;
 constexpr int kThreads = kConsumerThreads + 32;
-constexpr int kRing = 8;                         // ring slots, all in flight but the one being read
+// Ring slots, all in flight but the one being read. Four slots of ~49 KB ran 28 % faster than eight of
+// ~25 KB (323 against 252 tok/s): every slot costs each warp a wait and a release whatever its size.
+constexpr int kRing = 4;
 constexpr int kMaxSlotRows = 64;    // weight rows of one slot
-constexpr int kPartials = 256;      // per slot: rows x parts of the per-warp sums
+constexpr int kPartials = 2048;     // per stage: the per-warp sums of every slot (rows x parts each)
 constexpr int kAttentionWarps = 8;  // warps that stream one attention item's slots
 constexpr int kMaxGroup = 8;        // query heads per KV head: 1, 2, 4 or 8 (a kernel per group)
 constexpr int kMaxSplits = 16;      // CTAs that share one KV head's slots
@@ -114,8 +117,8 @@ __device__ inline const __nv_bfloat16* stage_weight(const DecodeStackLayer& l, i
 __device__ inline uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-__device__ inline void barrier_init(uint64_t* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(bar)) : "memory");
+__device__ inline void barrier_init(uint64_t* bar, int arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(arrivals) : "memory");
 }
 __device__ inline void barrier_expect(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)),
@@ -148,13 +151,10 @@ __device__ inline void barrier_arrive(uint64_t* bar) {
 __device__ inline void consumer_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory"); }
 
 // This CTA is past a point: every consumer's writes before the call are visible to a CTA that then
-// sees the count (the release pattern of a grid barrier's arrival).
+// sees the count (a grid barrier's arrival: the CTA barrier, then one release add).
 __device__ inline void signal(int* flag) {
   consumer_sync();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(flag, 1);
-  }
+  if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(flag) : "memory");
 }
 
 // Waits until `target` CTAs are past a point (one thread polls with acquire loads, the rest wait at the
@@ -258,22 +258,30 @@ __device__ inline void dot_slot(const uint4* w, const uint4* x, int rows, int ch
   if (lane == 0) partial[r * parts + part] = acc;
 }
 
-// Writes slot s's outputs from its partial sums (threads of the CTA, one row each). O and down add into
-// the residual rows this CTA owns (`own`: the same rows in both stages, kept in shared memory, so the add
-// waits on no load) and store the sums for the other CTAs' norms.
-__device__ inline void finish_slot(const StackArgs& a, const DecodeStackLayer& layer, int stage,
-                                   const Share& sh, int s, const float* partial, float* own) {
-  const int row0 = sh.row_begin + s * sh.per_slot;
-  const int n = min(sh.per_slot, sh.row_begin + sh.rows - row0);
-  const int slot_rows = stage == kGateUp ? 2 * n : n;
-  const int parts = slot_rows >= kWarps ? 1 : kWarps / slot_rows;
-  auto row_sum = [&](int r) {
-    float v = 0.0f;
-    for (int p = 0; p < parts; ++p) v += partial[r * parts + p];
-    return v;
-  };
-  for (int t = threadIdx.x; t < n; t += kConsumerThreads) {
-    const int row = row0 + t;
+// Where slot s's per-warp sums start in a stage's partials: room for its rows' parts or kWarps, whichever
+// is more (dot_slot writes at most that many).
+__device__ inline int slot_partials(const Share& sh, int stage, int s) {
+  return s * max(kWarps, stage == kGateUp ? 2 * sh.per_slot : sh.per_slot);
+}
+
+// Writes a stage's outputs from its partial sums, every row of the CTA's share at once (a thread a row,
+// its parts summed in order). O and down add into the residual rows this CTA owns (`own`: the same rows
+// in both stages, kept in shared memory, so the add waits on no load) and store the sums for the other
+// CTAs' norms.
+__device__ inline void finish_stage(const StackArgs& a, const DecodeStackLayer& layer, int stage, const Share& sh,
+                                    const float* partials, float* own) {
+  for (int i = threadIdx.x; i < sh.rows; i += kConsumerThreads) {
+    const int s = i / sh.per_slot, t = i % sh.per_slot;
+    const int n = min(sh.per_slot, sh.rows - s * sh.per_slot);
+    const int slot_rows = stage == kGateUp ? 2 * n : n;
+    const int parts = slot_rows >= kWarps ? 1 : kWarps / slot_rows;
+    const float* partial = partials + slot_partials(sh, stage, s);
+    auto row_sum = [&](int r) {
+      float v = 0.0f;
+      for (int p = 0; p < parts; ++p) v += partial[r * parts + p];
+      return v;
+    };
+    const int row = sh.row_begin + i;
     if (stage == kQkv) {
       float v = row_sum(t);
       if (layer.qkv_bias != nullptr) v += layer.qkv_bias[row];
@@ -281,34 +289,33 @@ __device__ inline void finish_slot(const StackArgs& a, const DecodeStackLayer& l
     } else if (stage == kGateUp) {
       a.mlp[row] = __float2bfloat16_rn(silu_times(row_sum(t), row_sum(n + t)));
     } else {
-      const int i = row - sh.row_begin;
       own[i] += row_sum(t);  // the residual add (O and down)
       a.x[row] = own[i];
     }
   }
 }
 
-// One GEMV stage: this CTA's slots of it, consumed in ring order; each slot goes back to the producer as
-// soon as every warp has read it. `g` is the global index of the stage's first slot; returns the next
-// stage's.
+// One GEMV stage: this CTA's slots of it, consumed in ring order. Each warp hands a slot back to the
+// producer as soon as it has read its part (the slot's "empty" barrier counts kWarps arrivals) and goes on
+// to the next slot without waiting for the others; the sums are combined once, at the stage's end. `g`
+// is the global index of the stage's first slot; returns the next stage's.
 __device__ inline int gemv_stage(const StackArgs& a, Ring& ring, int layer, int stage, const uint4* x,
                                  float* partials, float* own, int g) {
   const Share& sh = ring.share[stage];
   int rows, k;
   stage_dims(a.shape, stage, rows, k);
   const int chunks = k / 8;
-  const DecodeStackLayer& l = a.layers[layer];
   for (int s = 0; s < sh.slots; ++s, ++g) {
     barrier_wait(&ring.full[g % kRing], (g / kRing) & 1);  // slot g has landed
-    const int n = min(sh.per_slot, sh.row_begin + sh.rows - (sh.row_begin + s * sh.per_slot));
+    const int n = min(sh.per_slot, sh.rows - s * sh.per_slot);
     const uint4* w =
         reinterpret_cast<const uint4*>(ring.base + static_cast<int64_t>(g % kRing) * a.slot_bytes);
-    float* partial = partials + (s & 1) * kPartials;  // the other half may still be read by finish_slot
-    dot_slot(w, x, stage == kGateUp ? 2 * n : n, chunks, partial);
-    consumer_sync();  // every warp is done with slot g and has written its partial sums
-    if (threadIdx.x == 0) barrier_arrive(&ring.empty[g % kRing]);
-    finish_slot(a, l, stage, sh, s, partial, own);
+    dot_slot(w, x, stage == kGateUp ? 2 * n : n, chunks, partials + slot_partials(sh, stage, s));
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) barrier_arrive(&ring.empty[g % kRing]);
   }
+  consumer_sync();  // every warp's sums are written
+  finish_stage(a, a.layers[layer], stage, sh, partials, own);
   return g;
 }
 
@@ -564,8 +571,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_stack_kernel(const __grid_
   extern __shared__ __align__(128) unsigned char shared_raw[];
   __shared__ Ring ring;
   unsigned char* work = shared_raw + kRing * a.slot_bytes;
-  float* partials = reinterpret_cast<float*>(work + a.work_bytes);  // [2][kPartials]
-  float* scratch = partials + 2 * kPartials;                        // [kWarps]
+  float* partials = reinterpret_cast<float*>(work + a.work_bytes);  // [kPartials]
+  float* scratch = partials + kPartials;                            // [kWarps]
   __nv_bfloat16* act = reinterpret_cast<__nv_bfloat16*>(work);
   const uint4* act16 = reinterpret_cast<const uint4*>(work);
   // Beside act while a norm is built: the residual row and the norm weight, fp32 (make_plan sizes work).
@@ -586,8 +593,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_stack_kernel(const __grid_
     }
     ring.total = ring.per_layer * a.n_layers;
     for (int i = 0; i < kRing; ++i) {
-      barrier_init(&ring.full[i]);
-      barrier_init(&ring.empty[i]);
+      barrier_init(&ring.full[i], 1);        // the producer's arrival with the bytes it expects
+      barrier_init(&ring.empty[i], kWarps);  // every consumer warp's
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -677,7 +684,7 @@ int attention_work_bytes(int hd, int group) {
 
 // Shared memory: the ring, the work area (activation vector or attention scratch), partial sums and
 // the block-sum scratch. The ring takes what the rest leaves; nothing when a weight row exceeds a slot.
-std::optional<DecodeStackPlan> make_plan(const DecodeStackShape& s, int shared_limit) {
+std::optional<DecodeStackPlan> make_plan(const DecodeStackShape& s, int shared_limit, int grid) {
   DecodeStackPlan plan;
   const int q_dim = s.n_heads * s.head_dim;
   // The activation vector, or act beside the residual row and the norm weight in fp32 (load_normed).
@@ -686,13 +693,18 @@ std::optional<DecodeStackPlan> make_plan(const DecodeStackShape& s, int shared_l
   plan.work_bytes =
       (std::max({act_bytes, norm_bytes, attention_work_bytes(s.head_dim, s.n_heads / s.n_kv_heads)}) + 127) /
       128 * 128;
-  const int fixed = plan.work_bytes + (2 * kPartials + kWarps) * static_cast<int>(sizeof(float));
+  const int fixed = plan.work_bytes + (kPartials + kWarps) * static_cast<int>(sizeof(float));
   plan.slot_bytes = (shared_limit - fixed) / kRing / 128 * 128;
   const int row_bytes[kStages] = {s.hidden * 2, q_dim * 2, 4 * s.hidden, s.intermediate * 2};
+  const int stage_rows[kStages] = {q_dim + 2 * s.n_kv_heads * s.head_dim, s.hidden, s.intermediate, s.hidden};
   for (int stage = 0; stage < kStages; ++stage) {
     if (plan.slot_bytes < row_bytes[stage]) return std::nullopt;
     const int most = stage == kGateUp ? kMaxSlotRows / 2 : kMaxSlotRows;
-    plan.rows_per_slot[stage] = std::min(most, plan.slot_bytes / row_bytes[stage]);
+    const int per_slot = std::min(most, plan.slot_bytes / row_bytes[stage]);
+    plan.rows_per_slot[stage] = per_slot;
+    // A stage's partial sums, every slot of the largest share (slot_partials' layout), must fit.
+    const int slots = ((stage_rows[stage] + grid - 1) / grid + per_slot - 1) / per_slot;
+    if (slots * std::max(kWarps, stage == kGateUp ? 2 * per_slot : per_slot) > kPartials) return std::nullopt;
   }
   plan.shared_bytes = kRing * plan.slot_bytes + fixed;
   return plan;
@@ -755,7 +767,7 @@ std::optional<DecodeStackPlan> plan_decode_stack(const DecodeStackShape& s, int 
       s.n_heads % s.n_kv_heads == 0 && kMaxGroup % (s.n_heads / s.n_kv_heads) == 0 && s.hidden % 8 == 0 &&
       s.intermediate % 8 == 0 && s.rotary_dim % 2 == 0 && s.rotary_dim <= s.head_dim && s.page_slots >= 1;
   if (!shape_ok) return std::nullopt;
-  return make_plan(s, dynamic_shared_limit(s.head_dim));
+  return make_plan(s, dynamic_shared_limit(s.head_dim), device_sm_count());
 }
 
 size_t decode_stack_scratch_bytes(const DecodeStackShape& s) {
