@@ -440,7 +440,7 @@ class CudaBackend final : public Backend {
       return decline("a shape decode_stack.cu does not take (head_dim, group, alignment or shared memory)");
     const void* before = decoder_stack_scratch_.data;
     const size_t scratch_bytes = cuda::decode_stack_scratch_bytes(shape);
-    auto* scratch = static_cast<float*>(grow(decoder_stack_scratch_, scratch_bytes, "decoder stack scratch"));
+    void* scratch = grow(decoder_stack_scratch_, scratch_bytes, "decoder stack scratch");
     // Its stage counters start at zero; each launch leaves them so (a new allocation is zeroed once).
     if (scratch != before) CUDA_CHECK(cudaMemsetAsync(scratch, 0, scratch_bytes, stream_));
     cuda::launch_decode_stack(batch, layers.data(), static_cast<int>(layers.size()), shape, *plan,

@@ -132,15 +132,17 @@ struct DecodeStackPlan {
 };
 // The plan, or nothing when the kernel does not take the shape: head_dim 16, 32, 64 or 128, GQA groups
 // of 1, 2, 4 or 8, hidden and intermediate multiples of 8, at most kDecodeStackMaxLayers layers, and
-// every weight row within one ring slot of shared memory.
+// every weight row within one ring slot of shared memory, each CTA's share of the residual and of a stage's
+// partial sums within the kernel's bounds.
 std::optional<DecodeStackPlan> plan_decode_stack(const DecodeStackShape& shape, int n_layers);
-// Split-KV partials of the attention stage and the stages' counters (zeroed once when allocated).
+// The stages' counters (zeroed once when allocated; every launch leaves them zero), then the split-KV
+// partials of the attention stage.
 size_t decode_stack_scratch_bytes(const DecodeStackShape& shape);
 // x (the step's one residual row, fp32) in, x out; qkv (fp32), attn and mlp (bf16) are the forward's
 // activation rows, used as the stages' hand-over buffers. One CTA per SM (sm_count), cooperative.
 void launch_decode_stack(const StepBatch& batch, const DecodeStackLayer* layers, int n_layers,
                          const DecodeStackShape& shape, const DecodeStackPlan& plan, float* x, float* qkv,
-                         void* attn, void* mlp, float* scratch, int sm_count, cudaStream_t stream);
+                         void* attn, void* mlp, void* scratch, int sm_count, cudaStream_t stream);
 
 // ---- sample.cu ----
 // The largest vocabulary the sampler's 32-bit histogram parts can sum without overflow.

@@ -58,6 +58,9 @@ enum Stage { kQkv = 0, kO = 1, kGateUp = 2, kDown = 3, kStages = 4 };
 // layer), so a stage starts as soon as what it reads is written, while the producer warps stream on.
 enum Point { kQkvDone, kAttentionDone, kMergeDone, kODone, kGateUpDone, kDownDone, kPoints };
 static_assert(sizeof(DecodeStackPlan::rows_per_slot) == kStages * sizeof(int), "a plan entry per stage");
+// The scratch starts with the counters, whatever the shape, so a scratch kept across shapes keeps them
+// where they were zeroed; the split partials follow, 16-byte aligned.
+constexpr size_t kFlagBytes = (sizeof(int) * (kDecodeStackMaxLayers * kPoints + 1) + 15) / 16 * 16;
 
 struct StackArgs {
   DecodeStackLayer layers[kDecodeStackMaxLayers];
@@ -342,6 +345,9 @@ __device__ inline void load_normed(const StackArgs& a, const float* w_s, float* 
   consumer_sync();
 }
 
+// Where the fp32 residual row starts in the work area while a norm is built: after act (bf16, hidden).
+__host__ __device__ inline int norm_row_offset(int hidden) { return (hidden * 2 + 15) / 16 * 16; }
+
 // act = a bf16 vector another CTA wrote in this launch (read from L2).
 __device__ inline void load_vector(const __nv_bfloat16* src, int n, __nv_bfloat16* act) {
   const uint4* s = reinterpret_cast<const uint4*>(src);
@@ -576,7 +582,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_stack_kernel(const __grid_
   __nv_bfloat16* act = reinterpret_cast<__nv_bfloat16*>(work);
   const uint4* act16 = reinterpret_cast<const uint4*>(work);
   // Beside act while a norm is built: the residual row and the norm weight, fp32 (make_plan sizes work).
-  float* x_s = reinterpret_cast<float*>(work + (a.shape.hidden * 2 + 15) / 16 * 16);
+  float* x_s = reinterpret_cast<float*>(work + norm_row_offset(a.shape.hidden));
   float* w_s = x_s + a.shape.hidden;
   __shared__ float own[kMaxOwnRows];
   if (threadIdx.x == 0) {
@@ -689,7 +695,7 @@ std::optional<DecodeStackPlan> make_plan(const DecodeStackShape& s, int shared_l
   const int q_dim = s.n_heads * s.head_dim;
   // The activation vector, or act beside the residual row and the norm weight in fp32 (load_normed).
   const int act_bytes = std::max({s.hidden, q_dim, s.intermediate}) * 2;
-  const int norm_bytes = (s.hidden * 2 + 15) / 16 * 16 + s.hidden * 8;
+  const int norm_bytes = norm_row_offset(s.hidden) + s.hidden * 8;
   plan.work_bytes =
       (std::max({act_bytes, norm_bytes, attention_work_bytes(s.head_dim, s.n_heads / s.n_kv_heads)}) + 127) /
       128 * 128;
@@ -697,6 +703,7 @@ std::optional<DecodeStackPlan> make_plan(const DecodeStackShape& s, int shared_l
   plan.slot_bytes = (shared_limit - fixed) / kRing / 128 * 128;
   const int row_bytes[kStages] = {s.hidden * 2, q_dim * 2, 4 * s.hidden, s.intermediate * 2};
   const int stage_rows[kStages] = {q_dim + 2 * s.n_kv_heads * s.head_dim, s.hidden, s.intermediate, s.hidden};
+  if ((s.hidden + grid - 1) / grid > kMaxOwnRows) return std::nullopt;  // the residual rows a CTA owns
   for (int stage = 0; stage < kStages; ++stage) {
     if (plan.slot_bytes < row_bytes[stage]) return std::nullopt;
     const int most = stage == kGateUp ? kMaxSlotRows / 2 : kMaxSlotRows;
@@ -762,7 +769,7 @@ void launch_for(const StackArgs& args, int grid, int shared_bytes, cudaStream_t 
 
 std::optional<DecodeStackPlan> plan_decode_stack(const DecodeStackShape& s, int n_layers) {
   const bool shape_ok =
-      s.hidden <= kMaxOwnRows * device_sm_count() && n_layers >= 1 && n_layers <= kDecodeStackMaxLayers &&
+      n_layers >= 1 && n_layers <= kDecodeStackMaxLayers &&
       (s.head_dim == 16 || s.head_dim == 32 || s.head_dim == 64 || s.head_dim == 128) && s.n_kv_heads >= 1 &&
       s.n_heads % s.n_kv_heads == 0 && kMaxGroup % (s.n_heads / s.n_kv_heads) == 0 && s.hidden % 8 == 0 &&
       s.intermediate % 8 == 0 && s.rotary_dim % 2 == 0 && s.rotary_dim <= s.head_dim && s.page_slots >= 1;
@@ -771,13 +778,12 @@ std::optional<DecodeStackPlan> plan_decode_stack(const DecodeStackShape& s, int 
 }
 
 size_t decode_stack_scratch_bytes(const DecodeStackShape& s) {
-  return sizeof(float) * static_cast<size_t>(s.n_heads) * kMaxSplits * (s.head_dim + 2) +
-         sizeof(int) * (kDecodeStackMaxLayers * kPoints + 1);
+  return kFlagBytes + sizeof(float) * static_cast<size_t>(s.n_heads) * kMaxSplits * (s.head_dim + 2);
 }
 
 void launch_decode_stack(const StepBatch& batch, const DecodeStackLayer* layers, int n_layers,
                          const DecodeStackShape& shape, const DecodeStackPlan& plan, float* x, float* qkv,
-                         void* attn, void* mlp, float* scratch, int sm_count, cudaStream_t stream) {
+                         void* attn, void* mlp, void* scratch, int sm_count, cudaStream_t stream) {
   StackArgs args{};
   std::copy(layers, layers + n_layers, args.layers);
   args.n_layers = n_layers;
@@ -787,8 +793,8 @@ void launch_decode_stack(const StepBatch& batch, const DecodeStackLayer* layers,
   args.qkv = qkv;
   args.attn = static_cast<__nv_bfloat16*>(attn);
   args.mlp = static_cast<__nv_bfloat16*>(mlp);
-  args.partials = scratch;
-  args.flags = reinterpret_cast<int*>(scratch + static_cast<size_t>(shape.n_heads) * kMaxSplits * (shape.head_dim + 2));
+  args.flags = static_cast<int*>(scratch);
+  args.partials = reinterpret_cast<float*>(static_cast<char*>(scratch) + kFlagBytes);
   args.slot_bytes = plan.slot_bytes;
   args.work_bytes = plan.work_bytes;
   std::copy(plan.rows_per_slot, plan.rows_per_slot + kStages, args.rows_per_slot);
