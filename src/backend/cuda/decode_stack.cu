@@ -20,8 +20,11 @@
 // on its consumers 72 % of the time, each slot a CTA-wide step (wait, dot, CTA barrier, a thread a row
 // summing the warps' pieces) of ~1.3 us against the ~0.8 us its bytes take to stream. Warps now release
 // slots on their own and combine the sums once a stage (252 tok/s), in slots twice as large (323 tok/s,
-// against 394 op by op in the same run). Still ahead: the attention stage (~13 us a layer: nine dependent
-// global round trips under the weight stream) and the producer's ~0.6 us a slot.
+// against 394 op by op in the same run). The weights' copies now enter L2 as evict-first lines, the
+// producer finds a slot's source before it waits for the slot, and the ring has three slots (344 tok/s,
+// seventeenth session). Still ahead: the attention stage (~13 us a layer: eight dependent L2 round trips
+// while the weight stream fills L2's queues), and the stage points' waits (40 % of the warps' stall
+// samples are at the consumer barrier that a counter's poll holds).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -44,7 +47,8 @@ constexpr int kConsumerThreads = kWarps * 32;
 constexpr int kThreads = kConsumerThreads + 32;
 // Ring slots, all in flight but the one being read. Four slots of ~49 KB ran 28 % faster than eight of
 // ~25 KB (323 against 252 tok/s): every slot costs each warp a wait and a release whatever its size.
-constexpr int kRing = 4;
+// Three of ~65 KB ran ~1 % faster again, two of ~98 KB 3 % slower (seventeenth session).
+constexpr int kRing = 3;
 constexpr int kMaxSlotRows = 64;    // weight rows of one slot
 constexpr int kPartials = 2048;     // per stage: the per-warp sums of every slot (rows x parts each)
 constexpr int kAttentionWarps = 8;  // warps that stream one attention item's slots
@@ -128,11 +132,19 @@ __device__ inline void barrier_expect(uint64_t* bar, uint32_t bytes) {
                "r"(bytes)
                : "memory");
 }
-__device__ inline void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+// The weights are read once a step: they enter L2 as the first lines to evict, so the step's small data
+// (KV cache, norms, page table, activations) stays there under the 8 GB stream, as the op-by-op GEMVs'
+// streaming loads (__ldcs) leave it.
+__device__ inline uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+__device__ inline void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
   asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-          shared_address(dst)),
-      "l"(src), "r"(bytes), "r"(shared_address(bar))
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], "
+      "%4;\n" ::"r"(shared_address(dst)),
+      "l"(src), "r"(bytes), "r"(shared_address(bar)), "l"(policy)
       : "memory");
 }
 __device__ inline void barrier_wait(uint64_t* bar, uint32_t parity) {
@@ -222,16 +234,13 @@ __device__ inline SlotSource slot_source(const StackArgs& a, const Ring& ring, i
   return src;
 }
 
-// Issues the copies of global slot g (nothing past the end). One thread.
-__device__ inline void issue_slot(const StackArgs& a, Ring& ring, int g) {
-  if (g < ring.total) {
-    const SlotSource src = slot_source(a, ring, g);
-    unsigned char* dst = ring.base + static_cast<int64_t>(g % kRing) * a.slot_bytes;
-    uint64_t* bar = &ring.full[g % kRing];
-    barrier_expect(bar, src.second != nullptr ? 2 * src.bytes : src.bytes);
-    bulk_copy(dst, src.first, src.bytes, bar);
-    if (src.second != nullptr) bulk_copy(dst + src.bytes, src.second, src.bytes, bar);
-  }
+// Issues the copies of global slot g from src. One thread.
+__device__ inline void issue_slot(const StackArgs& a, Ring& ring, int g, const SlotSource& src, uint64_t policy) {
+  unsigned char* dst = ring.base + static_cast<int64_t>(g % kRing) * a.slot_bytes;
+  uint64_t* bar = &ring.full[g % kRing];
+  barrier_expect(bar, src.second != nullptr ? 2 * src.bytes : src.bytes);
+  bulk_copy(dst, src.first, src.bytes, bar, policy);
+  if (src.second != nullptr) bulk_copy(dst + src.bytes, src.second, src.bytes, bar, policy);
 }
 
 // Per-warp partial dot products of a slot's rows with the activation vector: with at least kWarps
@@ -390,9 +399,6 @@ __device__ inline void attention_stage(const StackArgs& a, int layer, unsigned c
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     const int g = item / splits, split = item % splits;
     const int begin = split * per_split, end = min(visible, begin + per_split);
-    const int half = s.rotary_dim / 2;
-    rope_table(position, s.inv_freq, half, cos_t, sin_t);
-    consumer_sync();
     const bool holds_new = end == visible;
     const int64_t new_index =
         (static_cast<int64_t>(pages[length / s.page_slots]) * s.n_kv_heads + g) * s.page_slots +
@@ -610,9 +616,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_stack_kernel(const __grid_
   // matrices in order, a slot as soon as the consumers hand it back, whatever stage they wait in.
   if (threadIdx.x / 32 == kWarps) {
     if (threadIdx.x % 32 == 0) {
+      const uint64_t policy = evict_first_policy();
       for (int g = 0; g < ring.total; ++g) {
+        const SlotSource src = slot_source(a, ring, g);  // while the slot is still being read
         if (g >= kRing) barrier_wait(&ring.empty[g % kRing], (g / kRing - 1) & 1);
-        issue_slot(a, ring, g);
+        issue_slot(a, ring, g, src, policy);
       }
     }
     return;
@@ -634,6 +642,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_stack_kernel(const __grid_
     g = gemv_stage(a, ring, layer, kQkv, act16, partials, own, g);
     signal(point(layer, kQkvDone));
     if (static_cast<int>(blockIdx.x) < a.shape.n_kv_heads * splits) {  // this CTA has attention items
+      // The rotation table (attention_stage's layout: after the group's queries) while the other CTAs
+      // finish their QKV rows: it depends on the position alone, and act is read (signal's barrier).
+      float* cos_t = reinterpret_cast<float*>(work) + a.shape.n_heads / a.shape.n_kv_heads * HD;
+      rope_table(a.batch.appended[0], a.shape.inv_freq, a.shape.rotary_dim / 2, cos_t, cos_t + HD / 2);
       wait_for(point(layer, kQkvDone), grid);
       switch (a.shape.n_heads / a.shape.n_kv_heads) {  // decode_stack_supports: 1, 2, 4 or 8
         case 1:
