@@ -143,8 +143,9 @@ TEST_P(FixtureOnCuda, LogitsMatchTheCpuAtPrefillAndEveryDecodeStep) {
 }
 
 // The fused decoder stack at a real head shape (head_dim 128, GQA groups of 4, Qwen3's q/k norms)
-// against the op-by-op forward on the same GPU, at contexts of one attention split (200 slots) and of
-// several (700: three splits and their merge); and the same logits, bit for bit, on a second run.
+// against the op-by-op forward on the same GPU, at contexts of one attention split (200 slots), of
+// several (700: three splits and their merge) and of the most splits with more than one 32-slot chunk
+// a warp (4,500: 16 splits of 282); and the same logits, bit for bit, on a second run.
 TEST(CudaDecoderStack, RealHeadShapeMatchesOpByOpAcrossSplits) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (or a build without CUDA)";
   const fs::path dir = fs::path(::testing::TempDir()) / "kvdice_decoder_stack_shape";
@@ -152,11 +153,11 @@ TEST(CudaDecoderStack, RealHeadShapeMatchesOpByOpAcrossSplits) {
   std::ofstream(dir / "config.json") << R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
     "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 3, "num_attention_heads": 8,
     "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 1000, "rope_theta": 1000000.0,
-    "tie_word_embeddings": true, "max_position_embeddings": 4096, "rms_norm_eps": 1e-06,
+    "tie_word_embeddings": true, "max_position_embeddings": 8192, "rms_norm_eps": 1e-06,
     "hidden_act": "silu", "attention_bias": false})";
   const auto m = model::make_random_model(model::read_shape_config(dir / "config.json"), 5, 0.05f);
   auto cuda = backend::make_backend({"cuda"});
-  for (const int prompt_len : {200, 700}) {
+  for (const int prompt_len : {200, 700, 4500}) {
     std::vector<int> prompt, continuation;
     for (int i = 0; i < prompt_len; ++i) prompt.push_back((i * 131 + 7) % 1000);
     for (int i = 0; i < 6; ++i) continuation.push_back((i * 17 + 3) % 1000);

@@ -445,7 +445,7 @@ class CudaBackend final : public Backend {
     if (scratch != before) CUDA_CHECK(cudaMemsetAsync(scratch, 0, scratch_bytes, stream_));
     cuda::launch_decode_stack(batch, layers.data(), static_cast<int>(layers.size()), shape, *plan,
                               stack.x.as<float>(), stack.qkv.as<float>(), stack.attn.data, stack.mlp.data,
-                              scratch, properties_.multiProcessorCount, stream_);
+                              scratch, stream_);
     ++decoder_stack_launches_;
     return true;
   }

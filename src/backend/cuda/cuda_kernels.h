@@ -127,6 +127,7 @@ struct DecodeStackShape {
 // The kernel's shared-memory plan for a shape on the current device: the ring's slot size and the
 // weight rows each stage puts in a slot (kStages = 4: QKV, O, gate/up, down).
 struct DecodeStackPlan {
+  int grid = 0;  // CTAs: one per SM of the current device, the count the shares were bounded with
   int slot_bytes = 0, work_bytes = 0, shared_bytes = 0;
   int rows_per_slot[4] = {};
 };
@@ -139,10 +140,10 @@ std::optional<DecodeStackPlan> plan_decode_stack(const DecodeStackShape& shape, 
 // partials of the attention stage.
 size_t decode_stack_scratch_bytes(const DecodeStackShape& shape);
 // x (the step's one residual row, fp32) in, x out; qkv (fp32), attn and mlp (bf16) are the forward's
-// activation rows, used as the stages' hand-over buffers. One CTA per SM (sm_count), cooperative.
+// activation rows, used as the stages' hand-over buffers. plan.grid CTAs (one per SM), cooperative.
 void launch_decode_stack(const StepBatch& batch, const DecodeStackLayer* layers, int n_layers,
                          const DecodeStackShape& shape, const DecodeStackPlan& plan, float* x, float* qkv,
-                         void* attn, void* mlp, void* scratch, int sm_count, cudaStream_t stream);
+                         void* attn, void* mlp, void* scratch, cudaStream_t stream);
 
 // ---- sample.cu ----
 // The largest vocabulary the sampler's 32-bit histogram parts can sum without overflow.

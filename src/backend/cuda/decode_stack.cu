@@ -105,6 +105,13 @@ __device__ inline void stage_dims(const DecodeStackShape& s, int stage, int& row
   }
 }
 
+// A stage's row length (its rows are in this CTA's Share).
+__device__ inline int stage_k(const DecodeStackShape& s, int stage) {
+  int rows, k;
+  stage_dims(s, stage, rows, k);
+  return k;
+}
+
 __device__ inline const __nv_bfloat16* stage_weight(const DecodeStackLayer& l, int stage) {
   switch (stage) {
     case kQkv:
@@ -314,9 +321,7 @@ __device__ inline void finish_stage(const StackArgs& a, const DecodeStackLayer& 
 __device__ inline int gemv_stage(const StackArgs& a, Ring& ring, int layer, int stage, const uint4* x,
                                  float* partials, float* own, int g) {
   const Share& sh = ring.share[stage];
-  int rows, k;
-  stage_dims(a.shape, stage, rows, k);
-  const int chunks = k / 8;
+  const int chunks = stage_k(a.shape, stage) / 8;
   for (int s = 0; s < sh.slots; ++s, ++g) {
     barrier_wait(&ring.full[g % kRing], (g / kRing) & 1);  // slot g has landed
     const int n = min(sh.per_slot, sh.rows - s * sh.per_slot);
@@ -704,6 +709,7 @@ int attention_work_bytes(int hd, int group) {
 // the block-sum scratch. The ring takes what the rest leaves; nothing when a weight row exceeds a slot.
 std::optional<DecodeStackPlan> make_plan(const DecodeStackShape& s, int shared_limit, int grid) {
   DecodeStackPlan plan;
+  plan.grid = grid;
   const int q_dim = s.n_heads * s.head_dim;
   // The activation vector, or act beside the residual row and the norm weight in fp32 (load_normed).
   const int act_bytes = std::max({s.hidden, q_dim, s.intermediate}) * 2;
@@ -795,7 +801,7 @@ size_t decode_stack_scratch_bytes(const DecodeStackShape& s) {
 
 void launch_decode_stack(const StepBatch& batch, const DecodeStackLayer* layers, int n_layers,
                          const DecodeStackShape& shape, const DecodeStackPlan& plan, float* x, float* qkv,
-                         void* attn, void* mlp, void* scratch, int sm_count, cudaStream_t stream) {
+                         void* attn, void* mlp, void* scratch, cudaStream_t stream) {
   StackArgs args{};
   std::copy(layers, layers + n_layers, args.layers);
   args.n_layers = n_layers;
@@ -812,13 +818,13 @@ void launch_decode_stack(const StepBatch& batch, const DecodeStackLayer* layers,
   std::copy(plan.rows_per_slot, plan.rows_per_slot + kStages, args.rows_per_slot);
   switch (shape.head_dim) {
     case 16:
-      return launch_for<16>(args, sm_count, plan.shared_bytes, stream);
+      return launch_for<16>(args, plan.grid, plan.shared_bytes, stream);
     case 32:
-      return launch_for<32>(args, sm_count, plan.shared_bytes, stream);
+      return launch_for<32>(args, plan.grid, plan.shared_bytes, stream);
     case 64:
-      return launch_for<64>(args, sm_count, plan.shared_bytes, stream);
+      return launch_for<64>(args, plan.grid, plan.shared_bytes, stream);
     default:
-      return launch_for<128>(args, sm_count, plan.shared_bytes, stream);
+      return launch_for<128>(args, plan.grid, plan.shared_bytes, stream);
   }
 }
 
