@@ -383,7 +383,10 @@ __device__ inline void attention_split(int visible, int n_kv_heads, int& splits,
 // queries itself; the item holding the appended slot also ropes and stores the new key and value
 // (no other item reads that slot). Its warps stream 32-slot chunks (a lane per slot for the scores, the
 // warp over the channels for P V) with an fp32 online softmax, merged across warps in order; one split
-// writes the output, several write partials that the merge stage combines.
+// writes the output, several write partials that the merge stage combines. The rotation table (cos_t,
+// sin_t) is the caller's: built before the QKV wait, since it depends on the position alone. Loading
+// more before that wait (page rows, a key batch) or 16 value rows at once was measured slower: at the 128
+// registers a thread this kernel has, they spill (docs/benchmarks.md, seventeenth session).
 template <int HD, int GROUP>
 __device__ inline void attention_stage(const StackArgs& a, int layer, unsigned char* work, int splits,
                                        int per_split) {
