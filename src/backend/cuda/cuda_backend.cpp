@@ -438,11 +438,9 @@ class CudaBackend final : public Backend {
         cuda::plan_decode_stack(shape, static_cast<int>(layers.size()));
     if (!plan)
       return decline("a shape decode_stack.cu does not take (head_dim, group, alignment or shared memory)");
-    const void* before = decoder_stack_scratch_.data;
-    const size_t scratch_bytes = cuda::decode_stack_scratch_bytes(shape);
-    void* scratch = grow(decoder_stack_scratch_, scratch_bytes, "decoder stack scratch");
-    // Its stage counters start at zero; each launch leaves them so (a new allocation is zeroed once).
-    if (scratch != before) CUDA_CHECK(cudaMemsetAsync(scratch, 0, scratch_bytes, stream_));
+    // Its stage counters start at zero (grow zeroes a new allocation) and each launch leaves them so.
+    void* scratch =
+        grow(decoder_stack_scratch_, cuda::decode_stack_scratch_bytes(shape), "decoder stack scratch");
     cuda::launch_decode_stack(batch, layers.data(), static_cast<int>(layers.size()), shape, *plan,
                               stack.x.as<float>(), stack.qkv.as<float>(), stack.attn.data, stack.mlp.data,
                               scratch, stream_);

@@ -229,8 +229,7 @@ __device__ inline SlotSource slot_source(const StackArgs& a, const Ring& ring, i
   int r = g % ring.per_layer, stage = 0;
   while (r >= ring.share[stage].slots) r -= ring.share[stage++].slots;
   const Share& sh = ring.share[stage];
-  int rows, k;
-  stage_dims(a.shape, stage, rows, k);
+  const int k = stage_k(a.shape, stage);
   const int row0 = sh.row_begin + r * sh.per_slot;
   const int n = min(sh.per_slot, sh.row_begin + sh.rows - row0);
   const char* w = reinterpret_cast<const char*>(stage_weight(a.layers[layer], stage));
@@ -250,8 +249,11 @@ __device__ inline void issue_slot(const StackArgs& a, Ring& ring, int g, const S
   if (src.second != nullptr) bulk_copy(dst + src.bytes, src.second, src.bytes, bar, policy);
 }
 
-// Per-warp partial dot products of a slot's rows with the activation vector: with at least kWarps
-// rows a warp takes whole rows; otherwise each row is cut into kWarps / rows parts, one per warp.
+// The parts a slot's row is cut into, one a warp: with at least kWarps rows a warp takes whole rows.
+__device__ inline int slot_row_parts(int rows) { return rows >= kWarps ? 1 : kWarps / rows; }
+
+// Per-warp partial dot products of a slot's rows with the activation vector, row r's part p at
+// partial[r * parts + p] (slot_row_parts).
 __device__ inline void dot_slot(const uint4* w, const uint4* x, int rows, int chunks, float* partial) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (rows >= kWarps) {
@@ -265,7 +267,7 @@ __device__ inline void dot_slot(const uint4* w, const uint4* x, int rows, int ch
     }
     return;
   }
-  const int parts = kWarps / rows;
+  const int parts = slot_row_parts(rows);
   const int r = warp / parts, part = warp % parts;
   if (r >= rows) return;
   const int c0 = chunks * part / parts, c1 = chunks * (part + 1) / parts;
@@ -293,7 +295,7 @@ __device__ inline void finish_stage(const StackArgs& a, const DecodeStackLayer& 
     const int s = i / sh.per_slot, t = i % sh.per_slot;
     const int n = min(sh.per_slot, sh.rows - s * sh.per_slot);
     const int slot_rows = stage == kGateUp ? 2 * n : n;
-    const int parts = slot_rows >= kWarps ? 1 : kWarps / slot_rows;
+    const int parts = slot_row_parts(slot_rows);
     const float* partial = partials + slot_partials(sh, stage, s);
     auto row_sum = [&](int r) {
       float v = 0.0f;
