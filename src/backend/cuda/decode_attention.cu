@@ -25,7 +25,11 @@
 // 128-token context, 323.3 -> 327.3 at 1,024; the prologue before the wait 339.7 -> 347.5, 327.1 -> 335.1.)
 // Measured and dropped (thirteenth session): extra CTAs of this launch prefetching o_proj's weight into
 // L2 after the wait, while DRAM otherwise idles: attention 6.2 -> 7.8 us a layer, o_proj no faster,
-// 1.4 % slower end to end.
+// 1.4 % slower end to end. Eighteenth session: the prologue fetching every page of a warp when they fit its
+// stages (257-384 slots) no faster; releasing o_proj at the wait 0.9 % slower than after the pages; 4 warps
+// a CTA at batch 1 3 % slower.
+// After the QKV GEMV's end this kernel wakes in 0.8 us and then spends ~1.3 us on the RoPE items, 2-2.5 on
+// its pages and ~1 on the merge (docs/benchmarks.md; tools/gpu/attention_stamps.patch).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 

@@ -15,7 +15,12 @@
 // 12.9 + 2.3), so only weights up to kGemvNormMaxBytes take it. Thirteenth session: warps taking whole
 // rows from an atomic counter instead of static blocks streamed gate/up slower still (39.6 us, 2.5 TB/s:
 // 64 KB in flight per SM, one L2 atomic a row). Fourteenth session: 8 loads in flight a lane instead of
-// 4 (128 KB an SM) was 0.5 % slower end to end.
+// 4 (128 KB an SM) was 0.5 % slower end to end. Eighteenth session: a batch-1 attention CTA cannot share an
+// SM with a CTA of this kernel (1,024 threads at 64 registers take the whole register file), so only one of
+// the eight starts during it; leaving 8 SMs free gave +0.6 % at a 128-token context and -0.5 % at 1,024
+// (clustered splits there), not landed: the reserve would have to follow the step's attention shape, passed
+// explicitly, since the partition sets the summation order of the rows cut between warps. Two 512-thread
+// CTAs an SM: equal; one 512-thread CTA an SM with 8 loads in flight: 5 % slower.
 #include <cuda_bf16.h>
 
 #include "backend/cuda/bf16_dot.cuh"
