@@ -99,7 +99,7 @@ if [ "${ATTENTION:-0}" = 1 ]; then profile_one_launch attention decode_attention
 # 2.66 ms batch-1 step in the tenth session's timeline).
 if [ "${SAMPLER:-0}" = 1 ]; then profile_one_launch sampler sample_finish 20; fi
 
-# GEMV=1: one small-batch GEMV launch (gemv.cu), by default the 44th of the run: layer 10's gate/up in the
-# first decode step (launch 0 is the prefill's one-row logits; then four a layer: QKV, O, gate/up, down).
-# GEMV_SKIP=42 is layer 10's O.
+# GEMV=1: one small-batch GEMV launch (gemv.cu), by default the 44th of the run (launch 0 is the prefill's
+# one-row logits; then three a layer, O, gate/up and down, since the QKV projection is gemv_norm.cu's:
+# 43 is layer 14's O, 44 its gate/up). GEMV_SKIP=42 took a down projection (grid 1,280, 20 us; twentieth session).
 if [ "${GEMV:-0}" = 1 ]; then profile_one_launch gemv gemv_kernel "${GEMV_SKIP:-43}"; fi
