@@ -101,5 +101,5 @@ if [ "${SAMPLER:-0}" = 1 ]; then profile_one_launch sampler sample_finish 20; fi
 
 # GEMV=1: one small-batch GEMV launch (gemv.cu), by default the 44th of the run (launch 0 is the prefill's
 # one-row logits; then three a layer, O, gate/up and down, since the QKV projection is gemv_norm.cu's:
-# 43 is layer 14's O, 44 its gate/up). GEMV_SKIP=42 took a down projection (grid 1,280, 20 us; twentieth session).
+# 43 is layer 14's O, 44 its gate/up). GEMV_SKIP=42 took a down projection (grid 1,280, 20 us; nineteenth session).
 if [ "${GEMV:-0}" = 1 ]; then profile_one_launch gemv gemv_kernel "${GEMV_SKIP:-43}"; fi
