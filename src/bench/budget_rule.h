@@ -1,4 +1,4 @@
-// The budget arithmetic kvdice bench checks the engine against, written out here from REFERENCE.md §1
+// The budget arithmetic kvdice bench checks the engine against, written out here from docs/reference.md §1
 // rather than taken from kv::BudgetSpec or the engine's counters: which budget convention maps to which
 // engine budget, how many eviction rounds a sequence of a given prompt and output length must see, and
 // the resident length every decode step attends over (for the bytes a step reads).
@@ -13,7 +13,7 @@
 namespace kvdice::bench {
 
 // How the user's --budget T and --window r are read.
-// reference: the reference code's rule (REFERENCE.md §1): T is the cache length right after a round and
+// reference: the reference code's rule (docs/reference.md §1): T is the cache length right after a round and
 //   counts the protected prompt and the window r; rounds fire every r decode tokens once len > T.
 // vllm: the vLLM port's (TriAttention runtime): T (TRIATTN_RUNTIME_KV_BUDGET) counts the prompt and the
 //   recency window, compaction returns each request to exactly T, and it fires every `r`

@@ -1,4 +1,4 @@
-// capacity: the equal-memory protocol (REFERENCE.md §4): the largest batch whose KV reservations fit
+// capacity: the equal-memory protocol (docs/reference.md §4): the largest batch whose KV reservations fit
 // `memory_gib` GiB of KV pool (K, V, positions and the policy's signals; weights and activations are
 // not counted) under the policy and budget (full attention reserves prompt + output), then that batch
 // run as one load. A bounded cache makes the per-step cost stationary after the first rounds, so a

@@ -1,4 +1,4 @@
-// throughput: the fixed-load protocol (REFERENCE.md §4): `requests` prompts of `prompt_len` random
+// throughput: the fixed-load protocol (docs/reference.md §4): `requests` prompts of `prompt_len` random
 // tokens, each generating exactly `output_len` tokens, all in one batch, under one policy and budget.
 #include "bench/protocols.h"
 #include "core/error.h"

@@ -1,5 +1,5 @@
 // A task: how problems become prompts, how completions are graded, and the protocol defaults of
-// REFERENCE.md §3 (runs per problem R, budget T, sampling, maximum length). Presets for the paper's
+// docs/reference.md §3 (runs per problem R, budget T, sampling, maximum length). Presets for the paper's
 // benchmarks, or a task definition file (JSON) for anything else.
 #pragma once
 

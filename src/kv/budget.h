@@ -1,4 +1,4 @@
-// BudgetSpec: the per-sequence KV budget of REFERENCE.md §1 (T, r, prompt protection) and the
+// BudgetSpec: the per-sequence KV budget of docs/reference.md §1 (T, r, prompt protection) and the
 // trigger, protection and reservation rules derived from it.
 #pragma once
 

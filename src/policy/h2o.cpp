@@ -1,4 +1,4 @@
-// h2o / h2o_pp (REFERENCE.md §2, from the H2O paper; the reference code has no H2O mode): keep the
+// h2o / h2o_pp (docs/reference.md §2, from the H2O paper; the reference code has no H2O mode): keep the
 // K_sel "heavy hitters", the candidates with the most attention received since they were appended
 // (summed over every query and the query heads of the KV head's group). The window is always kept;
 // the _pp variant pins the prompt and ranks the rest.

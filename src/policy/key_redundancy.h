@@ -1,4 +1,4 @@
-// Key redundancy of R-KV (REFERENCE.md §2), per KV head: the cosine-similarity matrix of the candidate
+// Key redundancy of R-KV (docs/reference.md §2), per KV head: the cosine-similarity matrix of the candidate
 // keys (k / (|k| + 1e-8), diagonal zeroed), averaged over its rows, softmax over the candidates. A
 // candidate that many others resemble gets a large penalty. The official rule (rkv_official, the R-KV
 // repository's cal_similarity with retain_direction="last") first spares, in each row i, the newest

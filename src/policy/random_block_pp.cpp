@@ -1,4 +1,4 @@
-// random_block_pp (ablation, REFERENCE.md §1 "block-random"; the reference's BLOCK_SIZE, default 32):
+// random_block_pp (ablation, docs/reference.md §1 "block-random"; the reference's BLOCK_SIZE, default 32):
 // prompt protected; the other candidates, in age order, form contiguous blocks of B; each block gets
 // one uniform 64-bit draw per (layer, KV head, round) and the blocks with the highest draws are kept
 // whole, the last one partly (its oldest tokens first: the position tie rule).

@@ -1,4 +1,4 @@
-// random_pp (Random Attention, REFERENCE.md §1): prompt protected, a fresh uniform subset of the
+// random_pp (Random Attention, docs/reference.md §1): prompt protected, a fresh uniform subset of the
 // other candidates per (layer, KV head, round).
 #include <memory>
 

@@ -54,8 +54,8 @@ constexpr std::array kPolicies{
     Entry{"recency_pp", no_options<make_recency_pp_policy>, KVDICE_CUDA_SELECTION(recency_pp)},
     Entry{"recency", no_options<make_recency_policy>, KVDICE_CUDA_SELECTION(recency)},
     Entry{"streaming", no_options<make_streaming_policy>, KVDICE_CUDA_SELECTION(streaming)},
-    // Ablations and baselines (REFERENCE.md §1-2). An entry with a nullptr CUDA column would be refused
-    // on --backend cuda; every evicting policy has a CUDA file now.
+    // Ablations and baselines (docs/reference.md §1-2). An entry with a nullptr CUDA column would be
+    // refused on --backend cuda; every evicting policy has a CUDA file.
     Entry{"random_block_pp", make_random_block_pp_policy, KVDICE_CUDA_SELECTION(random_block_pp)},
     Entry{"random_pp_rec", make_random_pp_rec_policy, KVDICE_CUDA_SELECTION(random_pp_rec)},
     Entry{"snapkv", make_snapkv_policy, KVDICE_CUDA_SELECTION(snapkv)},

@@ -1,4 +1,4 @@
-// rkv / rkv_pp (REFERENCE.md §2; the reference's `attn_rkv --rkv_lambda 0.5 --smooth` and
+// rkv / rkv_pp (docs/reference.md §2; the reference's `attn_rkv --rkv_lambda 0.5 --smooth` and
 // `attn_rkv_pp`): score = λ · smoothed windowed attention (window_attention.h) − (1 − λ) · key
 // redundancy (key_redundancy.h, plain row mean), both over all candidates of the KV head; keep the
 // top K_sel. The _pp variant pins the prompt and ranks the rest by the same score.

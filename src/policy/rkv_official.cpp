@@ -1,4 +1,4 @@
-// rkv_official (REFERENCE.md §2; the reference's `rkv_official --rkv_lambda 0.1`, its port of the R-KV
+// rkv_official (docs/reference.md §2; the reference's `rkv_official --rkv_lambda 0.1`, its port of the R-KV
 // repository's R1KV with the authors' defaults). Per KV head, over all candidates (no protection):
 //   importance = for each of the newest `queries` window queries, the max over the GQA group of the
 //                raw logits q·k/√D, softmax over the candidates; mean over those queries; then a 1-D

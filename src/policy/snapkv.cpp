@@ -1,4 +1,4 @@
-// snapkv / snapkv_pp (REFERENCE.md §2; the reference's `attn --smooth` / `attn_pp --smooth`): keep the
+// snapkv / snapkv_pp (docs/reference.md §2; the reference's `attn --smooth` / `attn_pp --smooth`): keep the
 // K_sel candidates with the highest smoothed windowed attention (window_attention.h). The _pp variant
 // pins the prompt and ranks the rest.
 #include <fmt/format.h>

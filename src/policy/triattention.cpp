@@ -1,4 +1,4 @@
-// triattention (REFERENCE.md §2; the reference's `triattn_ph`, its verbatim port of TriAttention's
+// triattention (docs/reference.md §2; the reference's `triattn_ph`, its verbatim port of TriAttention's
 // per_head_pruning): one keep-set per KV head, shared by every layer, computed once per round from
 // calibration statistics (triattention_stats.h) instead of observed queries; the prompt is pinned.
 //

@@ -1,4 +1,4 @@
-// TriAttention's calibration statistics (REFERENCE.md §2; written by `kvdice calibrate`, read by the
+// TriAttention's calibration statistics (docs/reference.md §2; written by `kvdice calibrate`, read by the
 // `triattention` policy). Per (layer, query head, RoPE frequency band f), over every token of a
 // calibration text: the complex mean E[q_f] of the pre-RoPE query (after q_norm), band f's real part
 // being dim f and its imaginary part dim f + D/2 (rotate-half RoPE), and the mean magnitude E|q_f|.

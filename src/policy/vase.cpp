@@ -1,4 +1,4 @@
-// vase / vase_pp (REFERENCE.md §2; the reference's `range_sink_sample_attn --n_large T/4 --smooth`,
+// vase / vase_pp (docs/reference.md §2; the reference's `range_sink_sample_attn --n_large T/4 --smooth`,
 // "vase_faithful", and its _pp variant with the prompt pinned and removed from both pools):
 //   pinned  = the `sinks` oldest candidates (+ the prompt for vase_pp)
 //   large   = the n_large - |sinks outside the prompt| unpinned candidates of widest value range,

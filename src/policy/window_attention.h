@@ -1,4 +1,4 @@
-// The windowed attention score shared by SnapKV, VaSE and R-KV (REFERENCE.md §2): for each query head
+// The windowed attention score shared by SnapKV, VaSE and R-KV (docs/reference.md §2): for each query head
 // of the KV head's group and each of its last r post-RoPE queries, softmax over the candidates of
 // q·k / (sqrt(D) · temperature); the mean over the queries, optionally smoothed by a 1-D average pool
 // along the candidates in age order (kernel `pool`, zero padding pool / 2, stride 1, divided by the

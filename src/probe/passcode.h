@@ -1,4 +1,4 @@
-// Once-only fact probe (REFERENCE.md §5): a passcode stated once early in teacher-forced text,
+// Once-only fact probe (docs/reference.md §5): a passcode stated once early in teacher-forced text,
 // then a long stretch of reasoning filler that forces tens of eviction rounds, then the question.
 // Measures, per policy, the log-probability of the passcode tokens and greedy retrieval.
 #pragma once

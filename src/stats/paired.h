@@ -1,4 +1,4 @@
-// Paired statistics over problems (REFERENCE.md §3): per-problem mean correctness over runs, the
+// Paired statistics over problems (docs/reference.md §3): per-problem mean correctness over runs, the
 // problem-clustered percentile bootstrap of the mean difference, and the exact two-sided sign test.
 #pragma once
 

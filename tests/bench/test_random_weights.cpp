@@ -59,7 +59,7 @@ TEST(RandomWeights, ShapesInTheRepositoryLoad) {
     EXPECT_GT(c.n_layers, 0) << name;
   }
   const ModelConfig c = read_shape_config(std::string(KVDICE_SOURCE_DIR) + "/configs/shapes/qwen3-4b.json");
-  EXPECT_EQ(c.kv_bytes_per_token(2), 147456);  // REFERENCE.md §7
+  EXPECT_EQ(c.kv_bytes_per_token(2), 147456);  // docs/reference.md §7
 }
 
 TEST(RandomWeights, MissingConfigIsAnError) {

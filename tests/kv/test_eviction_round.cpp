@@ -85,8 +85,8 @@ Rows snapshot(const SequenceKv& kv) {
 }
 
 // The policy's own keep flags for one (layer, head), asked for before the round runs, with the inputs a
-// round gives it (REFERENCE.md §1): candidates are every resident slot but the newest r, K_sel = T - r of
-// them are kept, the window always is. Expectations built from these never read the compacted cache.
+// round gives it (docs/reference.md §1): candidates are every resident slot but the newest r, K_sel =
+// T - r of them are kept, the window always is. Expectations built from these never read the compacted cache.
 std::vector<uint8_t> policy_keep_flags(const SequenceKv& kv, const BudgetSpec& budget,
                                        const policy::EvictionPolicy& policy, const RoundContext& context,
                                        int layer, int head) {

@@ -108,7 +108,7 @@ TEST(ModelConfig, ReadsHubDialectWithLlama3Scaling) {
   EXPECT_EQ(c.dtype, DType::BF16);
   EXPECT_FALSE(c.qk_norm);
   EXPECT_FALSE(c.qkv_bias);
-  EXPECT_EQ(c.kv_bytes_per_token(), 131072);  // REFERENCE.md §7
+  EXPECT_EQ(c.kv_bytes_per_token(), 131072);  // docs/reference.md §7
 }
 
 TEST(ModelConfig, BothDialectsGiveTheSameConfig) {
@@ -133,7 +133,7 @@ TEST(ModelConfig, ReadsQwen3) {
   EXPECT_TRUE(c.tie_embeddings);
   EXPECT_EQ(c.rope_theta, 1e6f);
   EXPECT_EQ(c.rope_scaling.type, "default");
-  EXPECT_EQ(c.kv_bytes_per_token(), 114688);  // REFERENCE.md §7
+  EXPECT_EQ(c.kv_bytes_per_token(), 114688);  // docs/reference.md §7
 }
 
 TEST(ModelConfig, ReadsQwen2WithBiases) {
@@ -151,7 +151,7 @@ TEST(ModelConfig, ReadsQwen2WithBiases) {
 TEST(ModelConfig, ReadsPhi3AndPartialRotary) {
   auto c = ModelConfig::from_hf_json(phi4_hub(), "config.json");
   EXPECT_EQ(c.family, Family::Phi3);
-  EXPECT_EQ(c.kv_bytes_per_token(), 204800);  // REFERENCE.md §7
+  EXPECT_EQ(c.kv_bytes_per_token(), 204800);  // docs/reference.md §7
   EXPECT_EQ(c.partial_rotary_factor, 1.0f);
 
   Json top = phi4_hub();

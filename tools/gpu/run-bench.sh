@@ -30,7 +30,8 @@ if [ "$MODE" = quick ]; then
   # The quick capacity's pool: 20 GiB on the GPU; a rehearsal on the CPU (BACKEND=cpu) fits 1 GiB in its limit.
   bench capacity --quick --memory-gib "${QUICK_MEMORY_GIB:-$([ "${BACKEND:-cuda}" = cpu ] && echo 1 || echo 20)}"
 else
-  # Fixed load (REFERENCE §4): 128 requests, 1k prompts, T=2048, r=64; steady state over OUTPUT tokens.
+  # Fixed load (docs/reference.md §4): 128 requests, 1k prompts, T=2048, r=64; steady state over
+  # OUTPUT tokens.
   bench throughput --requests 128 --prompt-len 1024 --output-len "${OUTPUT:-2048}" --policy random_pp --budget 2048 --window 64
   # Full attention with 2k KV per sequence (llama.cpp's batch-128 point).
   bench throughput --requests 128 --prompt-len 1024 --output-len 1024 --policy full

@@ -2,7 +2,7 @@
 """The paper's HF-harness throughput method, as a peer for `kvdice bench`: transformers (sdpa,
 DynamicCache), greedy decoding of a batch of seeded random-token prompts for a fixed number of
 tokens (EOS ignored), with `random_pp` eviction applied between decode steps to the DynamicCache's
-per-layer key/value tensors, under kvdice's semantics (docs REFERENCE §1):
+per-layer key/value tensors, under kvdice's semantics (docs/reference.md §1):
 
 - T (token budget) is the cache length right after a round; it includes the prompt and the window.
   r is the window and the cadence; K_sel = T - r slots are chosen by the rule.
