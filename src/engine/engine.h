@@ -40,7 +40,7 @@ struct EngineConfig {
   bool graphs = true;          // replay each decode-step shape as one graph where the backend can
   // Let the backend run every layer of a decode step at once where it can (CUDA: one-row steps,
   // Backend::decoder_stack). Off by default: the persistent kernel is exact but still slower than
-  // the op-by-op graph at batch 1 (docs/benchmarks.md, sixth session).
+  // the op-by-op graph at batch 1 (docs/benchmarks.md, "The fused decoder stack").
   bool fused_decode = false;
   // Read a decode step's sampled tokens while the next step runs (one step late), so the device
   // never waits for the host between steps. Token events come one step later; a sequence that stops

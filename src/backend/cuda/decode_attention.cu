@@ -23,15 +23,15 @@
 // but the new slot's row) are issued before the dependent wait: the KV's DRAM latency overlaps the QKV
 // GEMV's tail. (H200, batch 1, Qwen3-4B shape, 2026-12-02: RoPE inside 337.7 -> 340.6 tok/s at a
 // 128-token context, 323.3 -> 327.3 at 1,024; the prologue before the wait 339.7 -> 347.5, 327.1 -> 335.1.)
-// Measured and dropped (thirteenth session): extra CTAs of this launch prefetching o_proj's weight into
-// L2 after the wait, while DRAM otherwise idles: attention 6.2 -> 7.8 us a layer, o_proj no faster,
-// 1.4 % slower end to end. Eighteenth session: the prologue fetching every page of a warp when they fit its
-// stages (257-384 slots) no faster; releasing o_proj at the wait 0.9 % slower than after the pages; 4 warps
-// a CTA at batch 1 3 % slower.
+// Measured and dropped (docs/benchmarks.md, "Tried and dropped"): extra CTAs of this launch prefetching
+// o_proj's weight into L2 after the wait, while DRAM otherwise idles (2026-12-02): attention 6.2 -> 7.8 us
+// a layer, o_proj no faster, 1.4 % slower end to end. The prologue fetching every page of a warp when they
+// fit its stages (257-384 slots) no faster; releasing o_proj at the wait 0.9 % slower than after the pages;
+// 4 warps a CTA at batch 1 3 % slower (2026-12-03).
 // After the QKV GEMV's end this kernel wakes in 0.8 us and then spends ~1.3 us on the RoPE items, 2-2.5 on
 // its pages and ~1 on the merge (docs/benchmarks.md; tools/gpu/attention_stamps.patch). A timing-only step
-// without this kernel ran 428.9 against 393.7 tok/s (nineteenth session): its 5.8 us a layer on the
-// critical path are the whole gap to batch 1's target.
+// without this kernel ran 428.9 against 393.7 tok/s (3f9f4fe, 2026-12-03): its 5.8 us a layer on the
+// critical path are the whole gap between batch 1 and 80 % of its weights-only roofline (425 tok/s).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 

@@ -14,15 +14,16 @@
 // deterministic on a given GPU. The op-by-op forward (model/forward.cpp) is the twin that defines
 // what this computes; tests/backend/test_model_gpu.cpp holds them together.
 //
-// History (docs/benchmarks.md, sixth to ninth and sixteenth sessions): the first form (a ring refilled
-// behind a CTA barrier, grid barriers between stages) ran at 168-236 tok/s against ~320-394 op by op.
+// Why it has this shape (docs/benchmarks.md, "The fused decoder stack"; H200, batch 1, 2026-12-02 to
+// 12-03): the first form (0f28117: a ring refilled behind a CTA barrier, grid barriers between stages)
+// ran at 168-236 tok/s against ~320-394 op by op.
 // With the producer warp and the counters it ran at ~204 tok/s: per-slot stamps put the producer waiting
 // on its consumers 72 % of the time, each slot a CTA-wide step (wait, dot, CTA barrier, a thread a row
 // summing the warps' pieces) of ~1.3 us against the ~0.8 us its bytes take to stream. Warps now release
 // slots on their own and combine the sums once a stage (252 tok/s), in slots twice as large (323 tok/s,
 // against 394 op by op in the same run). The weights' copies now enter L2 as evict-first lines, the
 // producer finds a slot's source before it waits for the slot, and the ring has three slots (344 tok/s,
-// seventeenth session). Still ahead: the attention stage (~13 us a layer: eight dependent L2 round trips
+// 72cf7d0). Still ahead: the attention stage (~13 us a layer: eight dependent L2 round trips
 // while the weight stream fills L2's queues), and the stage points' waits (40 % of the warps' stall
 // samples are at the consumer barrier that a counter's poll holds).
 #include <cuda_bf16.h>
@@ -47,7 +48,7 @@ constexpr int kConsumerThreads = kWarps * 32;
 constexpr int kThreads = kConsumerThreads + 32;
 // Ring slots, all in flight but the one being read. Four slots of ~49 KB ran 28 % faster than eight of
 // ~25 KB (323 against 252 tok/s): every slot costs each warp a wait and a release whatever its size.
-// Three of ~65 KB ran ~1 % faster again, two of ~98 KB 3 % slower (seventeenth session).
+// Three of ~65 KB ran ~1 % faster again, two of ~98 KB 3 % slower (72cf7d0, 2026-12-03).
 constexpr int kRing = 3;
 constexpr int kMaxSlotRows = 64;    // weight rows of one slot
 constexpr int kPartials = 2048;     // per stage: the per-warp sums of every slot (rows x parts each)
@@ -388,7 +389,7 @@ __device__ inline void attention_split(int visible, int n_kv_heads, int& splits,
 // writes the output, several write partials that the merge stage combines. The rotation table (cos_t,
 // sin_t) is the caller's: built before the QKV wait, since it depends on the position alone. Loading
 // more before that wait (page rows, a key batch) or 16 value rows at once was measured slower: at the 128
-// registers a thread this kernel has, they spill (docs/benchmarks.md, seventeenth session).
+// registers a thread this kernel has, they spill (docs/benchmarks.md, "Tried and dropped", 2026-12-03).
 template <int HD, int GROUP>
 __device__ inline void attention_stage(const StackArgs& a, int layer, unsigned char* work, int splits,
                                        int per_split) {
@@ -452,7 +453,7 @@ __device__ inline void attention_stage(const StackArgs& a, int layer, unsigned c
           // The slot's key in batches of kBatch 16-byte loads in flight (the stage is latency-bound).
           const uint4* key = reinterpret_cast<const uint4*>(l.keys + row * HD);
           // The batch loop stays rolled for less code; the instruction-cache reason it was rolled for
-          // was refuted (docs/benchmarks.md, seventh session), so unrolling it is open.
+          // was refuted by an ncu source view (8d4f6a3, 2026-12-02), so unrolling it is open.
           constexpr int kBatch = HD / 8 < 8 ? HD / 8 : 8;
 #pragma unroll 1
           for (int c0 = 0; c0 < HD / 8; c0 += kBatch) {

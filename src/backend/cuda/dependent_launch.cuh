@@ -18,10 +18,10 @@ namespace kvdice::backend::cuda {
 
 // The two halves of enter_dependent, for a kernel that lets its successor launch later than at its start
 // (decode attention, after its pages: o_proj's early weight loads competed with them). Measured at batch
-// 1 and dropped (docs/benchmarks.md, eleventh session): an RMSNorm or silu_mul releasing before its wait,
-// so the next GEMV's loads overlap the previous GEMV's tail (4.5 % slower: the GEMV's own loads and the
-// small kernel queue behind that prefetch), and each GEMV CTA releasing only after its last weight loads
-// (2.4 % slower: the small kernel's launch no longer hides behind the GEMV's last wave).
+// 1 and dropped (docs/benchmarks.md, "Tried and dropped", 2026-12-02): an RMSNorm or silu_mul releasing
+// before its wait, so the next GEMV's loads overlap the previous GEMV's tail (4.5 % slower: the GEMV's
+// own loads and the small kernel queue behind that prefetch), and each GEMV CTA releasing only after its
+// last weight loads (2.4 % slower: the small kernel's launch no longer hides behind the GEMV's last wave).
 // Waits until the predecessor grid has completed and its writes are visible.
 __device__ inline void wait_for_predecessor() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 // Lets the successor grid launch once every CTA of this one has called this (or exited).

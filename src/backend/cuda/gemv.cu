@@ -7,32 +7,18 @@
 // residual add fused (accumulate). Each warp loads the first kDepth chunks of its part of the row before
 // waiting on the previous kernel (programmatic dependent launch): the weights do not depend on it.
 //
-// Measured on the H200 at batch 1 (docs/benchmarks.md, 2026-12-01): persistent grids, 8 loads in
-// flight, and forms with the rmsnorm or silu_mul fused into a CTA prologue all landed within 4% of
-// this simplest form, which was the fastest; they were dropped. A gate/up form with SiLU in its epilogue
-// (a warp streaming gate row n and up row n against the same x, writing silu(g) * u itself: no silu_mul
-// launch) made batch 1 3 % slower (2026-12-02: 340.6 -> 331.0 tok/s; 56 registers against 32, or 38
-// with half the loads per row, which was slower still); it was dropped too. So was a CTA pairing gate
-// row j with up row j (two warps a half row each, bit-identical; 2026-12-02: 28.4 us a layer against
-// 24.7 + 2.3 for the GEMV and silu_mul, 1-2 % slower end to end with either order of the up halves),
-// and o_proj loading its whole half rows before the wait (8 loads a lane, 56 registers: 2 % slower).
-// 2026-12-02, tenth session (docs/benchmarks.md), all dropped: the RMSNorm folded in (every CTA norming
-// its fp32 rows: 286-300 against 376 tok/s, a prologue per tiny CTA that every wave pays); 8 chunks a
-// lane staged in shared memory by cp.async before the wait (1-2 % slower: o_proj gained 2 us a layer,
-// attention and silu_mul lost more, queued behind the larger prefetch); silu_mul in the epilogue with a
-// CTA's two rows one (gate, up) pair (0.5 % slower: down lost the window silu_mul gave its first loads).
-// Twelfth session: a one-wave form for one row (1024-thread CTAs, one per SM, each a static block of
-// rows, the norm or SiLU built once per SM in shared memory, a layer in 5 kernels) was 6 % slower
-// (356.7 against 380.4 tok/s), and 512-thread forms with 8 or 12 loads in flight no better; only its
-// QKV form with the norm folded in paid, and is kept (gemv_norm.cu). Thirteenth session: the norm in
-// this kernel's loop (each warp summing the squares of the fp32 x it reads, 1/rms applied after the dot:
-// no prologue) made gate/up 36.2 us against 23.8 + 2.4 (64 bytes of x and norm weight read per 16-byte
-// weight chunk), and it broke the batch invariant (a one-row step no longer rounded the normed row to
-// bf16 as a batched step does: CudaEngine.MixedBatchEqualsEachSequenceAlone failed). Fourteenth session,
-// o_proj and down (78 KB in flight an SM): three warps a row in one-row 96-thread CTAs (one wave, 58 warps
-// an SM) made them 7.7 and 18.0 us a layer against 5.5 and 13.4 (-7.5 % end to end), six loads in flight
-// a lane -2.4 %. Nineteenth session, the bound on every such fold: timing-only builds leaving the norm
-// before gate/up or silu_mul out of the step altogether ran 390.4 and 394.7 against 393.7 tok/s.
+// Why this simple form (H200, batch 1, Qwen3-4B shape; each alternative's figures are in
+// docs/benchmarks.md, "Tried and dropped"): every other form measured from 2026-12-01 to 12-03 was
+// slower end to end. Persistent or one-wave grids and static blocks per SM stream a long weight worse
+// than thousands of small CTAs that the scheduler hands to whichever SM drains first; more loads in
+// flight a lane cost registers and occupancy; smaller or larger CTAs a row lost too. Folding the
+// RMSNorm or silu_mul into this kernel pays a prologue in every CTA, or reads more bytes per weight
+// chunk, or takes away the window in which the next GEMV's first loads arrive; and a fold must round
+// the normed row to bf16 as the batched composition does, or a sequence decodes differently alone and
+// in a batch (CudaEngine.MixedBatchEqualsEachSequenceAlone). Timing-only builds leaving the norm
+// before gate/up or silu_mul out of the step altogether ran 390.4 and 394.7 against 393.7 tok/s
+// (3f9f4fe), which bounds what any such fold could gain. Only the QKV projection's norm, on a short
+// weight, paid as a fold (gemv_norm.cu).
 #include <cuda_bf16.h>
 
 #include "backend/cuda/bf16_dot.cuh"

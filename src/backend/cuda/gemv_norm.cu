@@ -8,19 +8,15 @@
 // its contiguous range with kDepth loads in flight per lane, the first kDepth issued before the
 // dependent wait (the weights do not depend on the previous kernel). A row cut between warps is summed
 // in warp order through shared memory, so the result is the same on every run.
-// Measured at batch 1 on the H200 (docs/benchmarks.md, twelfth session): the QKV projection with its
-// norm 8.66 us a layer against 8.97 + 2.24 for the GEMV and the norm kernel; but a static block per SM
-// streams a long weight worse than gemv.cu's thousands of small CTAs (gate/up with its norm 29.6 against
-// 23.8 + 2.4 us, o_proj without a norm 7.7 against 5.5, down with SiLU folded in 16.2 against
-// 12.9 + 2.3), so only weights up to kGemvNormMaxBytes take it. Thirteenth session: warps taking whole
-// rows from an atomic counter instead of static blocks streamed gate/up slower still (39.6 us, 2.5 TB/s:
-// 64 KB in flight per SM, one L2 atomic a row). Fourteenth session: 8 loads in flight a lane instead of
-// 4 (128 KB an SM) was 0.5 % slower end to end. Eighteenth session: a batch-1 attention CTA cannot share an
-// SM with a CTA of this kernel (1,024 threads at 64 registers take the whole register file), so only one of
-// the eight starts during it; leaving 8 SMs free gave +0.6 % at a 128-token context and -0.5 % at 1,024
-// (clustered splits there), not landed: the reserve would have to follow the step's attention shape, passed
-// explicitly, since the partition sets the summation order of the rows cut between warps. Two 512-thread
-// CTAs an SM: equal; one 512-thread CTA an SM with 8 loads in flight: 5 % slower.
+// Measured at batch 1 on the H200 (9f47bc6, 2026-12-02): the QKV projection with its norm 8.66 us a
+// layer against 8.97 + 2.24 for the GEMV and the norm kernel; but a static block per SM streams a long
+// weight worse than gemv.cu's thousands of small CTAs (gate/up with its norm 29.6 against 23.8 + 2.4 us),
+// so only weights up to kGemvNormMaxBytes take it. The forms measured and dropped (rows from an atomic
+// counter, 8 loads in flight a lane, 512-thread CTAs, SMs left free for the attention CTAs) are in
+// docs/benchmarks.md, "Tried and dropped". A batch-1 attention CTA cannot share an SM with a CTA of this
+// kernel (1,024 threads at 64 registers take the whole register file), so only one of the eight starts
+// during it; reserving SMs for them would have to follow the step's attention shape and be passed in
+// explicitly, since the partition sets the summation order of the rows cut between warps.
 #include <cuda_bf16.h>
 
 #include "backend/cuda/bf16_dot.cuh"

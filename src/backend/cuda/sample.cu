@@ -309,14 +309,14 @@ __global__ void __launch_bounds__(kChunkThreads)
 // soon as the cluster's histogram says the row's fit; its later passes then read little. On nearly
 // flat logits (random weights; temperature 0.6, top-p 0.95: the crossing byte holds ~147k of 152k
 // tokens, its next byte ~11k) a top-p row reads its slice three times: the first refinement, the move
-// to shared memory, the draw. Where such a row's ~50 us go (H200, clock64 stamps of rank 0, fifteenth
-// session): the top crossing 2.6 us, the first refinement's histogram over the slice 12.7 us (shared
+// to shared memory, the draw. Where such a row's ~50 us go (H200, clock64 stamps of rank 0, fda7ac7,
+// 2026-12-03): the top crossing 2.6 us, the first refinement's histogram over the slice 12.7 us (shared
 // atomics on a handful of hot digits), the move to shared memory 5.9 us, each later refinement pass
 // 5.5-7.5 us, the id cut 8.3 us, the draw 6.3 us: a phase of barriers, a cluster exchange and one warp's
 // digit walk costs 1-1.5 us however little it reads, so fewer phases is what would pay. (The first
 // version built a global list of the crossing byte's ids and made seven passes over it: ~0.8-1.1 ms a
 // row; one CTA a row took ~195 us on an H200, each vocabulary pass ~50 us of one SM's histogram adds.)
-// Measured and dropped (fourteenth session): a first digit from the row's range (the top byte of the
+// Measured and dropped (2026-12-03): a first digit from the row's range (the top byte of the
 // weight less the row's lowest, so the crossing digit of flat logits fits the shared lists at once and
 // the refinement over the whole slice goes) was exact and no faster end to end (384.3 against 384.9
 // tok/s at batch 1).
