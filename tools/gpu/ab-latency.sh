@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Batch-1 A/B of kvdice builds in one call of the GPU machine (carry [".gpu-carry"] from tools/gpu/pack-ab.sh):
+# Batch-1 A/B of kvdice builds in one run on the GPU machine (carry [".gpu-carry"] from tools/gpu/pack-ab.sh):
 # the CUDA suite of the SUITE build, each build's `bench latency` (Qwen3-4B shape, C++ random weights,
 # 128- and 1,024-token contexts, 256 outputs) in turn, ROUNDS times, and the per-layer timeline of the
 # TRACE builds. Summary on stdout and in $OUT/summary.txt.
 #   BUILDS="main new" SUITE=new TRACE="main new" bash tools/gpu/ab-latency.sh
-# POSITIONS (PERIOD,FIRST,COUNT for kernel_timeline.py): 8,18,32 for Qwen3's eight kernels a layer; 7,16,32
-# with one kernel fewer. A call holds the machine ~200 s longer than its command (the start), so a
-# 30-minute budget fits about five calls.
+# POSITIONS (PERIOD,FIRST,COUNT for kernel_timeline.py): 7,16,32 for the seven kernels a layer of the
+# current step (QKV with its norm, attention, O, norm, gate/up, silu_mul, down); 8,18,32 for a build with
+# eight. The machine's start and transfers add ~200 s to the command.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 [ -f .gpu-carry/var.tar.xz ] && tar xJf .gpu-carry/var.tar.xz
@@ -45,6 +45,6 @@ for b in ${TRACE:-}; do
   rm -f "$OUT/trace_$b"/*.csv.xz "$OUT/trace_$b"/*.json
 done
 say "ab-latency: $(( $(date +%s) - T0 )) s"
-# A call brings back only a handful of files from $OUT: every log and timeline goes into one archive.
+# The GPU machine hands back only a handful of files from $OUT: every log and timeline goes into one archive.
 (cd "$OUT" && find . -type f ! -name summary.txt ! -name 'logs_*.tar.xz' |
   tar cJf "logs_$(date +%s).tar.xz" -T - --remove-files && find . -mindepth 1 -type d -empty -delete)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Packs what a GPU-machine call needs into .gpu-bin/ (ignored; pass it in the device tool's `carry`):
+# Packs what a GPU-machine run needs into .gpu-bin/ (git-ignored; copy it to the GPU machine with the tree):
 # the CUDA build's binaries and the shared libraries that machine lacks (it has no utf8proc).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,8 +21,8 @@ done | sort -u | grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|lib
   | while read -r lib; do cp -L "$lib" .gpu-bin/lib/; done
 ls .gpu-bin/lib
 du -sh .gpu-bin
-# XZ=1: also .gpu-carry/gpu-bin.tar.xz (~9 MB instead of ~32 MB), for calls that carry the peers' pack
-# (.gpu-peers/, ~41 MB) too: a call carries at most 64 MiB. Unpack there with
+# XZ=1: also .gpu-carry/gpu-bin.tar.xz (~9 MB instead of ~32 MB), for runs that take the peers' pack
+# (.gpu-peers/, ~41 MB) too: at most 64 MiB travel to the GPU machine. Unpack there with
 # `mkdir -p .gpu-bin && tar xJf .gpu-carry/gpu-bin.tar.xz -C .gpu-bin`.
 if [ "${XZ:-0}" = 1 ]; then
   mkdir -p .gpu-carry

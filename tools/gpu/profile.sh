@@ -88,18 +88,18 @@ for r in top:
 PY
 }
 
-# STACK=1: the fused decoder stack (bench --fused-decode; docs/benchmarks.md, sixth and seventh sessions).
+# STACK=1: the fused decoder stack (bench --fused-decode; docs/benchmarks.md, "The fused decoder stack").
 if [ "${STACK:-0}" = 1 ]; then profile_one_launch stack decode_stack 4 --fused-decode; fi
 
-# ATTENTION=1: one decode attention launch with RoPE (at batch 1 ~9.5 us a layer in the step's
-# timeline, the largest step of the chain outside the GEMVs; docs/benchmarks.md, eighth session).
+# ATTENTION=1: one decode attention launch with RoPE (at batch 1 ~6.4 us a layer in the step's
+# timeline, the largest step of the chain outside the GEMVs; docs/benchmarks.md, "Batch 1").
 if [ "${ATTENTION:-0}" = 1 ]; then profile_one_launch attention decode_attention 200; fi
 
-# SAMPLER=1: one launch of the exact sampler's finish (top-p on the random weights' flat logits: ~62 us of a
-# 2.66 ms batch-1 step in the tenth session's timeline).
+# SAMPLER=1: one launch of the exact sampler's finish (top-p on the random weights' flat logits: ~53 us of a
+# 2.53 ms batch-1 step in the timeline of 641c8e8).
 if [ "${SAMPLER:-0}" = 1 ]; then profile_one_launch sampler sample_finish 20; fi
 
 # GEMV=1: one small-batch GEMV launch (gemv.cu), by default the 44th of the run (launch 0 is the prefill's
 # one-row logits; then three a layer, O, gate/up and down, since the QKV projection is gemv_norm.cu's:
-# 43 is layer 14's O, 44 its gate/up). GEMV_SKIP=42 took a down projection (grid 1,280, 20 us; nineteenth session).
+# 43 is layer 14's O, 44 its gate/up). GEMV_SKIP=42 took a down projection (grid 1,280, 20 us; 2026-12-03).
 if [ "${GEMV:-0}" = 1 ]; then profile_one_launch gemv gemv_kernel "${GEMV_SKIP:-43}"; fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CUDA backend's proof, in one call of the GPU machine (see docs/benchmarks.md for results):
+# The CUDA backend's proof, in one run on the GPU machine (see docs/benchmarks.md for results):
 # op parity, fixture families CUDA vs CPU, engine parity, random-weight checkpoints of real shapes
 # against transformers bf16, `kvdice generate --backend cuda` under every policy, and first speeds.
 # Binaries come prebuilt in .gpu-bin/ (tools/gpu/pack.sh); results go to $OUT.
@@ -16,7 +16,7 @@ ldd $BIN/kvdice | grep -i "not found" && { echo "missing libraries"; exit 1; }
   $BIN/test_backend --gtest_filter='CudaOps.*:*CudaEvict*:*FixtureOnCuda*0:CudaEngine.Mixed*:-CudaOps.Matmul' 2>&1 | tail -15 | tee -a "$OUT/summary.txt"; }
 # RACECHECK=1: shared-memory hazards in the kernels that share stages between warps (decode attention with
 # and without RoPE, prefill attention). A race there fails no unit test deterministically: the rotation
-# table's missing barrier (ninth session) showed only here. The summary must read 0 hazards.
+# table's missing barrier (fixed in 711e57b) showed only here. The summary must read 0 hazards.
 [ "${RACECHECK:-0}" = 1 ] && { log "compute-sanitizer racecheck (attention)"; timeout 300 compute-sanitizer --tool racecheck \
   --racecheck-report hazard $BIN/test_backend --gtest_filter='CudaOps.RopeAttention*:CudaOps.Attention*' 2>&1 \
   | grep -E "RACECHECK SUMMARY|PASSED|FAILED" | tee -a "$OUT/summary.txt"; }

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# kvdice and its peers on the same random-weight Qwen3-4B checkpoint in one call of the GPU machine:
+# kvdice and its peers on the same random-weight Qwen3-4B checkpoint in one run on the GPU machine:
 # the CUDA tests that changed, the checkpoint (tools/gpu/make_checkpoint.py), every `kvdice bench`
 # protocol on it, then the peers (tools/peers/run-peers.sh: llama.cpp and the paper's HF harness) with
 # the time left. Binaries come in .gpu-bin/ (tools/gpu/pack.sh), the peers in .gpu-peers/
 # (tools/peers/build_llama_cpp.sh). Everything lands in $OUT/side-by-side.tgz plus summary.md.
-#   BUDGET_S (520): the whole call's seconds; TESTS (gtest filter); OUTPUT, MEMORY_GIB, LIMIT: passed
+#   BUDGET_S (520): the whole run's seconds; TESTS (gtest filter); OUTPUT, MEMORY_GIB, LIMIT: passed
 #   on to run-bench.sh.
 set -uo pipefail
 cd "$(dirname "$0")/../.."

@@ -13,8 +13,8 @@ machine, e.g. `kvdice bench latency --backend cuda --random-weights --config con
        gate/up counter seen, down done;
   STX: the attention item's phases (entry, queries roped, chunks done, merged), O after its vector, and
        the wait-over / dot-done times of the first slots of O and QKV.
-docs/benchmarks.md (sixteenth and seventeenth sessions) reads these. The edits are textual: when the kernel
-changes shape, an assertion names the line this script no longer finds.
+docs/benchmarks.md ("The fused decoder stack") reads these. The edits are textual: when the kernel changes
+shape, an assertion names the line this script no longer finds.
 """
 import sys
 

@@ -11,7 +11,7 @@
 # GGUF (~8 GB) goes to SCRATCH (default /tmp/kvdice-peers), never to OUT_DIR.
 #
 # Every piece runs under `timeout`, and a piece is skipped when less than its limit is left of
-# BUDGET_S (default 450 s), so one hang cannot eat the call. Knobs (environment, defaults shown):
+# BUDGET_S (default 450 s), so one hang cannot eat the run. Knobs (environment, defaults shown):
 #   BUDGET_S=450  STAGES="convert llama hf"  SCRATCH=/tmp/kvdice-peers  PYTHON=python3
 #   PEER_TOKENIZER=small (GGUF tokenizer: small | own | auto)
 #   LLAMA_B1="128 128"  LLAMA_B128="1024 1024"  LLAMA_B128_SHORT="256 1024" (empty: skipped)   (prompt, generated)
@@ -144,7 +144,7 @@ fi
 if has_stage llama && [[ -s "$GGUF" && -x "$BIN" ]]; then
   llama_run llama_b1 "$B1_PP" "$B1_TG" 1
   llama_run "llama_b${LLAMA_BATCH}" "$B128_PP" "$B128_TG" "$LLAMA_BATCH"
-  # LLAMA_B128_SHORT="" skips the short-context batch run (a call short of time).
+  # LLAMA_B128_SHORT="" skips the short-context batch run (a run short of time).
   [[ -n "$B128S_PP" ]] && llama_run "llama_b${LLAMA_BATCH}_short" "$B128S_PP" "$B128S_TG" "$LLAMA_BATCH"
 fi
 

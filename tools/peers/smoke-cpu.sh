@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A CPU rehearsal of run-peers.sh on the tiny Qwen3 fixture, here, before the one GPU call: the
+# A CPU rehearsal of run-peers.sh on the tiny Qwen3 fixture, here, before the GPU run: the
 # packed llama-batched-bench (CUDA build) runs on the CPU backend with the CUDA driver stub (its
 # CUDA init fails cleanly: no device), the converter and the HF harness run on CPU at toy sizes.
 # Checks that every piece exits 0 and that summary.json has all six rows.
