@@ -1,4 +1,4 @@
-// JSON via nlohmann::json, plus helpers that name the file and field in every error.
+// JSON via nlohmann::json, plus functions that name the file and field in every error.
 #pragma once
 
 #include <cstdint>

@@ -44,7 +44,7 @@ std::string find_python3() {
   fail("the code grader needs python3 (not found in /usr/bin, /usr/local/bin or /bin)");
 }
 
-// Child-side helpers: no allocation-heavy work, report through `report_fd`, exit 126 on failure.
+// Child-side functions: no allocation-heavy work, report through `report_fd`, exit 126 on failure.
 void report(int fd, const char* text) { [[maybe_unused]] auto n = write(fd, text, strlen(text)); }
 
 [[noreturn]] void child_fail(int fd, const char* what) {

@@ -1,4 +1,4 @@
-// Shared ordering helpers of the selection rules: candidates in age order (compaction scatters slots,
+// Shared ordering functions of the selection rules: candidates in age order (compaction scatters slots,
 // so order comes from absolute positions) and top-n by score with the tie rule of docs/policies.md
 // (equal scores: the smaller absolute position is kept first).
 #pragma once

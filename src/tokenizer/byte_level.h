@@ -1,5 +1,5 @@
 // GPT-2 byte-level alphabet: every byte is shown as one printable Unicode character ("Ġ" for a space),
-// so that BPE vocabularies can be stored as text. Also UTF-8 helpers the tokenizer needs.
+// so that BPE vocabularies can be stored as text. Also the UTF-8 functions the tokenizer needs.
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-// Helpers of the op-parity harness (tests/backend/test_ops.cpp, after llama.cpp's test-backend-ops):
+// Utilities of the op-parity harness (tests/backend/test_ops.cpp, after llama.cpp's test-backend-ops):
 // the CPU reference and the CUDA backend side by side, backend memory with a sentinel after every
 // output, step batches built on the host and uploaded to each backend, seeded bf16-exact inputs and
 // normalised error. Without a GPU every case skips with the reason.

@@ -1,4 +1,4 @@
-// Helpers for the evaluation tests: run the kvdice binary (blocking or in the background), a fresh
+// Utilities for the evaluation tests: run the kvdice binary (blocking or in the background), a fresh
 // temporary folder per test, and direct SQLite access to tamper with a results database.
 #pragma once
 

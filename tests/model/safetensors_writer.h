@@ -1,4 +1,4 @@
-// Test helper: writes small safetensors files and checkpoint directories (well-formed or deliberately
+// Test utility: writes small safetensors files and checkpoint directories (well-formed or deliberately
 // broken) into a temporary directory, so loader tests need no checked-in binaries.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The eval tests' process helpers, shared with the stats tests.
+// The eval tests' process utilities, shared with the stats tests.
 #pragma once
 
 #include "eval/eval_test_util.h"

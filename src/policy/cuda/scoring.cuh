@@ -1,4 +1,4 @@
-// Device helpers of the scoring selections (snapkv, triattention, ...): the per-head scratch, an exact
+// Device functions of the scoring selections (snapkv, triattention, ...): the per-head scratch, an exact
 // block-wide sort of (key, index) pairs, candidates in age order and the top-n rule of
 // policy/ranking.h (prompt pinned, then the highest scores, equal scores keeping the smaller absolute
 // position first). Sorting whole keys instead of comparing floating-point scores with a tolerance makes
