@@ -330,7 +330,8 @@ TEST(CudaSignals, QueryRingAndValueRangeMatchTheCpu) {
     int n_heads, n_kv, head_dim;
     bool norms;
   };
-  for (const Case& c : {Case{"small", 4, 2, 32, false}, Case{"qwen3-4b", 32, 8, 128, true}}) {
+  for (const Case& c :
+       {Case{"small", 4, 2, 32, false}, Case{"qwen3-4b", 32, 8, 128, true}, Case{"phi-4", 40, 10, 128, false}}) {
     SCOPED_TRACE(c.name);
     const int max_pages = 4;
     // A decode row, a 7-row prefill chunk with r = 4 (only its last 4 rows may write the ring), a row
@@ -412,6 +413,7 @@ TEST(CudaSignals, AttentionMassMatchesTheCpu) {
   const Case cases[] = {
       {"decode hd32 g2", 4, 2, 32, {1, 1, 1}, {0, 17, 300}},
       {"decode qwen3-4b", 32, 8, 128, {1, 1}, {10, 2047}},
+      {"decode phi-4", 40, 10, 128, {1, 1}, {10, 1500}},
       {"decode hd64 g7", 14, 2, 64, {1, 1}, {1000, 50}},
       {"prefill qwen3-4b", 32, 8, 128, {37, 5}, {0, 100}},
       {"prefill mixed hd16 mha", 4, 4, 16, {20, 1}, {3, 50}},

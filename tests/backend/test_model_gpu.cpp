@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "backend/backend.h"
 #include "backend/step_storage.h"
@@ -348,6 +349,89 @@ TEST(CudaEngine, ASecondEngineNeverReplaysTheFirstEnginesGraphs) {
   engine::Engine eager(*qwen3().model, *be, config);
   EXPECT_EQ(replayed, run_three(eager, "second ", 60, 7));
 }
+
+// The engine at real shapes: random weights of a shape in configs/shapes/ cut to two layers (the KV
+// heads, head_dim, GQA group, hidden size and vocabulary stay the model's), T = 1024, r = 64. Every
+// policy that selects by position and draw runs in one batch, each on a prompt longer than the budget
+// and one shorter, teacher-forced through several rounds; the retention logs of every (layer, KV head)
+// must equal the CPU's. The scoring policies read attention the bf16 forward computes differently
+// from the fp32 one, so their engine runs cannot be bit-identical; their kernels' parity at these
+// shapes is test_cuda_real_shapes.cpp's.
+class CudaEngineRealShape : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaEngineRealShape, TeacherForcedRetentionLogsEqualTheCpu) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (or a build without CUDA)";
+  model::ModelConfig config =
+      model::read_shape_config(fs::path(KVDICE_SOURCE_DIR) / "configs" / "shapes" / (GetParam() + ".json"));
+  config.n_layers = 2;
+  const auto m = model::make_random_model(config, 34, 0.05f);
+  const std::vector<std::string> policies = {"random_pp",  "random",          "random_shared", "recency_pp",
+                                             "recency",    "streaming",       "random_block_pp",
+                                             "random_pp_rec"};
+  const kv::BudgetSpec budget{1024, 64};
+  const int prompt_lengths[2] = {1100, 900};  // longer and shorter than T
+  const int forced = 260;                     // 4 rounds after the long prompt, 2 after the short one
+  // Per backend: request id -> rounds, and the forced log-probabilities in submission order.
+  std::vector<std::map<uint64_t, std::vector<kv::RoundRecord>>> logs(2);
+  std::vector<std::vector<std::vector<float>>> logprobs(2);
+  std::vector<std::vector<uint64_t>> ids(2);
+  int i = 0;
+  for (const std::string name : {"cpu", "cuda"}) {
+    auto be = backend::make_backend({name, 0});  // every core for the CPU reference
+    engine::EngineConfig c;
+    c.policy = "random_pp";
+    c.budget = budget;
+    c.eviction_seed = 34;
+    c.max_batch = 2 * static_cast<int>(policies.size());
+    c.max_context = 2048;
+    engine::Engine eng(*m, *be, c);
+    eng.set_round_observer([&](uint64_t id, const kv::RoundRecord& r) { logs[i][id].push_back(r); });
+    for (size_t p = 0; p < policies.size(); ++p)
+      for (int j = 0; j < 2; ++j) {
+        engine::GenerationRequest req;
+        for (int t = 0; t < prompt_lengths[j]; ++t)
+          req.prompt.push_back(static_cast<int>((t * 7919 + 13 * p + j) % static_cast<size_t>(config.vocab)));
+        for (int t = 0; t < forced; ++t) req.forced_tokens.push_back((t * 37 + 5 + int(p)) % config.vocab);
+        req.stream_id = 2 * p + j;
+        req.kv = engine::KvSettings{policies[p], budget};
+        ids[i].push_back(eng.submit(req));
+      }
+    eng.run();
+    auto out = eng.take_finished();
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+    for (const auto& r : out) logprobs[i].push_back(r.forced_logprobs);
+    ++i;
+  }
+  ASSERT_EQ(logprobs[0].size(), 2 * policies.size());
+  ASSERT_EQ(logprobs[1].size(), logprobs[0].size());
+  for (size_t n = 0; n < ids[0].size(); ++n) {
+    const std::string what = policies[n / 2] + (n % 2 ? " (prompt shorter than T)" : " (prompt longer than T)");
+    const auto& cpu = logs[0][ids[0][n]];
+    const auto& gpu = logs[1][ids[1][n]];
+    EXPECT_GE(cpu.size(), n % 2 ? 2u : 4u) << what;
+    ASSERT_EQ(cpu.size(), gpu.size()) << what;
+    for (size_t r = 0; r < cpu.size(); ++r) {
+      EXPECT_EQ(cpu[r].at_token, gpu[r].at_token) << what << " round " << r;
+      ASSERT_EQ(cpu[r].kept_positions.size(), gpu[r].kept_positions.size()) << what;
+      for (size_t l = 0; l < cpu[r].kept_positions.size(); ++l)
+        for (size_t g = 0; g < cpu[r].kept_positions[l].size(); ++g)
+          EXPECT_EQ(cpu[r].kept_positions[l][g], gpu[r].kept_positions[l][g])
+              << what << " round " << r << " layer " << l << " KV head " << g;
+    }
+    ASSERT_EQ(logprobs[0][n].size(), logprobs[1][n].size()) << what;
+    for (size_t t = 0; t < logprobs[0][n].size(); ++t)
+      EXPECT_NEAR(logprobs[0][n][t], logprobs[1][n][t], 0.05 + 0.02 * std::abs(logprobs[0][n][t]))
+          << what << " step " << t;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaEngineRealShape, ::testing::Values("qwen3-4b", "qwen2.5-0.5b", "phi-4"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param;
+                           for (char& ch : name)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return name;
+                         });
 
 // Checkpoints made on the GPU machine under .gpu/<name>/ with golden.json beside them.
 std::vector<std::string> golden_checkpoints() {

@@ -403,6 +403,9 @@ TEST(CudaOps, Attention) {
       {"decode hd256 g4", 8, 2, 256, {1, 1}, {100, 700}},
       {"prefill qwen3-4b", 32, 8, 128, {37, 5}, {0, 100}},
       {"prefill qwen2.5-0.5b", 14, 2, 64, {70}, {0}},
+      // Phi-4: 10 KV heads (every other case has at most 8).
+      {"decode phi-4", 40, 10, 128, {1, 1, 1}, {10, 1500, 4000}},
+      {"prefill phi-4", 40, 10, 128, {37, 5}, {0, 100}},
       {"prefill mixed hd16", 4, 4, 16, {20, 1}, {3, 50}},
       // Split-KV: the split count follows the capacity, the split ranges each sequence's actual length.
       {"decode qwen3-4b batch 1 long (split)", 32, 8, 128, {1}, {2111}},
@@ -528,6 +531,7 @@ TEST(CudaOps, RopeAttentionEqualsRopeAppendThenAttention) {
       {"qwen3-4b batch 1, one split, the new slot past the prologue", 32, 8, 128, 128, true, {400}},
       {"qwen3-4b batch 1, splits as one cluster (the last holds the new slot)", 32, 8, 128, 128, true, {1000}},
       {"hd64 g7 no norms", 14, 2, 64, 64, false, {33, 700}},
+      {"phi-4 batch 2, 10 KV heads", 40, 10, 128, 128, false, {20, 1000}},
       {"hd128 partial rotary", 8, 2, 128, 64, true, {5}},
       // 40 x 8 (sequence, KV head) pairs: past the SM count, so four warps a CTA (the rest take eight).
       {"qwen3-4b batch 40, four warps a CTA", 32, 8, 128, 128, true,
