@@ -6,3 +6,21 @@ gpu_library_path() {
   cublas_dir=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
   export LD_LIBRARY_PATH="$PWD/$lib_dir:$cublas_dir:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 }
+
+# A test binary reads its fixtures and configs at the source path it was built in (KVDICE_FIXTURES_DIR,
+# KVDICE_SOURCE_DIR). When this tree lies elsewhere, that path becomes a link to it (run from the
+# repository root). Prints what it did.
+link_source_path() {
+  local bin=$1 baked baked_root
+  baked=$(grep -aoE '/[[:alnum:]_.+/-]+/tests/fixtures' "$bin" | head -1)
+  baked_root=${baked%/tests/fixtures}
+  [ -n "$baked_root" ] || return 0
+  [ "$(realpath -m "$baked_root")" = "$(realpath "$PWD")" ] && return 0
+  if [ -e "$baked_root" ] && [ ! -L "$baked_root" ]; then
+    echo "warning: $bin reads $baked_root, another tree than $PWD: its fixtures are used"
+  elif mkdir -p "$(dirname "$baked_root")" 2>/dev/null && ln -sfn "$PWD" "$baked_root" 2>/dev/null; then
+    echo "linked $baked_root -> $PWD (the source path of $bin)"
+  else
+    echo "warning: cannot link $baked_root to $PWD: tests that read fixtures will fail"
+  fi
+}

@@ -30,21 +30,10 @@ rm -rf "$LOGS" && mkdir -p "$LOGS/shards"
 say() { echo "$*" | tee -a "$SUMMARY"; }
 [ -x "$BIN" ] || { echo "no test binary at $BIN (run tools/gpu/pack.sh, or set BIN)" >&2; exit 2; }
 case "$BIN" in /*) ;; *) BIN=$ROOT/$BIN ;; esac
-[ -d .gpu-bin/lib ] && . tools/gpu/gpu-env.sh && gpu_library_path .gpu-bin/lib
 
-# The binary reads its fixtures and configs at the source path it was built in (KVDICE_FIXTURES_DIR,
-# KVDICE_SOURCE_DIR). When this tree lies elsewhere, that path becomes a link to it.
-baked=$(grep -aoE '/[[:alnum:]_.+/-]+/tests/fixtures' "$BIN" | head -1)
-baked_root=${baked%/tests/fixtures}
-if [ -n "$baked_root" ] && [ "$(realpath -m "$baked_root")" != "$(realpath "$ROOT")" ]; then
-  if [ -e "$baked_root" ] && [ ! -L "$baked_root" ]; then
-    say "warning: the binary reads $baked_root, another tree than $ROOT: its fixtures are used"
-  elif mkdir -p "$(dirname "$baked_root")" 2>/dev/null && ln -sfn "$ROOT" "$baked_root" 2>/dev/null; then
-    say "linked $baked_root -> $ROOT (the binary's source path)"
-  else
-    say "warning: cannot link $baked_root to $ROOT: tests that read fixtures will fail (run where the tree was built)"
-  fi
-fi
+. tools/gpu/gpu-env.sh
+[ -d .gpu-bin/lib ] && gpu_library_path .gpu-bin/lib
+link_source_path "$BIN" | tee -a "$SUMMARY"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /' | tee -a "$SUMMARY"
 say "commit: $(git rev-parse --short HEAD 2>/dev/null || cat .gpu-bin/COMMIT 2>/dev/null || echo unknown)"
 

@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""Writes tools/gpu/planted/*.patch and campaign.tsv: the GPU planted-bug campaign (docs/hardening.md).
+
+Each entry plants one bug in a CUDA policy file or kernel family as an exact one-line replacement, so
+a patch that no longer applies fails here by name instead of silently planting nothing. Columns of
+campaign.tsv: patch, family, the bug, the gtest filter tools/gpu/run-planted.sh runs against the
+planted binary (the tests that should catch it and the older ones that should not), the tests
+expected to fail. Run from anywhere: python3 tools/gpu/make_planted_patches.py
+"""
+import difflib
+import os
+import sys
+
+root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+out = os.path.join(root, 'tools/gpu/planted')
+P = []  # (name, family, description, filter, expected, [(path, old, new)])
+FAMILY = {}
+FILTER = {}
+def plant(name, what, expect, edits):
+    P.append((name, what, expect, edits))
+
+plant('random_pp-stream-heads-4-up', "random_pp's CUDA selection draws KV heads 4 and up from the next head's stream",
+      'Policies/CudaRealShape.Qwen3FourBKeepsWhatTheCpuKeeps/random_pp, Shapes/CudaEngineRealShape.*/qwen3_4b',
+      [('src/policy/cuda/random_pp.cu',
+        'cuda::keep_random_subset_device(h, static_cast<uint32_t>(h.kv_head), keep);',
+        'cuda::keep_random_subset_device(h, static_cast<uint32_t>(h.kv_head >= 4 ? h.kv_head + 1 : h.kv_head), keep);')])
+plant('random-stream-heads-8-up', "random's CUDA selection reuses the streams of KV heads 0-1 for heads 8-9",
+      'Policies/CudaRealShape.Phi4KeepsWhatTheCpuKeeps/random',
+      [('src/policy/cuda/random.cu',
+        'cuda::keep_random_subset_device(h, static_cast<uint32_t>(h.kv_head), keep);',
+        'cuda::keep_random_subset_device(h, static_cast<uint32_t>(h.kv_head >= 8 ? h.kv_head - 8 : h.kv_head), keep);')])
+plant('random_shared-head-7', 'random_shared draws KV head 7 from another stream than the shared one',
+      'Policies/CudaRealShape.Qwen3FourBKeepsWhatTheCpuKeeps/random_shared',
+      [('src/policy/cuda/random_shared.cu',
+        'cuda::keep_random_subset_device(h, kSharedHeadStream, keep);',
+        'cuda::keep_random_subset_device(h, h.kv_head == 7 ? kSharedHeadStream - 1 : kSharedHeadStream, keep);')])
+plant('random_subset-victims-past-512', 'the random-subset resolver evicts at most 512 victims a head (a long prompt has more)',
+      'Policies/CudaRealShape.*/random',
+      [('src/policy/cuda/random_subset.cuh',
+        '  for (int i = threadIdx.x; i < victims; i += blockDim.x) {',
+        '  for (int i = threadIdx.x; i < (victims < 512 ? victims : 512); i += blockDim.x) {')])
+plant('recency-order-positions-past-4095', 'the recency order keys on the low 12 bits of the position',
+      'Policies/CudaRealShape.*/recency',
+      [('src/policy/cuda/recency_order.cuh',
+        'const uint32_t ordered = static_cast<uint32_t>(h.position(slot)) ^ 0x80000000u;',
+        'const uint32_t ordered = static_cast<uint32_t>(h.position(slot) & 0xfff) ^ 0x80000000u;')])
+plant('streaming-sinks-heads-2-up', 'streaming keeps 3 sink tokens instead of 4 on KV heads 2 and up',
+      'Policies/CudaRealShape.*/streaming',
+      [('src/policy/cuda/streaming.cu',
+        '    const int sinks = kSinkTokens < h.keep ? kSinkTokens : h.keep;',
+        '    const int sink_tokens = h.kv_head < 2 ? kSinkTokens : kSinkTokens - 1;\n    const int sinks = sink_tokens < h.keep ? sink_tokens : h.keep;')])
+plant('recency_pp-protection-heads-4-up', 'recency_pp protects one prompt slot too few on KV heads 4 and up',
+      'Policies/CudaRealShape.*/recency_pp',
+      [('src/policy/cuda/recency_pp.cu',
+        '    for (int slot = threadIdx.x; slot < h.n_protected; slot += blockDim.x) keep[slot] = 1;\n',
+        '    const int pinned = h.kv_head >= 4 && h.n_protected > 0 ? h.n_protected - 1 : h.n_protected;\n'
+        '    for (int slot = threadIdx.x; slot < pinned; slot += blockDim.x) keep[slot] = 1;\n')])
+plant('random_block_pp-stream-heads-4-up', 'random_block_pp draws KV heads 4-7 from the streams of heads 0-3',
+      'Policies/CudaRealShape.Qwen3FourBKeepsWhatTheCpuKeeps/random_block_pp',
+      [('src/policy/cuda/random_block_pp.cu',
+        'const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer), static_cast<uint32_t>(h.kv_head)};',
+        'const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer), static_cast<uint32_t>(h.kv_head & 3)};')])
+plant('random_pp_rec-stream-heads-5-up', 'random_pp_rec draws KV heads 5 and up from the streams of heads 0-4',
+      'Policies/CudaRealShape.Qwen3FourBKeepsWhatTheCpuKeeps/random_pp_rec',
+      [('src/policy/cuda/random_pp_rec.cu',
+        'const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer), static_cast<uint32_t>(h.kv_head)};',
+        'const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer), static_cast<uint32_t>(h.kv_head % 5)};')])
+plant('window-attention-group-past-4', 'the windowed attention (snapkv, vase) sums only the first 4 query heads of a GQA group',
+      'Policies/CudaRealShape.DefaultModelKeepsWhatTheCpuKeeps/snapkv (groups of 7)',
+      [('src/policy/cuda/window_attention.cuh',
+        '  for (int gh = 0; gh < group; ++gh) {',
+        '  for (int gh = 0; gh < (group < 4 ? group : 4); ++gh) {')])
+plant('h2o-mass-heads-4-up', "H2O reads KV heads 4 and up's attention mass from head - 4",
+      'Policies/CudaRealShape.*/h2o',
+      [('src/policy/cuda/h2o_select.cuh',
+        '      w.b[a] = static_cast<double>(mass[pool_index(h, w.slot_of_age[a])]);',
+        '      w.b[a] = static_cast<double>(mass[pool_index(h, w.slot_of_age[a]) - (h.kv_head >= 4 ? 4 * h.page_slots : 0)]);')])
+plant('vase-stream-heads-4-up', "VaSE's weighted draw uses KV head % 4 as its stream",
+      'Policies/CudaRealShape.*/vase',
+      [('src/policy/cuda/vase_select.cuh',
+        '    const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer),\n                              static_cast<uint32_t>(h.kv_head)};',
+        '    const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer),\n                              static_cast<uint32_t>(h.kv_head % 4)};')])
+plant('rkv-redundancy-first-64-channels', "R-KV's key redundancy reads only the first 64 channels of each key",
+      'Policies/CudaRealShape.Qwen3FourBKeepsWhatTheCpuKeeps/rkv',
+      [('src/policy/cuda/rkv_select.cuh',
+        '    for (int c = 0; c < d; ++c) {\n      const double u = key_element(keys, index, d, c) / norm[a];',
+        '    for (int c = 0; c < (d < 64 ? d : 64); ++c) {\n      const double u = key_element(keys, index, d, c) / norm[a];')])
+plant('rkv_official-query-heads-4-up', "R-KV (official) scores KV heads 4 and up with the query heads of head % 4",
+      'Policies/CudaRealShape.*/rkv_official',
+      [('src/policy/cuda/rkv_official.cu',
+        '      const int64_t qh = static_cast<int64_t>(h.kv_head) * group + gh;',
+        '      const int64_t qh = static_cast<int64_t>(h.kv_head % 4) * group + gh;')])
+plant('triattention-group-max-3', "TriAttention's max over the GQA group skips query heads 3 and up",
+      'Policies/CudaRealShape.Qwen3FourBKeepsWhatTheCpuKeeps/triattention',
+      [('src/policy/cuda/triattention.cu',
+        '    for (int g = 0; g < group; ++g) {',
+        '    for (int g = 0; g < (group < 3 ? group : 3); ++g) {')])
+plant('compaction-first-tile-only', 'compaction moves only the first 512 (hole, survivor) pairs of a head',
+      'Policies/CudaRealShape.*/random (a long prompt\'s round moves more)',
+      [('src/backend/cuda/evict.cu',
+        '  for (int first = 0; first < n_pairs; first += kPairTile) {',
+        '  for (int first = 0; first < min(n_pairs, kPairTile); first += kPairTile) {')])
+plant('decode-attention-kv-heads-8-up', 'decode attention reads KV heads 8 and up from the pages of head - 8',
+      'CudaOps.Attention (decode phi-4), Shapes/CudaEngineRealShape.*/phi_4',
+      [('src/backend/cuda/decode_attention.cu',
+        '    const int64_t block = (static_cast<int64_t>(pages[page]) * a.n_kv_heads + g) * kPageSlots * HD;',
+        '    const int64_t block = (static_cast<int64_t>(pages[page]) * a.n_kv_heads + (g >= 8 ? g - 8 : g)) * kPageSlots * HD;')])
+plant('prefill-attention-kv-heads-8-up', 'prefill attention reads KV heads 8 and up from head - 8',
+      'CudaOps.Attention (prefill phi-4)',
+      [('src/backend/cuda/attention.cu',
+        '            (static_cast<int64_t>(pages[slot / a.page_slots]) * a.n_kv_heads + g) * a.page_slots +',
+        '            (static_cast<int64_t>(pages[slot / a.page_slots]) * a.n_kv_heads + (g >= 8 ? g - 8 : g)) * a.page_slots +')])
+plant('rope-append-positions-past-2047', 'RoPE rotates positions of 2048 and up as position mod 2048',
+      'CudaOps.QkNormRopeAppend, CudaOps.RopeAttentionEqualsRopeAppendThenAttention (2111)',
+      [('src/backend/cuda/rope_append.cu',
+        '    rope_table(position, a.inv_freq, half, cos_table, sin_table);',
+        '    rope_table(position & 2047, a.inv_freq, half, cos_table, sin_table);')])
+plant('gemv-long-rows-drop-last-chunk', 'the GEMV drops the last 8 columns of the second half of rows of 8192+ columns',
+      'CudaOps.Matmul, FixtureOnCuda (if a case has such rows)',
+      [('src/backend/cuda/gemv.cu',
+        '  const int own = min(chunks, begin + per_part) - begin;  // this warp\'s chunks of the row',
+        '  const int own = min(chunks, begin + per_part) - begin - (part == 1 && chunks >= 1024 ? 1 : 0);')])
+plant('sample-vocab-tail-past-131072', 'the sampler\'s chunks skip the last ids of vocabularies over 131,072',
+      'CudaOps.SampleIsBitIdentical* (151,936-id rows)',
+      [('src/backend/cuda/sample.cu',
+        '  const int size = (vocab + n_chunks - 1) / n_chunks;',
+        '  const int size = vocab > 131072 ? vocab / n_chunks : (vocab + n_chunks - 1) / n_chunks;')])
+plant('attention-mass-heads-4-up', 'the attention mass of KV heads 4 and up is added to head - 4\'s slots',
+      'CudaSignals.AttentionMassMatchesTheCpu',
+      [('src/backend/cuda/attention_mass.cu',
+        '      add_slot_weights(a, slot_index(a, pages, g, j), qs, stat_m, stat_inv);',
+        '      add_slot_weights(a, slot_index(a, pages, g >= 4 ? g - 4 : g, j), qs, stat_m, stat_inv);')])
+
+plant('value-range-kv-heads-8-up', 'the append records no value range for KV heads 8 and up',
+      'CudaSignals.QueryRingAndValueRangeMatchTheCpu (phi-4)',
+      [('src/backend/cuda/rope_append.cu',
+        '      record_value_signals(a.kv, kv_index, src, lane);',
+        '      if (g < 8) record_value_signals(a.kv, kv_index, src, lane);')])
+plant('query-ring-heads-32-up', 'the append writes no ring query for query heads 32 and up',
+      'CudaSignals.QueryRingAndValueRangeMatchTheCpu (phi-4)',
+      [('src/backend/cuda/rope_append.cu',
+        '    float* ring = is_q ? query_ring_slot(a, s, i, position, item) : nullptr;',
+        '    float* ring = is_q && item < 32 ? query_ring_slot(a, s, i, position, item) : nullptr;')])
+
+# The tests each family's patches run against (gtest filters; ':' joins them). The real-shape suite's
+# parameter names are the policy specs with '_' for other characters.
+RANDOM = 'Policies/CudaEvict.*:CudaEvictPolicies.*:CudaEngine.TeacherForced*:Shapes/CudaEngineRealShape.*'
+def real(policy):
+    return f'Policies/CudaRealShape.*/{policy}'
+FILTERS = {
+    'random_pp-stream-heads-4-up': ('random_pp.cu', RANDOM + ':' + real('random_pp')),
+    'random-stream-heads-8-up': ('random.cu', RANDOM + ':' + real('random')),
+    'random_shared-head-7': ('random_shared.cu', RANDOM + ':' + real('random_shared')),
+    'random_subset-victims-past-512': ('random_subset.cuh', RANDOM + ':' + real('random') + ':' + real('random_pp')),
+    'recency-order-positions-past-4095': ('recency_order.cuh', RANDOM + ':' + real('recency') + ':' + real('streaming')),
+    'streaming-sinks-heads-2-up': ('streaming.cu', RANDOM + ':' + real('streaming')),
+    'recency_pp-protection-heads-4-up': ('recency_pp.cu', RANDOM + ':' + real('recency_pp')),
+    'random_block_pp-stream-heads-4-up': ('random_block_pp.cu', RANDOM + ':' + real('random_block_pp*')),
+    'random_pp_rec-stream-heads-5-up': ('random_pp_rec.cu', RANDOM + ':' + real('random_pp_rec*')),
+    # CudaScoringPolicyQwen's parameters: snapkv 0, snapkv_pp 1, rkv_pp 2, vase 3, vase_pp 4, h2o 5, h2o_pp 6.
+    'window-attention-group-past-4': ('window_attention.cuh (snapkv, vase)',
+        'Policies/CudaScoringPolicy.*:Policies/CudaScoringPolicyQwen.*/0:' + real('snapkv') + ':' + real('vase')),
+    'h2o-mass-heads-4-up': ('h2o_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('h2o') + ':' + real('h2o_pp')),
+    'vase-stream-heads-4-up': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
+    'rkv-redundancy-first-64-channels': ('rkv_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('rkv') + ':' + real('rkv_pp')),
+    'rkv_official-query-heads-4-up': ('rkv_official.cu', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
+    'triattention-group-max-3': ('triattention.cu', 'CudaTriAttention.*:' + real('triattention')),
+    'compaction-first-tile-only': ('compaction (evict.cu)', RANDOM + ':' + real('random') + ':' + real('recency')),
+    'decode-attention-kv-heads-8-up': ('decode attention', 'CudaOps.*Attention*:CudaEngine.*:Shapes/CudaEngineRealShape.*'),
+    'prefill-attention-kv-heads-8-up': ('prefill attention', 'CudaOps.*Attention*:CudaEngine.*:Shapes/CudaEngineRealShape.*'),
+    'rope-append-positions-past-2047': ('rope-append', 'CudaOps.*:CudaSignals.*:CudaEngine.*'),
+    'gemv-long-rows-drop-last-chunk': ('GEMV', 'CudaOps.*:FixtureOnCuda*:CudaDecoderStack.*:CudaEngine.*'),
+    'sample-vocab-tail-past-131072': ('sampling', 'CudaOps.Sample*:CudaEngine.*'),
+    'attention-mass-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
+    'value-range-kv-heads-8-up': ('signals (value range)', 'CudaSignals.*'),
+    'query-ring-heads-32-up': ('signals (query ring)', 'CudaSignals.*'),
+}
+
+rows = []
+for name, what, expect, edits in P:
+    family, test_filter = FILTERS[name]
+    rows.append((name, family, what, test_filter, expect))
+    diff = []
+    for path, old, new in edits:
+        text = open(os.path.join(root, path)).read()
+        n = text.count(old)
+        if n != 1:
+            sys.exit(f'{name}: {path}: the planted line occurs {n} times')
+        after = text.replace(old, new)
+        diff += difflib.unified_diff(text.splitlines(True), after.splitlines(True), 'a/' + path, 'b/' + path, n=3)
+    with open(os.path.join(out, name + '.patch'), 'w') as f:
+        f.write(f'Planted bug: {what}.\nExpected to fail: {expect}.\n\n')
+        f.writelines(diff)
+assert set(FILTERS) == {p[0] for p in P}, 'every patch needs its family and filter'
+with open(os.path.join(out, 'campaign.tsv'), 'w') as f:
+    f.write('patch\tfamily\tplanted bug\tfilter\texpected to fail\n')
+    for row in rows:
+        f.write('\t'.join(row) + '\n')
+print(len(P), 'patches in', out)
