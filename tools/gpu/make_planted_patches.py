@@ -162,7 +162,7 @@ FILTERS = {
         'Policies/CudaScoringPolicy.*:Policies/CudaScoringPolicyQwen.*/0:' + real('snapkv') + ':' + real('vase')),
     'h2o-mass-heads-4-up': ('h2o_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('h2o') + ':' + real('h2o_pp')),
     'vase-stream-heads-4-up': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
-    'rkv-redundancy-first-64-channels': ('rkv_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('rkv') + ':' + real('rkv_pp')),
+    'rkv-redundancy-first-64-channels': ('rkv_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('rkv')),
     'rkv_official-query-heads-4-up': ('rkv_official.cu', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
     'triattention-group-max-3': ('triattention.cu', 'CudaTriAttention.*:' + real('triattention')),
     'compaction-first-tile-only': ('compaction (evict.cu)', RANDOM + ':' + real('random') + ':' + real('recency')),

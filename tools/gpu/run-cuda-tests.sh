@@ -35,7 +35,7 @@ case "$BIN" in /*) ;; *) BIN=$ROOT/$BIN ;; esac
 [ -d .gpu-bin/lib ] && gpu_library_path .gpu-bin/lib
 link_source_path "$BIN" | tee -a "$SUMMARY"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /' | tee -a "$SUMMARY"
-say "commit: $(git rev-parse --short HEAD 2>/dev/null || cat .gpu-bin/COMMIT 2>/dev/null || echo unknown)"
+say "commit: $(cat "$(dirname "$BIN")/COMMIT" 2>/dev/null || git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)"
 
 # Kernel tests under the sanitizers: every op's parity case (Matmul's CPU half alone takes 20 s), the
 # eviction ops with each family's selection once, the signals, and one engine run (graphs, PDL).
