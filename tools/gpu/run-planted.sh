@@ -17,6 +17,7 @@ JOBS=${JOBS:-6}
 TIMEOUT=${TIMEOUT:-480}
 ONLY=${ONLY:-.}
 P=.planted/bin
+CAMPAIGN=tools/gpu/planted/campaign.tsv  # the tree's: filters may change without rebuilding
 LOGS=$OUT/planted-logs
 rm -rf "$LOGS" && mkdir -p "$LOGS" .planted
 [ -f .gpu-carry/planted.tar.xz ] || { echo "no .gpu-carry/planted.tar.xz (run tools/gpu/planted-bugs.sh and carry .gpu-carry)"; exit 2; }
@@ -27,7 +28,7 @@ SUMMARY=$OUT/planted-summary.md
 echo "planted-bug campaign at $(cat "$P/COMMIT"), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" | tee "$SUMMARY"
 
 # Jobs: "binary patch" for every selected patch, and "base patch" for its control.
-tail -n +2 "$P/campaign.tsv" | cut -f1 | grep -E "$ONLY" > "$LOGS/selected.txt"
+tail -n +2 "$CAMPAIGN" | cut -f1 | grep -E "$ONLY" > "$LOGS/selected.txt"
 [ -s "$LOGS/selected.txt" ] || { echo "no patch matches ONLY=$ONLY"; exit 2; }
 while read -r name; do
   [ -x "$P/test_backend_$name" ] || { echo "$name: no binary (not built)" >> "$LOGS/not-built.txt"; continue; }
@@ -36,13 +37,13 @@ while read -r name; do
 done < "$LOGS/selected.txt" > "$LOGS/jobs.txt"
 run_job() {  # binary patch
   local filter t
-  filter=$(awk -F'\t' -v n="$2" '$1 == n {print $4}' "$P/campaign.tsv")
+  filter=$(awk -F'\t' -v n="$2" '$1 == n {print $4}' "$CAMPAIGN")
   t=$(date +%s)
   timeout "$TIMEOUT" "$P/test_backend_$1" --gtest_filter="$filter" > "$LOGS/$2.$1.log" 2>&1
   echo "$? $(( $(date +%s) - t ))" > "$LOGS/$2.$1.rc"
 }
 export -f run_job
-export P LOGS TIMEOUT
+export P LOGS TIMEOUT CAMPAIGN
 T0=$(date +%s)
 xargs -a "$LOGS/jobs.txt" -P "$JOBS" -n 2 bash -c 'run_job "$1" "$2"' _
 
@@ -53,7 +54,7 @@ echo "| patch | family | result | failing tests | s |" | tee -a "$SUMMARY"
 echo "|---|---|---|---|---|" | tee -a "$SUMMARY"
 caught=0 missed=0 other=0
 while read -r name; do
-  family=$(awk -F'\t' -v n="$name" '$1 == n {print $2}' "$P/campaign.tsv")
+  family=$(awk -F'\t' -v n="$name" '$1 == n {print $2}' "$CAMPAIGN")
   if [ ! -f "$LOGS/$name.$name.rc" ]; then
     result="not built"; tests=""; secs=""; other=$((other + 1))
   else
