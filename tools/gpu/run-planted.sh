@@ -65,8 +65,8 @@ while read -r name; do
       result="control fails (rc $base_rc: $(failing "$LOGS/$name.base.log" | head -2 | tr '\n' ' '))"; other=$((other + 1))
     elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
       result="timed out"; other=$((other + 1))
-    elif ! grep -qE '^\[       OK \]' "$LOGS/$name.$name.log" && [ "$rc" = 0 ]; then
-      result="every test skipped (no GPU?)"; other=$((other + 1))
+    elif grep -qE 'no CUDA (device|GPU) (is )?visible' "$LOGS/$name.$name.log"; then
+      result="no GPU visible: the CUDA cases skipped"; other=$((other + 1))
     elif [ -n "$tests" ]; then
       result="caught"; caught=$((caught + 1))
     elif [ "$rc" != 0 ]; then
