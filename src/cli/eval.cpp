@@ -1,4 +1,4 @@
-// `kvdice eval run|check|grade|export`: decode a cell into the results database, verify it,
+// `kvdice eval run|check|grade|export|merge`: decode a cell into the results database, verify it,
 // grade it, and export its records. The work lives in src/eval; this file parses flags.
 #include <fmt/core.h>
 
@@ -13,7 +13,9 @@
 #include "eval/grader.h"
 #include "eval/hashing.h"
 #include "eval/integrity.h"
+#include "eval/merge.h"
 #include "eval/runner.h"
+#include "eval/shard.h"
 #include "eval/task.h"
 
 namespace kvdice::cli {
@@ -27,6 +29,7 @@ struct RunFlags {
   int budget = 0, window = 0, runs = 0, max_length = 0, max_new_tokens = 0;
   float temperature = -1.0f, top_p = -1.0f;
   bool quiet = false;
+  std::string shard;
 };
 
 void log_line(const std::string& line) { fmt::print(stderr, "kvdice: {}\n", line); }
@@ -45,11 +48,12 @@ void run_eval_run(RunFlags& f) {
   if (f.top_p >= 0.0f) o.top_p = f.top_p;
   o.model_path = resolve_model_argument(o.model_argument);
   o.progress = !f.quiet;
+  if (!f.shard.empty()) o.shard = eval::parse_shard(f.shard);
   const auto summary = eval::run_eval(o, f.quiet ? eval::EvalLog([](const std::string&) {}) : log_line);
   fmt::print(
-      "cell {}: {} new records ({} were already there), {}/{} complete, {} tokens in {:.1f} s ({:.1f} "
+      "cell {}{}: {} new records ({} were already there), {}/{} complete, {} tokens in {:.1f} s ({:.1f} "
       "tok/s)\n",
-      summary.cell, summary.completed, summary.skipped, summary.completed + summary.skipped, summary.total,
+      summary.cell, summary.shard.empty() ? std::string() : " shard " + summary.shard, summary.completed, summary.skipped, summary.completed + summary.skipped, summary.total,
       summary.generated_tokens, summary.seconds,
       summary.seconds > 0 ? summary.generated_tokens / summary.seconds : 0.0);
 }
@@ -144,10 +148,28 @@ void run_eval_export(const ExportFlags& f) {
   if (!out) fail("writing the export failed");
 }
 
+struct MergeFlags {
+  std::vector<std::string> inputs;
+  std::string into;
+  std::string dataset;
+  bool partial = false;
+};
+
+void run_eval_merge(const MergeFlags& f) {
+  eval::MergeOptions o;
+  for (const auto& input : f.inputs) o.inputs.emplace_back(input);
+  o.output = f.into;
+  o.allow_incomplete = f.partial;
+  if (!f.dataset.empty()) o.dataset = f.dataset;
+  for (const auto& m : eval::merge_results(o, log_line))
+    fmt::print("cell {}: {} new records from {} roots ({} duplicates), {}/{} in {}\n", m.name, m.added,
+               m.inputs, m.duplicates, m.records, m.expected, f.into);
+}
+
 }  // namespace
 
 void add_eval_command(CLI::App& app) {
-  CLI::App* eval_cmd = app.add_subcommand("eval", "Evaluation cells: run, check, grade, export");
+  CLI::App* eval_cmd = app.add_subcommand("eval", "Evaluation cells: run, check, grade, export, merge");
   eval_cmd->require_subcommand(1);
 
   auto r = std::make_shared<RunFlags>();
@@ -178,6 +200,7 @@ void add_eval_command(CLI::App& app) {
   run->add_option("--backend", r->options.backend, "cpu, cuda or auto");
   run->add_option("--threads", r->options.threads, "CPU threads (0 = all)");
   run->add_flag("--quiet,-q", r->quiet, "No progress line");
+  run->add_option("--shard", r->shard, "i/N: only the (problem, run) pairs with stream id = i mod N");
   run->callback([r] { run_eval_run(*r); });
 
   auto c = std::make_shared<CheckFlags>();
@@ -208,6 +231,15 @@ void add_eval_command(CLI::App& app) {
   exp->add_option("--out,-o", e->out, "Output file (default stdout)");
   exp->add_flag("--partial", e->partial, "Export an incomplete cell");
   exp->callback([e] { run_eval_export(*e); });
+
+  auto mg = std::make_shared<MergeFlags>();
+  CLI::App* merge = eval_cmd->add_subcommand(
+      "merge", "Join results roots (e.g. one per --shard) into one, after the integrity checks");
+  merge->add_option("inputs", mg->inputs, "Input results roots")->required();
+  merge->add_option("--into", mg->into, "Output results root (created when missing)")->required();
+  merge->add_option("--dataset", mg->dataset, "Dataset path when it moved (its hash must still match)");
+  merge->add_flag("--partial", mg->partial, "Merge cells that still miss records (report them)");
+  merge->callback([mg] { run_eval_merge(*mg); });
 }
 
 }  // namespace kvdice::cli

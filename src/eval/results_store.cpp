@@ -148,6 +148,17 @@ std::set<std::pair<int, int>> ResultsStore::recorded(const std::string& cell) {
 
 void ResultsStore::insert_record(const Record& r) {
   Transaction tx(db_);
+  insert_row(r);
+  tx.commit();
+}
+
+void ResultsStore::insert_records(const std::vector<Record>& records) {
+  Transaction tx(db_);
+  for (const Record& r : records) insert_row(r);
+  tx.commit();
+}
+
+void ResultsStore::insert_row(const Record& r) {
   Statement s(
       db_,
       "INSERT INTO records(cell, problem, run, config_hash, stream_id, completion, tokens, prompt_tokens, "
@@ -166,9 +177,8 @@ void ResultsStore::insert_record(const Record& r) {
       .bind(11, int64_t{r.eviction_rounds})
       .bind(12, int64_t{r.peak_resident_slots})
       .bind(13, r.seconds)
-      .bind(14, std::string_view(now_utc()))
+      .bind(14, std::string_view(r.completed_at.empty() ? now_utc() : r.completed_at))
       .run();
-  tx.commit();
 }
 
 std::vector<Record> ResultsStore::records(const std::string& cell) {
@@ -176,7 +186,7 @@ std::vector<Record> ResultsStore::records(const std::string& cell) {
   Statement s(
       db_,
       "SELECT problem, run, config_hash, stream_id, completion, tokens, prompt_tokens, generated_tokens, "
-      "finish, eviction_rounds, peak_resident_slots, seconds FROM records WHERE cell = ? "
+      "finish, eviction_rounds, peak_resident_slots, seconds, completed_at FROM records WHERE cell = ? "
       "ORDER BY problem, run");
   s.bind(1, std::string_view(cell));
   while (s.step()) {
@@ -194,6 +204,7 @@ std::vector<Record> ResultsStore::records(const std::string& cell) {
     r.eviction_rounds = static_cast<int>(s.column_int(9));
     r.peak_resident_slots = static_cast<int>(s.column_int(10));
     r.seconds = s.column_double(11);
+    r.completed_at = s.column_text(12);
     out.push_back(std::move(r));
   }
   return out;

@@ -39,6 +39,7 @@ struct Record {
   int eviction_rounds = 0;
   int peak_resident_slots = 0;
   double seconds = 0.0;
+  std::string completed_at;  // UTC; set on insert when empty (a merge keeps the shard's)
 };
 
 struct Grade {
@@ -66,6 +67,8 @@ class ResultsStore {
   // (problem, run) pairs already recorded for the cell.
   std::set<std::pair<int, int>> recorded(const std::string& cell);
   void insert_record(const Record& record);
+  // All of them in one transaction: none is written unless all are.
+  void insert_records(const std::vector<Record>& records);
   std::vector<Record> records(const std::string& cell);
   // Replaces the cell's grades in one transaction.
   void replace_grades(const std::string& cell, const std::vector<Grade>& grades);
@@ -74,6 +77,8 @@ class ResultsStore {
   SqliteDb& db() { return db_; }
 
  private:
+  void insert_row(const Record& record);
+
   SqliteDb db_;
 };
 

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 
 #include "core/error.h"
 #include "engine/engine.h"
@@ -155,15 +156,23 @@ EvalRunSummary run_eval(const EvalRunOptions& o, const EvalLog& log) {
     store.create_cell(cell, manifest, n_problems, task.runs);
   }
 
-  const auto done = store.recorded(cell);
+  // A shard sees only its own pairs, also when other shards' records share its root.
+  const auto owned = [&](int p, int run) { return o.shard.owns(static_cast<uint64_t>(p) * task.runs + run); };
+  std::set<std::pair<int, int>> done;
+  for (const auto& pair : store.recorded(cell))
+    if (owned(pair.first, pair.second)) done.insert(pair);
   EvalRunSummary summary;
   summary.cell = cell;
-  summary.total = n_problems * task.runs;
+  if (!o.shard.whole()) summary.shard = o.shard.describe();
+  for (int p = 0; p < n_problems; ++p)
+    for (int run = 0; run < task.runs; ++run) summary.total += owned(p, run);
   summary.skipped = static_cast<int>(done.size());
   log(
-      fmt::format("cell {}: {} problems x {} runs, {} already recorded; model {}, backend {}, policy {}, "
+      fmt::format("cell {}: {} problems x {} runs{}, {} already recorded; model {}, backend {}, policy {}, "
                   "T={} r={}, temperature {}",
-                  cell, n_problems, task.runs, done.size(), bundle.source, backend->name(), o.policy,
+                  cell, n_problems, task.runs,
+                  o.shard.whole() ? std::string() : fmt::format(", shard {} ({} pairs)", summary.shard, summary.total),
+                  done.size(), bundle.source, backend->name(), o.policy,
                   evicts ? task.budget : 0, evicts ? task.window : 0, temperature));
 
   engine::Engine eng(*bundle.model, *backend, config);
@@ -172,7 +181,7 @@ EvalRunSummary run_eval(const EvalRunOptions& o, const EvalLog& log) {
     std::vector<int> ids;
     bool built = false;
     for (int run = 0; run < task.runs; ++run) {
-      if (done.count({p, run})) continue;
+      if (!owned(p, run) || done.count({p, run})) continue;
       if (!built) {
         const std::string text = dataset.problems[p].question + task.prompt_suffix;
         ids = task.chat ? engine::encode_chat_prompt(bundle, chat_kind, text, task.system, task.thinking)

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/json.h"
+#include "eval/shard.h"
 #include "eval/task.h"
 
 namespace kvdice::eval {
@@ -36,11 +37,13 @@ struct EvalRunOptions {
   int threads = 0;
   int max_batch = 64;
   bool progress = false;  // a live progress line on stderr
+  ShardSpec shard;        // decode only this shard's (problem, run) pairs; not part of the manifest
 };
 
 struct EvalRunSummary {
   std::string cell;
-  int total = 0;      // problems * runs
+  std::string shard;  // "i/N", empty for the whole cell
+  int total = 0;      // problems * runs (of this shard)
   int skipped = 0;    // already recorded before this run
   int completed = 0;  // recorded by this run
   int64_t generated_tokens = 0;
