@@ -21,6 +21,7 @@ struct StatsFlags {
   std::string out;
   std::string plots;
   std::string per_problem;
+  std::string by_level;
 };
 
 void run_stats(const StatsFlags& f) {
@@ -40,6 +41,12 @@ void run_stats(const StatsFlags& f) {
     std::ofstream out(f.per_problem, std::ios::binary);
     out << stats::render_per_problem_csv(rows);
     if (!out) fail("cannot write --per-problem {}", f.per_problem);
+  }
+  if (!f.by_level.empty()) {
+    std::ofstream out(f.by_level, std::ios::binary);
+    out << stats::render_by_level(rows, f.by_level.ends_with(".csv") ? stats::TableFormat::Csv
+                                                                      : stats::TableFormat::Markdown);
+    if (!out) fail("cannot write --by-level {}", f.by_level);
   }
   if (!f.plots.empty())
     for (const auto& file : stats::write_plots(rows, f.plots))
@@ -64,6 +71,8 @@ void add_stats_command(CLI::App& app) {
   cmd->add_option("--plots", f->plots, "Folder for PNG plots (accuracy and length versus budget per policy)");
   cmd->add_option("--per-problem", f->per_problem,
                   "Write per-problem mean correctness (CSV: problem x cell)");
+  cmd->add_option("--by-level", f->by_level,
+                  "Write accuracy per dataset level (MATH-500) here: CSV when the name ends in .csv, else markdown");
   cmd->callback([f] { run_stats(*f); });
 }
 

@@ -1,11 +1,42 @@
 #include "stats/cell_stats.h"
 
+#include <cmath>
+#include <limits>
 #include <map>
 
 #include "core/error.h"
+#include "eval/dataset.h"
 #include "eval/integrity.h"
 
 namespace kvdice::stats {
+namespace {
+
+// Mean per-problem accuracy grouped by the dataset's "level" field (MATH-500 has 1-5); empty when
+// no problem carries one. The dataset is the cell's own: check_cell has verified its sha256.
+std::vector<LevelAccuracy> accuracy_by_level(const eval::CellInfo& cell, const std::vector<double>& per_problem) {
+  const std::string path = cell.manifest.value("/dataset/path"_json_pointer, std::string());
+  const bool code = cell.manifest.value("/task/grader"_json_pointer, std::string()) == "code";
+  const auto dataset = eval::load_dataset(path, !code);
+  std::map<std::string, std::pair<int, double>> groups;  // level -> (problems, sum)
+  bool any = false;
+  for (size_t p = 0; p < per_problem.size() && p < dataset.problems.size(); ++p) {
+    const Json& raw = dataset.problems[p].raw;
+    std::string level = "(none)";
+    if (raw.contains("level")) {
+      any = true;
+      level = raw["level"].is_string() ? raw["level"].get<std::string>() : raw["level"].dump();
+    }
+    auto& [n, sum] = groups[level];
+    ++n;
+    sum += per_problem[p];
+  }
+  std::vector<LevelAccuracy> out;
+  if (!any) return out;
+  for (const auto& [level, group] : groups) out.push_back({level, group.first, group.second / group.first});
+  return out;
+}
+
+}  // namespace
 
 CellSummary summarize_cell(eval::ResultsStore& store, const eval::CellInfo& cell) {
   eval::check_cell(store, cell, {});
@@ -20,12 +51,19 @@ CellSummary summarize_cell(eval::ResultsStore& store, const eval::CellInfo& cell
   if (grades.size() != records.size())
     fail("cell '{}' has {} grades for {} records: run `kvdice eval grade --cell {}` first", cell.name,
          grades.size(), records.size(), cell.name);
-  std::vector<double> sums(cell.problems, 0.0);
+  std::map<std::pair<int, int>, bool> terminated;
+  for (const auto& r : records) terminated[{r.problem, r.run}] = r.finish == "stop";
+  std::vector<double> sums(cell.problems, 0.0), strict_sums(cell.problems, 0.0), run_sums(cell.runs, 0.0);
   std::vector<int> counts(cell.problems, 0);
   for (const auto& g : grades) {
     if (g.problem < 0 || g.problem >= cell.problems || g.run < 0 || g.run >= cell.runs)
       fail("cell '{}': grade for problem {} run {} lies outside the cell", cell.name, g.problem, g.run);
+    const auto t = terminated.find({g.problem, g.run});
+    if (t == terminated.end())
+      fail("cell '{}': grade for problem {} run {} has no record", cell.name, g.problem, g.run);
     sums[g.problem] += g.score;
+    strict_sums[g.problem] += t->second ? g.score : 0.0;
+    run_sums[g.run] += g.score;
     ++counts[g.problem];
   }
   double total = 0.0;
@@ -36,11 +74,24 @@ CellSummary summarize_cell(eval::ResultsStore& store, const eval::CellInfo& cell
     total += s.per_problem.back();
   }
   s.accuracy = total / cell.problems;
-  double generated = 0.0, rounds = 0.0;
+  double strict = 0.0;
+  for (double v : strict_sums) strict += v / cell.runs;
+  s.accuracy_strict = strict / cell.problems;
+  s.run_std = std::numeric_limits<double>::quiet_NaN();
+  if (cell.runs > 1) {
+    double mean = 0.0, squares = 0.0;
+    for (double& v : run_sums) mean += (v /= cell.problems) / cell.runs;
+    for (double v : run_sums) squares += (v - mean) * (v - mean);
+    s.run_std = std::sqrt(squares / (cell.runs - 1));
+  }
+  s.by_level = accuracy_by_level(cell, s.per_problem);
+  double generated = 0.0, rounds = 0.0, stops = 0.0;
   for (const auto& r : records) {
     generated += r.generated_tokens;
     rounds += r.eviction_rounds;
+    stops += r.finish == "stop";
   }
+  s.termination_rate = stops / static_cast<double>(records.size());
   s.mean_generated = generated / static_cast<double>(records.size());
   s.mean_rounds = rounds / static_cast<double>(records.size());
   return s;
@@ -87,6 +138,16 @@ std::vector<StatsRow> compute_stats(eval::ResultsStore& store, const StatsOption
     rows.push_back(std::move(row));
   }
   return rows;
+}
+
+Outcomes count_outcomes(const std::vector<StatsRow>& rows) {
+  Outcomes o;
+  for (const auto& row : rows) {
+    if (!row.comparison) continue;
+    ++o.compared;
+    if (row.comparison->bootstrap.significant) ++(row.comparison->bootstrap.mean > 0 ? o.wins : o.losses);
+  }
+  return o;
 }
 
 }  // namespace kvdice::stats

@@ -11,6 +11,12 @@
 
 namespace kvdice::stats {
 
+struct LevelAccuracy {
+  std::string level;  // the dataset's value as text ("3", "Level 3")
+  int problems = 0;
+  double accuracy = 0.0;
+};
+
 struct CellSummary {
   eval::CellInfo info;
   std::string model;  // architecture
@@ -18,9 +24,21 @@ struct CellSummary {
   std::string policy;
   int budget = 0;  // 0 = full attention
   double accuracy = 0.0;
+  // Correct and terminated (finish "stop": the model ended it, not the length limit), the
+  // reference's acc_strict; and the share of records that terminated.
+  double accuracy_strict = 0.0;
+  double termination_rate = 0.0;
+  // Sample standard deviation (n - 1) of the R per-run accuracies (run k: mean over problems of
+  // run k's score); NaN when R = 1.
+  double run_std = 0.0;
   double mean_generated = 0.0;
   double mean_rounds = 0.0;
   std::vector<double> per_problem;  // mean score over runs, by problem index
+  std::vector<LevelAccuracy> by_level;  // when the dataset's problems carry "level" (MATH-500)
+};
+
+struct Outcomes {
+  int compared = 0, wins = 0, losses = 0;  // wins/losses: the bootstrap CI excludes 0
 };
 
 struct Comparison {
@@ -47,5 +65,7 @@ struct StatsOptions {
   uint64_t seed = 20240917;
 };
 std::vector<StatsRow> compute_stats(eval::ResultsStore& store, const StatsOptions& options);
+// Significant wins and losses across the rows that have a comparison ("31 of 60").
+Outcomes count_outcomes(const std::vector<StatsRow>& rows);
 
 }  // namespace kvdice::stats

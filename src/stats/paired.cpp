@@ -42,6 +42,9 @@ BootstrapResult paired_bootstrap(std::span<const double> differences, int resamp
   for (double d : differences) sum += d;
   r.mean = differences.empty() ? 0.0 : sum / static_cast<double>(differences.size());
   auto means = bootstrap_means(differences, resamples, seed);
+  const auto at_most_zero = std::count_if(means.begin(), means.end(), [](double m) { return m <= 0.0; });
+  const auto at_least_zero = std::count_if(means.begin(), means.end(), [](double m) { return m >= 0.0; });
+  r.p_value = std::min(1.0, 2.0 * static_cast<double>(std::min(at_most_zero, at_least_zero)) / resamples);
   std::sort(means.begin(), means.end());
   const double tail = (1.0 - confidence) / 2.0 * 100.0;
   r.low = percentile_sorted(means, tail);

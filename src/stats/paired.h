@@ -13,6 +13,8 @@ struct BootstrapResult {
   double low = 0.0;   // percentile CI bounds
   double high = 0.0;
   bool significant = false;  // the CI excludes 0
+  // 2 min(P(resampled mean <= 0), P(resampled mean >= 0)), capped at 1, over the same resamples.
+  double p_value = 1.0;
 };
 
 struct SignTestResult {

@@ -1,5 +1,7 @@
 #include "stats/table.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "eval/export.h"
 
@@ -35,19 +37,20 @@ std::string render_table(const std::vector<StatsRow>& rows, TableFormat format) 
   switch (format) {
     case TableFormat::Markdown:
       out +=
-          "| cell | task | policy | T | problems x runs | accuracy | mean gen. tokens | rounds | baseline | "
-          "diff | 95% CI | sign p | result |\n";
-      out += "|---|---|---|---:|---:|---:|---:|---:|---|---:|---|---:|---|\n";
+          "| cell | task | policy | T | problems x runs | accuracy | acc. strict | terminated | run sd | "
+          "mean gen. tokens | rounds | baseline | diff | 95% CI | boot p | sign p | result |\n";
+      out += "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---|\n";
       break;
     case TableFormat::Csv:
       out +=
-          "cell,task,policy,budget,problems,runs,accuracy,mean_generated_tokens,mean_rounds,baseline,diff,"
-          "ci_low,ci_high,sign_positive,sign_negative,sign_p,result\n";
+          "cell,task,policy,budget,problems,runs,accuracy,acc_strict,termination_rate,run_std,"
+          "mean_generated_tokens,mean_rounds,baseline,diff,ci_low,ci_high,boot_p,sign_positive,sign_negative,"
+          "sign_p,result\n";
       break;
     case TableFormat::Latex:
       out +=
-          "\\begin{tabular}{llrrrrlrlr}\n\\toprule\ncell & policy & $T$ & acc. & gen. & rounds & baseline & "
-          "$\\Delta$ & 95\\% CI & sign $p$ \\\\\n\\midrule\n";
+          "\\begin{tabular}{llrrrrrlrlrr}\n\\toprule\ncell & policy & $T$ & acc. & strict & gen. & rounds & "
+          "baseline & $\\Delta$ & 95\\% CI & boot $p$ & sign $p$ \\\\\n\\midrule\n";
       break;
   }
   for (const auto& row : rows) {
@@ -59,22 +62,27 @@ std::string render_table(const std::vector<StatsRow>& rows, TableFormat format) 
       case TableFormat::Markdown: {
         const std::string bold = m == "win" || m == "loss" ? "**" : "";
         out += fmt::format(
-            "| {} | {} | {} | {} | {}x{} | {:.4f} | {:.1f} | {:.1f} | {} | {} | {} | {} | {} |\n",
-            c.info.name, c.task, c.policy, budget, c.info.problems, c.info.runs, c.accuracy, c.mean_generated,
-            c.mean_rounds, cmp ? cmp->baseline : "-",
+            "| {} | {} | {} | {} | {}x{} | {:.4f} | {:.4f} | {:.4f} | {} | {:.1f} | {:.1f} | {} | {} | {} | {} | "
+            "{} | {} |\n",
+            c.info.name, c.task, c.policy, budget, c.info.problems, c.info.runs, c.accuracy, c.accuracy_strict,
+            c.termination_rate, std::isnan(c.run_std) ? "-" : fmt::format("{:.4f}", c.run_std),
+            c.mean_generated, c.mean_rounds, cmp ? cmp->baseline : "-",
             cmp ? fmt::format("{}{:+.4f}{}", bold, cmp->bootstrap.mean, bold) : "-",
             cmp ? fmt::format("[{:+.4f}, {:+.4f}]", cmp->bootstrap.low, cmp->bootstrap.high) : "-",
+            cmp ? fmt::format("{:.4g}", cmp->bootstrap.p_value) : "-",
             cmp ? fmt::format("{:.4g}", cmp->sign.p_value) : "-", m.empty() ? "-" : m);
         break;
       }
       case TableFormat::Csv:
         out += fmt::format(
-            "{},{},{},{},{},{},{:.6f},{:.3f},{:.3f},{},{},{},{},{},{},{},{}\n", eval::csv_field(c.info.name),
-            c.task, c.policy, c.budget, c.info.problems, c.info.runs, c.accuracy, c.mean_generated,
-            c.mean_rounds, cmp ? eval::csv_field(cmp->baseline) : "",
+            "{},{},{},{},{},{},{:.6f},{:.6f},{:.6f},{},{:.3f},{:.3f},{},{},{},{},{},{},{},{},{}\n",
+            eval::csv_field(c.info.name), c.task, c.policy, c.budget, c.info.problems, c.info.runs, c.accuracy,
+            c.accuracy_strict, c.termination_rate, std::isnan(c.run_std) ? "" : fmt::format("{:.6f}", c.run_std),
+            c.mean_generated, c.mean_rounds, cmp ? eval::csv_field(cmp->baseline) : "",
             cmp ? fmt::format("{:.6f}", cmp->bootstrap.mean) : "",
             cmp ? fmt::format("{:.6f}", cmp->bootstrap.low) : "",
             cmp ? fmt::format("{:.6f}", cmp->bootstrap.high) : "",
+            cmp ? fmt::format("{:.6g}", cmp->bootstrap.p_value) : "",
             cmp ? std::to_string(cmp->sign.positive) : "", cmp ? std::to_string(cmp->sign.negative) : "",
             cmp ? fmt::format("{:.6g}", cmp->sign.p_value) : "", m);
         break;
@@ -86,16 +94,41 @@ std::string render_table(const std::vector<StatsRow>& rows, TableFormat format) 
           if (m == "loss") diff = "\\textbf{" + diff + "}$^\\downarrow$";
         }
         out += fmt::format(
-            "{} & {} & {} & {:.3f} & {:.0f} & {:.1f} & {} & {} & {} & {} \\\\\n", latex_escape(c.info.name),
-            latex_escape(c.policy), budget, c.accuracy, c.mean_generated, c.mean_rounds,
-            cmp ? latex_escape(cmp->baseline) : "--", diff,
+            "{} & {} & {} & {:.3f} & {:.3f} & {:.0f} & {:.1f} & {} & {} & {} & {} & {} \\\\\n",
+            latex_escape(c.info.name), latex_escape(c.policy), budget, c.accuracy, c.accuracy_strict,
+            c.mean_generated, c.mean_rounds, cmp ? latex_escape(cmp->baseline) : "--", diff,
             cmp ? fmt::format("$[{:+.3f}, {:+.3f}]$", cmp->bootstrap.low, cmp->bootstrap.high) : "--",
+            cmp ? fmt::format("{:.3g}", cmp->bootstrap.p_value) : "--",
             cmp ? fmt::format("{:.3g}", cmp->sign.p_value) : "--");
         break;
       }
     }
   }
   if (format == TableFormat::Latex) out += "\\bottomrule\n\\end{tabular}\n";
+  // The count across cells goes below the table; CSV stays one row per cell.
+  const Outcomes o = count_outcomes(rows);
+  if (o.compared > 0 && format == TableFormat::Markdown)
+    out += fmt::format("\nSignificant: {} wins and {} losses of {} compared cells.\n", o.wins, o.losses,
+                       o.compared);
+  if (o.compared > 0 && format == TableFormat::Latex)
+    out += fmt::format("% significant: {} wins and {} losses of {} compared cells\n", o.wins, o.losses,
+                       o.compared);
+  return out;
+}
+
+std::string render_by_level(const std::vector<StatsRow>& rows, TableFormat format) {
+  std::string out;
+  const bool csv = format == TableFormat::Csv;
+  out += csv ? "cell,level,problems,accuracy\n" : "| cell | level | problems | accuracy |\n|---|---|---:|---:|\n";
+  bool any = false;
+  for (const auto& row : rows)
+    for (const auto& l : row.cell.by_level) {
+      any = true;
+      out += csv ? fmt::format("{},{},{},{:.6f}\n", eval::csv_field(row.cell.info.name), eval::csv_field(l.level),
+                               l.problems, l.accuracy)
+                 : fmt::format("| {} | {} | {} | {:.4f} |\n", row.cell.info.name, l.level, l.problems, l.accuracy);
+    }
+  if (!any) fail("--by-level: no cell's dataset has a \"level\" field");
   return out;
 }
 
