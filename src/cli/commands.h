@@ -15,5 +15,6 @@ void add_eval_command(CLI::App& app);
 void add_stats_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_data_command(CLI::App& app);
 
 }  // namespace kvdice::cli
