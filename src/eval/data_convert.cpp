@@ -1,8 +1,10 @@
 #include "eval/data_convert.h"
 
 #include <fstream>
+#include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/json.h"
 #include "eval/hashing.h"
 
@@ -100,17 +102,7 @@ ConvertSummary convert_dataset(const ConvertOptions& o) {
   }
   if (summary.problems == 0) fail("{} holds no problems", o.input.string());
 
-  // Written beside the target and renamed, so a failed conversion leaves no half file.
-  const auto write = [](const std::filesystem::path& path, const std::string& text) {
-    const auto tmp = std::filesystem::path(path.string() + ".tmp");
-    {
-      std::ofstream out(tmp, std::ios::binary);
-      out << text;
-      if (!out) fail("cannot write {}", tmp.string());
-    }
-    std::filesystem::rename(tmp, path);
-  };
-  write(o.output, converted);
+  write_file_atomically(o.output, converted);  // a failed conversion leaves no half file
   summary.manifest = o.output.string() + ".manifest.json";
   const Json manifest = {{"source_format", o.format == SourceFormat::Math500 ? "math500" : "humaneval"},
                          {"source", o.format == SourceFormat::Math500
@@ -120,7 +112,7 @@ ConvertSummary convert_dataset(const ConvertOptions& o) {
                          {"source_sha256", summary.input_sha256},
                          {"problems", summary.problems},
                          {"dataset_sha256", sha256_hex(converted)}};
-  write(summary.manifest, manifest.dump(2) + "\n");
+  write_file_atomically(summary.manifest, manifest.dump(2) + "\n");
   return summary;
 }
 
