@@ -43,9 +43,9 @@ std::string render_table(const std::vector<StatsRow>& rows, TableFormat format) 
       break;
     case TableFormat::Csv:
       out +=
-          "cell,task,policy,budget,problems,runs,accuracy,acc_strict,termination_rate,run_std,"
-          "mean_generated_tokens,mean_rounds,baseline,diff,ci_low,ci_high,boot_p,sign_positive,sign_negative,"
-          "sign_p,result\n";
+          "cell,task,policy,budget,problems,runs,accuracy,mean_generated_tokens,mean_rounds,baseline,diff,"
+          "ci_low,ci_high,sign_positive,sign_negative,sign_p,result,acc_strict,termination_rate,run_std,"
+          "boot_p\n";  // columns added later go last, so readers by position keep working
       break;
     case TableFormat::Latex:
       out +=
@@ -75,16 +75,16 @@ std::string render_table(const std::vector<StatsRow>& rows, TableFormat format) 
       }
       case TableFormat::Csv:
         out += fmt::format(
-            "{},{},{},{},{},{},{:.6f},{:.6f},{:.6f},{},{:.3f},{:.3f},{},{},{},{},{},{},{},{},{}\n",
+            "{},{},{},{},{},{},{:.6f},{:.3f},{:.3f},{},{},{},{},{},{},{},{},{:.6f},{:.6f},{},{}\n",
             eval::csv_field(c.info.name), c.task, c.policy, c.budget, c.info.problems, c.info.runs, c.accuracy,
-            c.accuracy_strict, c.termination_rate, std::isnan(c.run_std) ? "" : fmt::format("{:.6f}", c.run_std),
             c.mean_generated, c.mean_rounds, cmp ? eval::csv_field(cmp->baseline) : "",
             cmp ? fmt::format("{:.6f}", cmp->bootstrap.mean) : "",
             cmp ? fmt::format("{:.6f}", cmp->bootstrap.low) : "",
             cmp ? fmt::format("{:.6f}", cmp->bootstrap.high) : "",
-            cmp ? fmt::format("{:.6g}", cmp->bootstrap.p_value) : "",
             cmp ? std::to_string(cmp->sign.positive) : "", cmp ? std::to_string(cmp->sign.negative) : "",
-            cmp ? fmt::format("{:.6g}", cmp->sign.p_value) : "", m);
+            cmp ? fmt::format("{:.6g}", cmp->sign.p_value) : "", m, c.accuracy_strict, c.termination_rate,
+            std::isnan(c.run_std) ? "" : fmt::format("{:.6f}", c.run_std),
+            cmp ? fmt::format("{:.6g}", cmp->bootstrap.p_value) : "");
         break;
       case TableFormat::Latex: {
         std::string diff = "--";

@@ -129,6 +129,13 @@ TEST_F(CellMetrics, StrictTerminationRunSpreadLevelsAndOutcomes) {
             std::string::npos)
       << md;
   EXPECT_NE(md.find("Significant: 0 wins and 1 losses of 2 compared cells."), std::string::npos) << md;
+  // CSV keeps the original columns in place (the baseline is column 9) and adds the new ones last.
+  const std::string csv = stats::render_table(rows, stats::TableFormat::Csv);
+  EXPECT_NE(csv.find("\nrpp,math500,random_pp,64,4,2,0.000000,5.000,0.000,full,-0.625000,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",loss,0.000000,1.000000,0.000000,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("\nfull,math500,full,0,4,2,0.625000,48.750,0.000,,,,,,,,,0.500000,0.750000,0.176777,\n"),
+            std::string::npos)
+      << csv;
   const std::string levels = stats::render_by_level(rows, stats::TableFormat::Csv);
   EXPECT_NE(levels.find("full,1,2,0.750000\nfull,2,1,0.000000\nfull,5,1,1.000000\n"), std::string::npos)
       << levels;
