@@ -144,3 +144,11 @@ def test_bad_model_and_backend(tmp_path):
     with pytest.raises(kvdice.Error, match="backend"):
         kvdice.LLM(QWEN3, backend="tpu")
     assert issubclass(kvdice.Error, ValueError)
+
+
+def test_a_stop_id_ends_the_sequence_and_prints_nothing(llm):
+    items = list(llm.stream("The capital of France is", max_new_tokens=20))
+    events = [e for e in items if not isinstance(e, kvdice.Result)]
+    [r] = [e for e in items if isinstance(e, kvdice.Result)]
+    assert r.finish == "stop" and events[-1].token in llm.info["eos_ids"]
+    assert "".join(e.text for e in events) == r.text and "<|endoftext|>" not in r.text
