@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from . import _kvdice
+from . import eval, stats  # noqa: A004 (kvdice.eval is the evaluation module)
 from ._kvdice import Error
+from ._paths import kvdice_home
 
 __all__ = [
     "Error",
@@ -33,6 +34,8 @@ __all__ = [
     "policy_keep",
     "policy_names",
     "describe_policy",
+    "eval",
+    "stats",
 ]
 
 TokenEvent = _kvdice.TokenEvent
@@ -130,11 +133,6 @@ def _per_request(value, n: int, name: str, default):
     return [value] * n
 
 
-def _home() -> str:
-    # Where named models are pulled to, as the command line resolves it.
-    return os.environ.get("KVDICE_HOME") or str(Path.home() / ".cache" / "kvdice")
-
-
 class LLM:
     """A model loaded once on a backend, generating batches of requests.
 
@@ -160,7 +158,7 @@ class LLM:
         if backend not in ("cpu", "cuda", "auto"):
             raise Error(f"backend must be 'cpu', 'cuda' or 'auto', got {backend!r}")
         self._engine = _kvdice.Engine(
-            os.fspath(model), _home(), backend, threads, device, max_batch, max_context, kv_pool_bytes, seed
+            os.fspath(model), kvdice_home(), backend, threads, device, max_batch, max_context, kv_pool_bytes, seed
         )
         self.info: dict = self._engine.describe()
 

@@ -18,6 +18,7 @@
 #include <set>
 
 #include "backend/backend.h"
+#include "eval_bindings.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/model_bundle.h"
@@ -434,5 +435,6 @@ NB_MODULE(_kvdice, m) {
         "window_queries"_a.none(), "value_range"_a.none(), "attention_mass"_a.none(), "round_score"_a.none(),
         "seed"_a, "sequence_id"_a, "round"_a, "budget"_a, "appended"_a.none(), "layer"_a, "kv_head"_a);
   m.def("policy_names", &kvdice::policy::policy_names);
+  bind_eval(m);
   m.def("describe_policy", [](const std::string& spec) { return kvdice::policy::describe(*kvdice::policy::make_policy(spec)); });
 }
