@@ -1,6 +1,9 @@
 """kvdice.eval and kvdice.stats on the tiny fixture: the same database and numbers as the command line."""
+import csv
+import io
 import os
 import signal
+import sqlite3
 import subprocess
 import threading
 
@@ -34,13 +37,23 @@ def test_records_are_the_command_lines(results):
 
 
 def test_stats_match_kvdice_stats(results):
+    # The tiny model answers nothing right; scores are set by hand (the grades table as `eval grade`
+    # writes it) so the comparison has a difference and an interval to agree on.
+    with sqlite3.connect(os.path.join(results, "results.sqlite")) as db:
+        db.execute("UPDATE grades SET score = 1 WHERE cell = 'rpp' AND (problem, run) IN ((0, 0), (0, 1), (1, 0))")
     rows = {r["cell"]: r for r in kvdice.stats.compute(results, resamples=200)}
     assert rows["rpp"]["baseline"] == "full" and rows["rpp"]["budget"] == 192 and rows["full"]["budget"] == 0
-    assert rows["rpp"]["ci_low"] <= rows["rpp"]["difference"] <= rows["rpp"]["ci_high"]
+    assert rows["rpp"]["accuracy"] == 0.5 and rows["rpp"]["difference"] == 0.5
     table = kvdice.stats.table(results, format="csv", resamples=200)
     cli = subprocess.run([BINARY, "stats", "--results", results, "--format", "csv", "--resamples", "200"],
                          capture_output=True, text=True, check=True)
     assert table == cli.stdout
+    line = next(r for r in csv.DictReader(io.StringIO(cli.stdout)) if r["cell"] == "rpp")
+    rpp = rows["rpp"]
+    assert (float(line["diff"]), float(line["ci_low"]), float(line["ci_high"])) == pytest.approx(
+        (rpp["difference"], rpp["ci_low"], rpp["ci_high"]), abs=1e-6)
+    assert rpp["ci_low"] < rpp["ci_high"]
+    assert (int(line["sign_positive"]), int(line["sign_negative"])) == (rpp["sign_positive"], rpp["sign_negative"])
 
 
 def test_ctrl_c_stops_a_run_and_the_next_run_resumes(tmp_path):
