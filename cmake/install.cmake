@@ -22,7 +22,8 @@ install(FILES ${CMAKE_BINARY_DIR}/kvdiceConfig.cmake ${CMAKE_BINARY_DIR}/kvdiceC
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/kvdice)
 # pkg-config: a static library, so every dependency is in Requires/Libs (not .private).
 if(KVDICE_CUDA)
-  set(KVDICE_PC_CUDA "-L${CUDAToolkit_LIBRARY_DIR} -lcudart_static -lcublasLt -ldl -lrt")
+  # cuBLASLt is a shared library outside the default search path: the rpath lets the program find it.
+  set(KVDICE_PC_CUDA "-L${CUDAToolkit_LIBRARY_DIR} -Wl,-rpath,${CUDAToolkit_LIBRARY_DIR} -lcudart_static -lcublasLt -lpthread -ldl -lrt")
   set(KVDICE_PC_CFLAGS_CUDA "-DKVDICE_WITH_CUDA=1 -I${CUDAToolkit_INCLUDE_DIRS}")
 endif()
 # prefix is found from the .pc file's own place, so the installed tree can be moved (or installed with
