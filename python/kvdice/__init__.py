@@ -171,18 +171,20 @@ class LLM:
         thinking: bool = True,
         chat_template: str = "",
         special_tokens: bool = True,
+        continuation: bool = False,
     ) -> list:
-        """Token ids of ``text``: raw (special-token text parsed unless special_tokens=False) or, with
-        chat=True, as one user message in the model's chat template."""
-        return self._engine.encode(text, chat, system, thinking, chat_template, special_tokens)
+        """Token ids of ``text``: a raw prompt (BOS in front where the model wants one; special-token
+        text parsed unless special_tokens=False), with chat=True one user message in the model's chat
+        template, or with continuation=True text that follows a prompt (no BOS)."""
+        return self._engine.encode(text, chat, system, thinking, chat_template, special_tokens, continuation)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._engine.decode([int(i) for i in ids])
 
     def _requests(self, prompts, kv, sampling, max_new_tokens, ignore_eos, retention_log, chat, system, thinking,
                   stream_ids=None):
-        if isinstance(prompts, (str, bytes)) or (prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]
+        if isinstance(prompts, str) or (len(prompts) and isinstance(prompts[0], (int, np.integer))):
+            prompts = [prompts]  # one prompt: text, or token ids (a list or a 1-D array)
         prompts = list(prompts)
         if not prompts:
             raise Error("no prompt: generate needs at least one")
@@ -304,7 +306,10 @@ class LLM:
         stream_id: the generated sequence's Result.id to replay its evictions exactly."""
         requests, kvs = self._requests([prompt], kv, None, 1, True, False, chat, "", True,
                                        None if stream_id is None else [stream_id])
-        forced = self.encode(continuation) if isinstance(continuation, str) else [int(t) for t in continuation]
+        if isinstance(continuation, str):
+            forced = self.encode(continuation, continuation=True)
+        else:
+            forced = [int(t) for t in continuation]
         if not forced:
             raise Error("score: the continuation has no tokens")
         requests[0].forced_tokens = forced

@@ -92,8 +92,14 @@ class EngineHandle {
     config_.eviction_seed = eviction_seed;
   }
 
+  // A prompt (BOS in front where the tokenizer adds one, or the chat template's rendering), or with
+  // `continuation` text that follows one (never a BOS).
   std::vector<int> encode(const std::string& text, bool chat, const std::string& system, bool thinking,
-                          const std::string& chat_template, bool parse_special) const {
+                          const std::string& chat_template, bool parse_special, bool continuation) const {
+    if (continuation) {
+      if (chat) fail("a continuation is encoded as plain text, not through the chat template");
+      return bundle_.tokenizer->encode(text, parse_special);
+    }
     if (!chat) return engine::encode_raw_prompt(bundle_, text, parse_special);
     const auto kind = engine::resolve_chat_template(bundle_, chat_template);
     if (!thinking && !tokenizer::has_thinking_switch(kind))
@@ -421,7 +427,7 @@ NB_MODULE(_kvdice, m) {
            "model"_a, "home"_a, "backend"_a, "threads"_a, "device"_a, "max_batch"_a, "max_context"_a,
            "kv_pool_bytes"_a, "eviction_seed"_a, nb::call_guard<nb::gil_scoped_release>())
       .def("encode", &EngineHandle::encode, "text"_a, "chat"_a, "system"_a, "thinking"_a, "chat_template"_a,
-           "parse_special"_a)
+           "parse_special"_a, "continuation"_a)
       .def("decode", &EngineHandle::decode, "ids"_a)
       .def("submit", &EngineHandle::submit, "requests"_a)
       .def("step", &EngineHandle::step)

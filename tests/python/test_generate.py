@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kvdice
-from conftest import BINARY, QWEN3
+from conftest import BINARY, FIXTURES, QWEN3
 
 BUDGETED = kvdice.KVConfig("random_pp", budget=32, window=16)
 
@@ -152,3 +152,18 @@ def test_a_stop_id_ends_the_sequence_and_prints_nothing(llm):
     [r] = [e for e in items if isinstance(e, kvdice.Result)]
     assert r.finish == "stop" and events[-1].token in llm.info["eos_ids"]
     assert "".join(e.text for e in events) == r.text and "<|endoftext|>" not in r.text
+
+
+def test_a_continuation_carries_no_bos():
+    llama = kvdice.LLM(str(FIXTURES / "llama"), backend="cpu", threads=1)
+    prompt, continuation = llama.encode("Hello"), llama.encode(" world", continuation=True)
+    bos = prompt[0]
+    assert bos not in continuation and llama.encode(" world")[0] == bos
+    scored = llama.score("Hello", " world")
+    assert scored.forced_logprobs.shape == (len(continuation),) and scored.prompt_ids[0] == bos
+
+
+def test_one_prompt_as_a_token_array(llm):
+    ids = np.array(llm.encode("Hello"), dtype=np.int64)
+    [r] = llm.generate(ids, max_new_tokens=3, ignore_eos=True)
+    assert r.prompt_ids.tolist() == ids.tolist()
