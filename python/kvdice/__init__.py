@@ -179,6 +179,7 @@ class LLM:
         return self._engine.encode(text, chat, system, thinking, chat_template, special_tokens, continuation)
 
     def decode(self, ids: Sequence[int]) -> str:
+        """The text of token ids (bytes that are not valid UTF-8, such as a cut character, become U+FFFD)."""
         return self._engine.decode([int(i) for i in ids])
 
     def _requests(self, prompts, kv, sampling, max_new_tokens, ignore_eos, retention_log, chat, system, thinking,
@@ -349,7 +350,7 @@ def policy_keep(
     """
     spec = policy.spec if isinstance(policy, KVConfig) else policy
 
-    def f32(a, ndim=None):
+    def f32(a):
         return None if a is None else np.ascontiguousarray(a, dtype=np.float32)
 
     return _kvdice.policy_keep(

@@ -428,7 +428,7 @@ NB_MODULE(_kvdice, m) {
            "kv_pool_bytes"_a, "eviction_seed"_a, nb::call_guard<nb::gil_scoped_release>())
       .def("encode", &EngineHandle::encode, "text"_a, "chat"_a, "system"_a, "thinking"_a, "chat_template"_a,
            "parse_special"_a, "continuation"_a)
-      .def("decode", &EngineHandle::decode, "ids"_a)
+      .def("decode", [](const EngineHandle& h, const std::vector<int>& ids) { return py_text(h.decode(ids)); }, "ids"_a)
       .def("submit", &EngineHandle::submit, "requests"_a)
       .def("step", &EngineHandle::step)
       .def("idle", &EngineHandle::idle)

@@ -167,3 +167,9 @@ def test_one_prompt_as_a_token_array(llm):
     ids = np.array(llm.encode("Hello"), dtype=np.int64)
     [r] = llm.generate(ids, max_new_tokens=3, ignore_eos=True)
     assert r.prompt_ids.tolist() == ids.tolist()
+
+
+def test_decode_replaces_a_cut_character(llm):
+    ids = llm.encode("🙂", special_tokens=False)  # four UTF-8 bytes, more than one token here
+    assert len(ids) > 1 and llm.decode(ids) == "🙂"
+    assert llm.decode(ids[:1]) == "\ufffd"
