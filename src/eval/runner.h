@@ -36,6 +36,9 @@ struct EvalRunOptions {
   int threads = 0;
   int max_batch = 64;
   bool progress = false;  // a live progress line on stderr
+  // Asked between steps; when it returns true the run stops with an Error (what was committed stays,
+  // and running the cell again resumes it). Python's Ctrl-C comes in here.
+  std::function<bool()> interrupted;
 };
 
 struct EvalRunSummary {
