@@ -240,10 +240,11 @@ SoakReport run_engine_soak(engine::Engine& engine, backend::Backend& backend, co
   }
   if (engine.reserved_slots() != 0) fail(fmt::format("{} KV slots still reserved at the end", engine.reserved_slots()));
 
-  // A sample of the finished requests decodes the same tokens alone (no other sequence, no graph
+  // A sample of the finished requests, spread over the run, decodes the same tokens alone (no other sequence, no graph
   // recorded at another batch size).
   int compared = 0;
-  for (size_t i = 0; i < plan.size() && compared < config.verify_alone; ++i) {
+  const size_t stride = std::max<size_t>(1, plan.size() / std::max(1, config.verify_alone));
+  for (size_t i = 0; i < plan.size() && compared < config.verify_alone; i += stride) {
     const Planned& p = plan[i];
     const engine::GenerationResult& r = results[p.id];
     if (r.finish == engine::FinishReason::Cancelled || r.tokens.empty()) continue;

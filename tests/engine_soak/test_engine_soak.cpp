@@ -30,8 +30,10 @@ TEST(EngineSoak, CpuServerAdmissionPattern) {
   config.max_batch = 12;
   config.prefill_chunk = 24;  // the long prompts prefill in chunks between decode steps
   config.kv_slot_limit = 10 * 72;  // some requests wait for memory
-  auto make = [&] { return std::make_unique<engine::Engine>(*bundle.model, *backend, config); };
-  auto eng = make();
+  // The decode-alone runs are single rows: one thread runs them without waiting on another.
+  auto alone_backend = backend::make_cpu_backend(1);
+  auto make = [&] { return std::make_unique<engine::Engine>(*bundle.model, *alone_backend, config); };
+  auto eng = std::make_unique<engine::Engine>(*bundle.model, *backend, config);
   test::SoakConfig soak;
   soak.requests = 40;
   soak.mean_gap_steps = 1.5;
@@ -42,7 +44,7 @@ TEST(EngineSoak, CpuServerAdmissionPattern) {
   soak.max_new = 50;
   soak.vocab = bundle.model->config().vocab;
   soak.policies = {{"random_pp", 32, 8}, {"full", 0, 8}, {"snapkv", 32, 8}, {"random_pp", 48, 16}};
-  soak.verify_alone = 3;
+  soak.verify_alone = 5;  // spread over the run
   const test::SoakReport report = test::run_engine_soak(*eng, *backend, soak, make);
   expect_clean(report);
   // The pattern really happened: a batch, waits, cancellations, stops and rounds.
