@@ -6,6 +6,7 @@ cd "$(dirname "$0")/../.."
 BUILD=${1:-build-cuda}
 rm -rf .gpu-bin && mkdir -p .gpu-bin/lib
 cp "$BUILD/kvdice" "$BUILD/test_backend" .gpu-bin/
+[ -f "$BUILD/test_engine_soak" ] && cp "$BUILD/test_engine_soak" .gpu-bin/
 [ -f "$BUILD/kvdice_gemv_chain_bench" ] && cp "$BUILD/kvdice_gemv_chain_bench" .gpu-bin/
 [ -f "$BUILD/kvdice_gemm_sweep" ] && cp "$BUILD/kvdice_gemm_sweep" .gpu-bin/
 # The kernel timeline's CUPTI injection library (tools/gpu/kernel_trace.cpp), with CUPTI beside it.
