@@ -51,6 +51,7 @@ struct SoakReport {
   int peak_running = 0;
   int64_t graphs_dropped = 0;
   std::vector<std::string> failures;
+  std::vector<std::vector<int>> tokens;  // per request, in arrival order
 
   std::string summary() const {
     return fmt::format(
@@ -179,6 +180,7 @@ SoakReport run_engine_soak(engine::Engine& engine, backend::Backend& backend, co
   report.decode_steps = engine.decode_steps();
   report.graphs_dropped = backend.graphs_dropped();
 
+  report.tokens.resize(plan.size());
   for (size_t i = 0; i < plan.size(); ++i) {
     const Planned& p = plan[i];
     const auto it = results.find(p.id);
@@ -194,6 +196,7 @@ SoakReport run_engine_soak(engine::Engine& engine, backend::Backend& backend, co
                        engine::finish_reason_name(r.finish), what));
     };
     report.generated += n;
+    report.tokens[i] = r.tokens;
     report.rounds += r.stats.eviction_rounds;
     if (r.tokens != p.streamed)
       bad(fmt::format("{} tokens in the result, {} streamed", n, p.streamed.size()));

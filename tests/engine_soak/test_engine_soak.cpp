@@ -67,14 +67,8 @@ void cuda_soak(int layers, int requests, int max_batch, int max_new, int long_pr
   config.policy = "snapkv";
   config.budget = {256, 32};
   config.max_batch = max_batch;
-  // Sized by the memory rule, leaving room for the engines that re-run requests alone.
-  config.pool.gpu_memory_utilization = 0.6;
-  engine::EngineConfig alone_config = config;
-  alone_config.pool = {};
-  alone_config.kv_pool_bytes = int64_t{2} << 30;
-  alone_config.max_batch = 1;
-  auto eng = std::make_unique<engine::Engine>(*model, *backend, config);
-  auto make = [&] { return std::make_unique<engine::Engine>(*model, *backend, alone_config); };
+  config.pool.gpu_memory_utilization = 0.8;  // sized by the memory rule
+  auto make = [&] { return std::make_unique<engine::Engine>(*model, *backend, config); };
   test::SoakConfig soak;
   soak.requests = requests;
   soak.mean_gap_steps = 0.3;
@@ -85,9 +79,28 @@ void cuda_soak(int layers, int requests, int max_batch, int max_new, int long_pr
   soak.max_new = max_new;
   soak.vocab = shape.vocab;
   soak.policies = {{"random_pp", 2048, 64}, {"full", 0, 64}, {"snapkv", 256, 32}, {"random_pp", 512, 64}};
-  soak.verify_alone = 2;
-  const test::SoakReport report = test::run_engine_soak(*eng, *backend, soak, make);
+  // No decode-alone comparison here: past 8 rows the GEMMs are cuBLASLt's, which sum in another order
+  // than the one-row kernels, so a sampled token may differ without a fault. The same soak run
+  // eagerly is this variant's oracle (below).
+  soak.verify_alone = 0;
+  test::SoakReport report;
+  {
+    auto eng = make();
+    report = test::run_engine_soak(*eng, *backend, soak, make);
+  }
   expect_clean(report);
+  // The arrivals are in engine steps, so the same soak without graphs runs the same batches through
+  // the same kernels: every token must agree (a replay that read or wrote a stale buffer would not).
+  config.graphs = false;
+  test::SoakReport eager;
+  {
+    auto eng = make();
+    eager = test::run_engine_soak(*eng, *backend, soak, make);
+  }
+  int differ = 0;
+  for (size_t i = 0; i < report.tokens.size(); ++i) differ += report.tokens[i] != eager.tokens[i];
+  EXPECT_EQ(differ, 0) << "requests whose tokens differ between graph replays and eager steps; eager: "
+                       << eager.summary();
   EXPECT_GT(report.graphs_dropped, 0) << "no scratch grew after a recording: the soak missed the case";
   EXPECT_GT(report.cancelled, 0);
   EXPECT_GT(report.rounds, 0);
