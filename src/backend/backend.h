@@ -264,10 +264,14 @@ class Backend {
   // must not read host data or allocate while recording (run the same sequence eagerly once first).
   // Graphs belong to an owner (an engine, a benchmark): a recording bakes in the owner's buffers, so
   // a key means something only to its owner, and the owner drops its graphs before its buffers go.
+  // The backend drops every graph itself when a scratch buffer of its own moves (it grows): replay
+  // then returns false and the owner records again.
   virtual bool begin_capture() { return false; }
   virtual void end_capture(const void* owner, uint64_t key) {}
   virtual bool replay(const void* owner, uint64_t key) { return false; }
   virtual void drop_graphs(const void* owner) {}
+  // Graphs the backend dropped because a buffer they had recorded moved (the soak reports it).
+  virtual int64_t graphs_dropped() const { return 0; }
 };
 
 // Which backend to run on: "cpu", "cuda", or "auto" (CUDA when a GPU is visible, else CPU).

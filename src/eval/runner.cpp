@@ -84,6 +84,7 @@ EvalRunSummary run_eval(const EvalRunOptions& o, const EvalLog& log) {
   config.policy = o.policy;
   config.eviction_seed = o.seed;
   config.max_batch = o.max_batch;
+  config.pool = o.pool;
   if (evicts) {
     config.budget = {task.budget, task.window,
                      o.long_prompt == "error" ? kv::LongPromptRule::Error : kv::LongPromptRule::Warn};
