@@ -15,7 +15,7 @@ namespace kvdice::model {
 using UploadedLayer = backend::DecoderLayerWeights;
 
 struct UploadedWeights {
-  backend::View embed;  // [vocab, hidden]
+  backend::Weight embed;  // [vocab, hidden] (no bias)
   std::vector<UploadedLayer> layers;
   backend::View final_norm;
   backend::Weight lm_head;  // the embedding when tied

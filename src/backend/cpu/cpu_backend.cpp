@@ -1,5 +1,7 @@
 // The fp32 reference backend: readable loops (OpenMP over rows, heads and sequences), OpenBLAS for the
-// GEMMs, memory in host RAM. Every CUDA op is checked against the op of the same name here.
+// GEMMs, memory in host RAM. Every CUDA op is checked against the op of the same name here. With
+// CpuMath::Fast, GGUF weights of the types quant_dot.h reads stay in their blocks and the linear
+// layers multiply them with int8-quantised activations; everything else is fp32 either way.
 #include <cblas.h>
 #include <omp.h>
 #include <sys/mman.h>
@@ -14,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_eviction.h"
+#include "backend/cpu/quant_dot.h"
 #include "backend/sampling_rule.h"
 #include "core/error.h"
 #include "policy/eviction_policy.h"
@@ -31,11 +34,20 @@ class CpuBackend final : public Backend {
  public:
   // One thread pool only: OpenBLAS runs single-threaded inside our OpenMP slices, because two
   // pools on the same cores spin against each other (measured: 2 threads ran slower than 1).
-  explicit CpuBackend(int threads) : threads_(threads > 0 ? threads : omp_get_max_threads()) {
+  CpuBackend(int threads, CpuMath math)
+      : threads_(threads > 0 ? threads : omp_get_max_threads()), math_(math), isa_(cpu::best_isa()) {
     openblas_set_num_threads(1);
   }
 
-  std::string name() const override { return fmt::format("cpu (fp32, {} threads)", threads_); }
+  std::string name() const override {
+    if (math_ == CpuMath::Exact) return fmt::format("cpu (fp32, {} threads)", threads_);
+    return fmt::format("cpu (GGUF blocks x int8 activations, {}; fp32 otherwise; {} threads)",
+                       cpu::isa_name(isa_), threads_);
+  }
+  std::vector<uint32_t> block_weight_types() const override {
+    if (math_ == CpuMath::Exact) return {};
+    return {cpu::kQ5_0, cpu::kQ8_0, cpu::kQ4_K, cpu::kQ6_K};
+  }
   bool is_cpu() const override { return true; }
   DType activation_dtype() const override { return DType::F32; }
   DType weight_dtype() const override { return DType::F32; }
@@ -88,6 +100,19 @@ class CpuBackend final : public Backend {
     for (int r = 0; r < batch.n_rows; ++r) std::copy_n(row(table, batch.tokens[r]), x.cols, row(x, r));
   }
 
+  void embed_blocks(const StepBatch& batch, const Weight& table, const View& x) override {
+    for (int r = 0; r < batch.n_rows; ++r) {
+      int64_t token = batch.tokens[r];
+      for (const BlockRows& part : table.blocks) {
+        if (token < part.rows) {
+          cpu::dequantize_row(part.ggml_type, part.data + token * part.row_bytes, x.cols, row(x, r));
+          break;
+        }
+        token -= part.rows;
+      }
+    }
+  }
+
   void rmsnorm(const View& x, const View& w, const View& y, float eps) override {
     const int64_t dim = x.cols;
 #pragma omp parallel for num_threads(threads_) if (x.rows > 1)
@@ -106,6 +131,20 @@ class CpuBackend final : public Backend {
               out = static_cast<int>(w.w.rows);
     KVDICE_CHECK(w.w.cols == in && y.cols == out && y.rows == rows, "matmul [{}x{}]·[{}x{}]^T into [{}x{}]",
                  rows, in, out, w.w.cols, y.rows, y.cols);
+    if (!w.blocks.empty()) {
+      matmul_blocks(x, w, y, accumulate);
+    } else {
+      matmul_f32(x, w, y, accumulate);
+    }
+    if (!w.bias.empty()) {
+      for (int r = 0; r < rows; ++r)
+        for (int o = 0; o < out; ++o) row(y, r)[o] += f32(w.bias)[o];
+    }
+  }
+
+  void matmul_f32(const View& x, const Weight& w, const View& y, bool accumulate) {
+    const int rows = static_cast<int>(x.rows), in = static_cast<int>(x.cols),
+              out = static_cast<int>(w.w.rows);
     const float beta = accumulate ? 1.0f : 0.0f;
     // Each thread computes a contiguous slice of output features (rows of W).
     const int slices = std::min(threads_, std::max(1, out / 64));
@@ -123,9 +162,43 @@ class CpuBackend final : public Backend {
                     static_cast<int>(y.ld));
       }
     }
-    if (!w.bias.empty()) {
-      for (int r = 0; r < rows; ++r)
-        for (int o = 0; o < out; ++o) row(y, r)[o] += f32(w.bias)[o];
+  }
+
+  // y[r][o] (+)= dot(weight row o in its blocks, x row r quantised to int8 blocks of 32). The
+  // activations are quantised once per op; each thread takes a contiguous range of output rows and
+  // reads each weight row once for all x rows.
+  void matmul_blocks(const View& x, const Weight& w, const View& y, bool accumulate) {
+    const int64_t rows = x.rows, in = x.cols;
+    cpu::quantize_rows(f32(x), rows, in, x.ld, activations_);
+    struct Part {
+      cpu::RowDot dot;
+      const uint8_t* data;
+      int64_t begin, end, row_bytes;
+    };
+    std::vector<Part> parts;
+    int64_t out = 0;
+    for (const BlockRows& b : w.blocks) {
+      KVDICE_CHECK(b.row_bytes == cpu::block_row_bytes(b.ggml_type, in),
+                   "block rows of {} bytes for {} columns", b.row_bytes, in);
+      parts.push_back({cpu::row_dot(b.ggml_type, isa_), b.data, out, out + b.rows, b.row_bytes});
+      out += b.rows;
+    }
+    KVDICE_CHECK(out == w.w.rows, "block rows add up to {}, the weight has {}", out, w.w.rows);
+    const cpu::QuantizedRows& xq = activations_;
+    const int slices = static_cast<int>(std::min<int64_t>(threads_, std::max<int64_t>(1, out / 64)));
+#pragma omp parallel for num_threads(slices) schedule(static)
+    for (int t = 0; t < slices; ++t) {
+      const int64_t begin = out * t / slices, end = out * (t + 1) / slices;
+      for (const Part& p : parts) {
+        for (int64_t o = std::max(begin, p.begin); o < std::min(end, p.end); ++o) {
+          const uint8_t* wr = p.data + (o - p.begin) * p.row_bytes;
+          for (int64_t r = 0; r < rows; ++r) {
+            const float v = p.dot(wr, xq.q_row(r), xq.scale_row(r), xq.sum16_row(r), in);
+            float& dst = row(y, r)[o];
+            dst = accumulate ? dst + v : v;
+          }
+        }
+      }
     }
   }
 
@@ -334,10 +407,15 @@ class CpuBackend final : public Backend {
   }
 
   int threads_;
+  CpuMath math_;
+  cpu::Isa isa_;
+  cpu::QuantizedRows activations_;  // scratch of matmul_blocks, kept to avoid an allocation per op
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }
+std::unique_ptr<Backend> make_cpu_backend(int threads, CpuMath math) {
+  return std::make_unique<CpuBackend>(threads, math);
+}
 
 }  // namespace kvdice::backend
