@@ -118,7 +118,20 @@ UploadedWeights upload_weights(const Model& model, backend::Backend& be) {
   backend::Buffer buffer = be.alloc(measure.used(), "model weights");
   backend::Buffer::Carver carver(buffer);
   UploadedWeights out = plan_weights(model, be, carver, true);
-  out.bytes = static_cast<int64_t>(buffer.bytes());
+  auto held_bytes = [](const Weight& w) {
+    int64_t bytes = 0;
+    for (const backend::BlockRows& b : w.blocks) bytes += b.rows * b.row_bytes;
+    return w.blocks.empty() ? w.w.bytes() : bytes;
+  };
+  int64_t block_bytes = 0;
+  for (const UploadedLayer& l : out.layers)
+    for (const Weight* w : {&l.qkv, &l.wo, &l.gate_up, &l.down})
+      if (!w->blocks.empty()) block_bytes += held_bytes(*w);
+  if (!out.embed.blocks.empty()) block_bytes += held_bytes(out.embed);
+  if (!out.lm_head.blocks.empty() && out.lm_head.blocks[0].data != out.embed.blocks.front().data)
+    block_bytes += held_bytes(out.lm_head);
+  out.bytes = static_cast<int64_t>(buffer.bytes()) + block_bytes;
+  out.embed_bytes = held_bytes(out.embed);
   out.buffers.push_back(std::move(buffer));
   return out;
 }
