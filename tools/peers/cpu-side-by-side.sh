@@ -27,7 +27,7 @@ for round in $(seq 1 "$ROUNDS"); do
     python3 - "$tmp/kvdice.json" "$round" "$t" "$PROMPT" <<'PY'
 import json, sys
 path, round_, threads, prompt = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-run = json.load(open(path))
+run = json.load(open(path))["runs"][-1]
 def find(x):
     if isinstance(x, dict):
         if "output_tok_s_decode" in x and x.get("context") == prompt: yield x
