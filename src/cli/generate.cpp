@@ -114,8 +114,8 @@ void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
   sampling.validate();
 
   const auto model_path = resolve_model_argument(o.model);
-  engine::ModelBundle bundle = engine::load_model_bundle(model_path);
   auto backend = backend::make_backend(o.backend);
+  engine::ModelBundle bundle = engine::load_model_bundle(model_path, {backend->block_weight_types()});
   engine::Engine eng(*bundle.model, *backend, config);
 
   std::vector<int> stop_ids = bundle.generation.eos_ids;

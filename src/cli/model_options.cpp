@@ -23,6 +23,10 @@ void add_backend_flags(CLI::App* cmd, backend::BackendOptions& options) {
   cmd->add_option("--backend", options.name, "Where to run: cpu, cuda, or auto (CUDA when a GPU is visible)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   add_int_option(cmd, "--threads", options.threads, 0, kMaxThreads, "CPU threads (0 = all)");
+  cmd->add_option("--cpu-math", options.cpu_math,
+                  "CPU linear layers of a GGUF model: fast (weights kept in their GGUF blocks, int8 "
+                  "activations) or exact (weights converted to fp32 at load: the fp32 reference)")
+      ->check(CLI::IsMember({"fast", "exact"}));
 }
 
 void add_kv_pool_flags(CLI::App* cmd, kv::PoolRequest& pool) {

@@ -49,9 +49,9 @@ void run_serve(ServeOptions& o) {
 
   server::block_server_signals();  // before any thread starts, so only sigwait sees SIGINT/SIGTERM
   const auto path = resolve_model_argument(o.model);
-  engine::ModelBundle bundle = engine::load_model_bundle(path);
   auto backend = make_server_backend(o);
   s.engine.max_batch = o.max_batch > 0 ? o.max_batch : backend->is_cpu() ? kCpuDefaultMaxBatch : kCudaDefaultMaxBatch;
+  engine::ModelBundle bundle = engine::load_model_bundle(path, {backend->block_weight_types()});
   server::Server srv(bundle, *backend, s);
   const int port = srv.bind();
   // One line on stdout, flushed, so scripts and tests can wait for it.

@@ -128,6 +128,7 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
   pool_ = std::make_unique<kv::KvPool>(backend_, shape, std::min<int64_t>(pages, INT32_MAX), page_slots,
                                        signals, n_query_heads);
   plan_.weight_bytes = forward_->weights().bytes;
+  plan_.embed_bytes = forward_->weights().embed_bytes;
   plan_.activation_bytes = forward_->activation_bytes();
   plan_.kv_pool_bytes = pool_->total_bytes();
   plan_.kv_pool_slots = pool_->n_pages() * page_slots;

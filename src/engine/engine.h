@@ -66,6 +66,7 @@ struct TokenEvent {
 // What the engine allocated on its backend (inspect's memory plan and the run summaries).
 struct MemoryPlan {
   int64_t weight_bytes = 0;
+  int64_t embed_bytes = 0;  // of weight_bytes, the embedding table (a decode step reads one row)
   int64_t activation_bytes = 0;
   int64_t kv_pool_bytes = 0;
   int64_t kv_pool_slots = 0;  // per (layer, KV head)
