@@ -15,11 +15,13 @@ if ((${#missing[@]})); then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-# Python packages the server tests drive kvdice serve with (pinned): the openai client, schemathesis.
-req="$(dirname "$0")/../tests/server/requirements.txt"
-wanted=$(grep -v '^#' "$req" | tr 'A-Z' 'a-z' | sort)
-have=$(python3 -m pip freeze 2>/dev/null | tr 'A-Z' 'a-z' | sort)
-if [[ -n $(comm -23 <(echo "$wanted") <(echo "$have")) ]]; then
-  echo "install-deps: installing $req"
-  python3 -m pip install -q --root-user-action=ignore -r "$req"
-fi
+# Python packages (pinned): the openai client and schemathesis the server tests drive kvdice serve with;
+# nanobind, scikit-build-core and NumPy the Python package builds with, pytest for both.
+have=$(python3 -m pip freeze 2>/dev/null | tr 'A-Z-' 'a-z_' | sort)  # names as pip freeze spells them
+for req in "$(dirname "$0")/../tests/server/requirements.txt" "$(dirname "$0")/../python/requirements.txt"; do
+  wanted=$(grep -v '^#' "$req" | tr 'A-Z-' 'a-z_' | sort)
+  if [[ -n $(comm -23 <(echo "$wanted") <(echo "$have")) ]]; then
+    echo "install-deps: installing $req"
+    python3 -m pip install -q --root-user-action=ignore -r "$req"
+  fi
+done

@@ -68,9 +68,20 @@ std::unique_ptr<Backend> make_cuda_backend(int device);  // cuda/cuda_backend.cu
 bool cuda_available() { return false; }
 #endif
 
+CpuMath parse_cpu_math(const std::string& name) {
+  if (name == "fast") return CpuMath::Fast;
+  if (name == "exact") return CpuMath::Exact;
+  fail("--cpu-math must be fast or exact (got '{}')", name);
+}
+
+void Backend::embed_blocks(const StepBatch& batch, const Weight& table, const View& x) {
+  fail("backend {} cannot read a weight kept in GGUF blocks", name());
+}
+
 std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
   if (options.threads < 0) fail("--threads must be >= 0 (0 = all cores), got {}", options.threads);
-  if (options.name == "cpu") return make_cpu_backend(options.threads);
+  const CpuMath math = parse_cpu_math(options.cpu_math);
+  if (options.name == "cpu") return make_cpu_backend(options.threads, math);
   if (options.name == "cuda" || (options.name == "auto" && cuda_available())) {
 #ifdef KVDICE_WITH_CUDA
     if (!cuda_available())
@@ -83,7 +94,7 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
     fail("--backend cuda: this kvdice was built without CUDA (configure with -DKVDICE_CUDA=ON)");
 #endif
   }
-  if (options.name == "auto") return make_cpu_backend(options.threads);
+  if (options.name == "auto") return make_cpu_backend(options.threads, math);
   fail("--backend must be cpu, cuda or auto (got '{}')", options.name);
 }
 

@@ -37,10 +37,21 @@ struct View {
   }
 };
 
-// A linear layer's weight [out, in] (nn.Linear layout) and optional bias [out] (fp32).
+// Consecutive rows of a weight kept in a GGUF block format (ggml type id), `row_bytes` apart, in
+// memory the loaded model owns (the mapped file). Only a backend that lists the type in
+// block_weight_types() is given these.
+struct BlockRows {
+  uint32_t ggml_type = 0;
+  const uint8_t* data = nullptr;
+  int64_t rows = 0, row_bytes = 0;
+};
+
+// A linear layer's weight [out, in] (nn.Linear layout) and optional bias [out] (fp32). When `blocks`
+// is non-empty the weight is those rows stacked in order and `w` gives only the shape (no data).
 struct Weight {
   View w;
-  View bias;  // empty: no bias
+  View bias;                           // empty: no bias
+  std::vector<BlockRows> blocks = {};  // empty: the values are in `w`
 };
 
 // Owning handle to backend memory; freed through the backend that made it.
@@ -157,6 +168,9 @@ class Backend {
   // that feed norms, and logits are always fp32.
   virtual DType activation_dtype() const = 0;
   virtual DType weight_dtype() const = 0;
+  // GGUF block types (ggml type ids) this backend computes from as stored: a model loaded for it
+  // keeps such weights in their blocks instead of converting them to weight_dtype(). None by default.
+  virtual std::vector<uint32_t> block_weight_types() const { return {}; }
   virtual DType kv_dtype() const = 0;
 
   // ---- memory -------------------------------------------------------------------------------
@@ -196,6 +210,8 @@ class Backend {
   // ---- ops (all asynchronous on CUDA, in stream order) -----------------------------------------
   // x[row, :] = table[tokens[row], :]  (x fp32 [n_rows, hidden]).
   virtual void embed(const StepBatch& batch, const View& table, const View& x) = 0;
+  // The same from a table kept in blocks (Weight::blocks); only backends with block_weight_types().
+  virtual void embed_blocks(const StepBatch& batch, const Weight& table, const View& x);
   // y = x / rms(x) * w per row (x fp32; y fp32 or activation dtype; w fp32 [cols]).
   virtual void rmsnorm(const View& x, const View& w, const View& y, float eps) = 0;
   // y = x · W^T + bias, or y += x · W^T when `accumulate` (y fp32, the residual stream).
@@ -264,21 +280,32 @@ class Backend {
   // must not read host data or allocate while recording (run the same sequence eagerly once first).
   // Graphs belong to an owner (an engine, a benchmark): a recording bakes in the owner's buffers, so
   // a key means something only to its owner, and the owner drops its graphs before its buffers go.
+  // The backend drops every graph itself when a scratch buffer of its own moves (it grows): replay
+  // then returns false and the owner records again.
   virtual bool begin_capture() { return false; }
   virtual void end_capture(const void* owner, uint64_t key) {}
   virtual bool replay(const void* owner, uint64_t key) { return false; }
   virtual void drop_graphs(const void* owner) {}
+  // Graphs the backend dropped because a buffer they had recorded moved (the soak reports it).
+  virtual int64_t graphs_dropped() const { return 0; }
 };
 
 // Which backend to run on: "cpu", "cuda", or "auto" (CUDA when a GPU is visible, else CPU).
+// How the CPU backend computes the linear layers of a GGUF model: Fast keeps the weights in their
+// GGUF blocks and multiplies with int8-quantised activations (llama.cpp's method); Exact converts
+// them to fp32 at load and multiplies in fp32 (the reference every other path is checked against).
+enum class CpuMath { Fast, Exact };
+CpuMath parse_cpu_math(const std::string& name);  // "fast" | "exact"; Error otherwise
+
 struct BackendOptions {
   std::string name = "auto";
-  int threads = 0;  // CPU threads; 0 = all cores
-  int device = 0;   // CUDA device index
+  int threads = 0;                // CPU threads; 0 = all cores
+  int device = 0;                 // CUDA device index
+  std::string cpu_math = "fast";  // CpuMath, by name
 };
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& options);
-std::unique_ptr<Backend> make_cpu_backend(int threads);
+std::unique_ptr<Backend> make_cpu_backend(int threads, CpuMath math = CpuMath::Exact);
 // True when this build has the CUDA backend and a GPU is visible.
 bool cuda_available();
 

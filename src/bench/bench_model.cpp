@@ -8,7 +8,7 @@
 
 namespace kvdice::bench {
 
-BenchModel load_bench_model(const BenchOptions& options) {
+BenchModel load_bench_model(const BenchOptions& options, const model::LoadOptions& load) {
   const auto start = std::chrono::steady_clock::now();
   BenchModel out;
   if (options.random_weights) {
@@ -21,7 +21,7 @@ BenchModel load_bench_model(const BenchOptions& options) {
   } else {
     if (options.model_path.empty())
       fail("kvdice bench needs --model PATH|default or --random-weights --config FILE");
-    out.bundle = engine::load_model_bundle(options.model_path);
+    out.bundle = engine::load_model_bundle(options.model_path, load);
     out.source = fmt::format("checkpoint {} ({})", out.bundle.source, out.bundle.format);
   }
   out.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

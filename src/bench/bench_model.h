@@ -21,7 +21,7 @@ struct BenchModel {
   const model::Model& model() const { return owned ? *owned : *bundle.model; }
 };
 
-BenchModel load_bench_model(const BenchOptions& options);
+BenchModel load_bench_model(const BenchOptions& options, const model::LoadOptions& load = {});
 
 // The prompt of request `index`: `length` uniform token ids in [0, vocab) keyed by (seed, index).
 std::vector<int> random_prompt(int vocab, int length, uint64_t seed, uint64_t index);

@@ -63,11 +63,8 @@ Validation validate_load(const LoadSpec& spec, const std::vector<engine::Generat
   return v;
 }
 
-int64_t weight_bytes_per_step(const model::ModelConfig& config, const backend::Backend& backend,
-                              int64_t uploaded_weight_bytes) {
-  const int64_t embed =
-      int64_t{config.vocab} * config.hidden * static_cast<int64_t>(dtype_size(backend.weight_dtype()));
-  return config.tie_embeddings ? uploaded_weight_bytes : uploaded_weight_bytes - embed;
+int64_t weight_bytes_per_step(const model::ModelConfig& config, const engine::MemoryPlan& plan) {
+  return config.tie_embeddings ? plan.weight_bytes : plan.weight_bytes - plan.embed_bytes;
 }
 
 Json LoadResult::metrics_json(double bandwidth) const {
@@ -134,7 +131,7 @@ LoadResult run_load(const model::Model& model, backend::Backend& backend, const 
   out.plan = engine.memory_plan();
   out.sequence_plan =
       plan_sequence(spec.prompt_len, spec.output_len, engine.budget().budget, engine.budget().window);
-  out.weight_bytes_per_step = weight_bytes_per_step(mc, backend, out.plan.weight_bytes);
+  out.weight_bytes_per_step = weight_bytes_per_step(mc, out.plan);
   out.kv_bytes_per_slot =
       int64_t{2} * mc.n_layers * mc.n_kv_heads * mc.head_dim * engine.kv_bytes_per_element();
 

@@ -75,9 +75,8 @@ struct LoadResult {
 
 LoadResult run_load(const model::Model& model, backend::Backend& backend, const LoadSpec& spec);
 
-// Bytes a decode step reads of the weights on `backend`: every uploaded weight except an untied
-// embedding table (a step reads only its rows).
-int64_t weight_bytes_per_step(const model::ModelConfig& config, const backend::Backend& backend,
-                              int64_t uploaded_weight_bytes);
+// Bytes a decode step reads of the weights as the engine holds them (uploaded, or left in GGUF
+// blocks): all but an untied embedding table (a step reads only its rows).
+int64_t weight_bytes_per_step(const model::ModelConfig& config, const engine::MemoryPlan& plan);
 
 }  // namespace kvdice::bench

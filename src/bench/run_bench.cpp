@@ -17,8 +17,8 @@ Json run_bench(const BenchOptions& options) {
   run["protocol"] = options.protocol;
   run["quick"] = options.quick;
 
-  BenchModel model = load_bench_model(options);
   std::unique_ptr<backend::Backend> backend = backend::make_backend(options.backend);
+  BenchModel model = load_bench_model(options, {backend->block_weight_types()});
   run["model"] = model.source;
   run["model_shape"] = model_shape_json(model.model().config());
   run["model_parameters"] = model.model().weights().parameter_count();

@@ -199,6 +199,7 @@ void add_eval_command(CLI::App& app) {
   run->add_option("--max-batch", r->options.max_batch, "Sequences decoded together");
   run->add_option("--backend", r->options.backend, "cpu, cuda or auto");
   run->add_option("--threads", r->options.threads, "CPU threads (0 = all)");
+  add_kv_pool_flags(run, r->options.pool);
   run->add_flag("--quiet,-q", r->quiet, "No progress line");
   run->add_option("--shard", r->shard, "i/N: only the (problem, run) pairs with stream id = i mod N");
   run->callback([r] { run_eval_run(*r); });

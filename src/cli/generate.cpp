@@ -41,6 +41,7 @@ struct GenerateOptions {
   std::string special_tokens = "parse";
   bool ignore_eos = false;
   backend::BackendOptions backend;
+  kv::PoolRequest pool;
   bool json = false;
   bool quiet = false;
   std::string retention_log;
@@ -102,6 +103,7 @@ void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
   if (o.max_context < 0)
     fail("--max-context must be >= 0 (0 = the model's maximum position), got {}", o.max_context);
   config.max_context = o.max_context;
+  config.pool = o.pool;
   // Validate the cheap things before loading weights.
   auto policy = policy::make_policy(o.policy);
   if (policy->evicts()) {
@@ -112,8 +114,8 @@ void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
   sampling.validate();
 
   const auto model_path = resolve_model_argument(o.model);
-  engine::ModelBundle bundle = engine::load_model_bundle(model_path);
   auto backend = backend::make_backend(o.backend);
+  engine::ModelBundle bundle = engine::load_model_bundle(model_path, {backend->block_weight_types()});
   engine::Engine eng(*bundle.model, *backend, config);
 
   std::vector<int> stop_ids = bundle.generation.eos_ids;
@@ -249,6 +251,7 @@ void add_generate_command(CLI::App& app) {
       cmd, "--max-context", o->max_context, 0, kMaxTokens,
       "Longest KV reservation of one sequence in slots (0 = the model's maximum position, at least 4096)");
   add_backend_flags(cmd, o->backend);
+  add_kv_pool_flags(cmd, o->pool);
   cmd->add_flag("--json", o->json, "Print one JSON record (or an array) instead of text");
   cmd->add_flag("--quiet,-q", o->quiet, "Only the generated text and the final statistics");
   cmd->add_option("--retention-log", o->retention_log,

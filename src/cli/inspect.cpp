@@ -19,6 +19,7 @@ struct PlanOptions {
   int prompt_len = 1024;
   int max_new_tokens = 32768;
   int max_batch = 128;
+  kv::PoolRequest pool;
 };
 
 // What the engine allocates on the backend: weights, activations, and the KV pool with how many
@@ -30,13 +31,11 @@ Json memory_plan(const std::filesystem::path& path, const PlanOptions& o) {
   config.policy = "random_pp";
   config.budget = {o.budget, o.window};
   config.max_batch = o.max_batch;
+  config.pool = o.pool;
   engine::Engine eng(*bundle.model, *be, config);
   const engine::MemoryPlan& p = eng.memory_plan();
   const int64_t budgeted = std::max<int64_t>(o.prompt_len, o.budget) + o.window;
   const int64_t full = int64_t{o.prompt_len} + o.max_new_tokens;
-  auto pages = [&](int64_t slots) {
-    return (slots + p.kv_page_slots - 1) / p.kv_page_slots * p.kv_page_slots;
-  };
   const double gib = 1024.0 * 1024.0 * 1024.0;
   const backend::MemoryInfo mem = be->memory();
   return Json{{"backend", be->name()},
@@ -49,9 +48,10 @@ Json memory_plan(const std::filesystem::path& path, const PlanOptions& o) {
               {"kv_bytes_per_slot", p.kv_bytes_per_slot},
               {"kv_page_slots", p.kv_page_slots},
               {"max_batch", o.max_batch},
-              {"sequences_at_budget", p.kv_pool_slots / pages(budgeted)},
+              {"kv_pool_rule", p.kv_pool_rule},
+              {"sequences_at_budget", eng.sequences_that_fit(budgeted)},
               {"budget_reservation_slots", budgeted},
-              {"sequences_full_attention", p.kv_pool_slots / pages(full)},
+              {"sequences_full_attention", eng.sequences_that_fit(full)},
               {"full_reservation_slots", full}};
 }
 
@@ -152,6 +152,7 @@ void add_inspect_command(CLI::App& app) {
   add_int_option(cmd, "--max-new-tokens,-n", plan->max_new_tokens, 1, kMaxTokens,
                  "Memory plan: new tokens under full attention");
   add_int_option(cmd, "--max-batch", plan->max_batch, 1, 4096, "Memory plan: rows of the decode batch");
+  add_kv_pool_flags(cmd, plan->pool);
   auto check = std::make_shared<bool>(false);
   cmd->add_flag("--check", *check,
                 "Run every validation generate runs (config, tensor names, shapes and types, tokenizer, "

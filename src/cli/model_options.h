@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "kv/pool_sizing.h"
 
 namespace kvdice::cli {
 
@@ -17,5 +18,9 @@ std::filesystem::path resolve_model_argument(const std::string& name_or_path);
 
 // --backend cpu|cuda|auto and --threads on a subcommand that runs a model.
 void add_backend_flags(CLI::App* cmd, backend::BackendOptions& options);
+
+// --kv-slots, --kv-memory-gib and --gpu-memory-utilization on a subcommand that builds a KV pool
+// (kv/pool_sizing.h: at most one of them; none = the default rule).
+void add_kv_pool_flags(CLI::App* cmd, kv::PoolRequest& pool);
 
 }  // namespace kvdice::cli

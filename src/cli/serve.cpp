@@ -2,9 +2,11 @@
 #include <fmt/core.h>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "cli/model_options.h"
 #include "core/error.h"
 #include "engine/model_bundle.h"
+#include "kv/pool_sizing.h"
 #include "policy/eviction_policy.h"
 #include "server/server.h"
 
@@ -17,7 +19,13 @@ struct ServeOptions {
   server::ServerOptions server;
   std::string long_prompt = "warn";
   backend::BackendOptions backend;
+  int max_batch = 0;  // 0 = as the backend suits: memory bounds the batch on CUDA
 };
+
+// Rows of the decode batch when --max-batch is not given: on CUDA the KV pool, not the batch, is the
+// limit; on the CPU a step of many rows is slow, so fewer run at once.
+constexpr int kCudaDefaultMaxBatch = 1024;
+constexpr int kCpuDefaultMaxBatch = 64;
 
 std::unique_ptr<backend::Backend> make_server_backend(const ServeOptions& o) {
   return backend::make_backend(o.backend);
@@ -29,8 +37,7 @@ void run_serve(ServeOptions& o) {
     fail("--long-prompt must be warn or error (got '{}')", o.long_prompt);
   s.limits.kv.long_prompt = o.long_prompt == "error" ? kv::LongPromptRule::Error : kv::LongPromptRule::Warn;
   if (policy::make_policy(s.limits.kv.policy)->evicts()) {
-    if (s.limits.kv.budget <= 0)
-      fail("default policy '{}' needs --budget T (or pass --policy full)", s.limits.kv.policy);
+    if (s.limits.kv.budget <= 0) s.limits.kv.budget = kv::kDefaultServeBudget;  // docs/server.md
     s.limits.kv.spec().validate();
   } else {
     s.limits.kv.budget = 0;
@@ -42,14 +49,24 @@ void run_serve(ServeOptions& o) {
 
   server::block_server_signals();  // before any thread starts, so only sigwait sees SIGINT/SIGTERM
   const auto path = resolve_model_argument(o.model);
-  engine::ModelBundle bundle = engine::load_model_bundle(path);
   auto backend = make_server_backend(o);
+  s.engine.max_batch = o.max_batch > 0 ? o.max_batch : backend->is_cpu() ? kCpuDefaultMaxBatch : kCudaDefaultMaxBatch;
+  engine::ModelBundle bundle = engine::load_model_bundle(path, {backend->block_weight_types()});
   server::Server srv(bundle, *backend, s);
   const int port = srv.bind();
   // One line on stdout, flushed, so scripts and tests can wait for it.
-  fmt::print("kvdice serve: listening on http://{}:{} model '{}' ({}), backend {}, default kv {} T={} r={}\n",
-             s.host, port, s.model_name, bundle.source, backend->name(), s.limits.kv.policy,
-             s.limits.kv.budget, s.limits.kv.window);
+  const server::EngineHost& host = srv.engine_host();
+  const engine::MemoryPlan& plan = host.memory_plan();
+  const int64_t budgeted = int64_t{s.limits.kv.budget} + s.limits.kv.window;
+  fmt::print(
+      "kvdice serve: listening on http://{}:{} model '{}' ({}), backend {}, default kv {} T={} r={}; "
+      "KV pool {} slots ({:.2f} GiB, {}), max batch {}: {} sequences of T + r = {} fit, {} of the full "
+      "context {}\n",
+      s.host, port, s.model_name, bundle.source, backend->name(), s.limits.kv.policy, s.limits.kv.budget,
+      s.limits.kv.window, host.options().kv_slots, plan.kv_pool_bytes / (1024.0 * 1024.0 * 1024.0),
+      plan.kv_pool_rule, s.engine.max_batch,
+      s.limits.kv.budget > 0 ? host.sequences_that_fit(budgeted) : 0, budgeted,
+      host.sequences_that_fit(plan.max_context), plan.max_context);
   std::fflush(stdout);
   const int code = srv.serve_until_signal();
   if (code != 0) fail("server stopped with code {}", code);
@@ -72,18 +89,20 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--api-key", s.api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
   cmd->add_option("--policy", s.limits.kv.policy,
                   "Default eviction policy (a request's kv.policy overrides)");
-  cmd->add_option("--budget,-T", s.limits.kv.budget, "Default KV budget T (kv.budget overrides)");
+  cmd->add_option("--budget,-T", s.limits.kv.budget,
+                  fmt::format("Default KV budget T (kv.budget overrides; default {})", kv::kDefaultServeBudget));
   cmd->add_option("--window,-r", s.limits.kv.window, "Default recency window r (kv.window overrides)");
   cmd->add_option("--long-prompt", o->long_prompt, "Default for a prompt longer than T - r: warn or error");
   cmd->add_option("--max-tokens", s.limits.default_max_tokens,
                   "max_tokens when a request gives none (capped by the context length)");
   cmd->add_option("--max-n", s.limits.max_n, "Largest n a request may ask for");
-  cmd->add_option("--max-batch", s.engine.max_batch, "Sequences decoded together at most");
+  add_int_option(cmd, "--max-batch", o->max_batch, 1, 4096,
+                 fmt::format("Sequences decoded together at most (default {} on CUDA, where the KV pool "
+                             "bounds the batch; {} on the CPU)",
+                             kCudaDefaultMaxBatch, kCpuDefaultMaxBatch));
   cmd->add_option("--max-queue", s.engine.max_queue,
                   "Requests that may wait for KV memory; beyond: HTTP 429");
-  cmd->add_option("--kv-slots", s.engine.kv_slots,
-                  "KV pool: slots (per layer and KV head) reserved across running sequences; a request that "
-                  "can never fit gets HTTP 400");
+  add_kv_pool_flags(cmd, s.engine.pool);  // a request that can never fit the pool gets HTTP 400
   cmd->add_option("--seed", s.engine.eviction_seed, "Seed of the eviction streams");
   cmd->add_option("--chat-template", s.chat_template, "Override the detected chat template");
   cmd->add_option("--max-body-bytes", s.max_body_bytes, "Largest request body (HTTP 413 beyond)");

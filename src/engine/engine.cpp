@@ -102,30 +102,45 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
   const backend::MemoryInfo memory = backend_.memory();
   if (config_.kv_pool_bytes > 0) {
     pages = config_.kv_pool_bytes / page_bytes;
-  } else if (!backend_.is_cpu()) {
-    const int64_t margin = static_cast<int64_t>(kGiB) + memory.total_bytes / 50;
-    pages = (memory.free_bytes - margin) / page_bytes;
+    plan_.kv_pool_rule = fmt::format("{} bytes", config_.kv_pool_bytes);
+    if (pages < 1) fail("a KV pool of {} bytes holds no page of {} bytes", config_.kv_pool_bytes, page_bytes);
   } else {
-    pages = int64_t{config_.max_batch} * max_pages_;
+    kv::PoolInputs in;
+    in.cpu = backend_.is_cpu();
+    in.total_bytes = memory.total_bytes;
+    in.free_bytes = memory.free_bytes;
+    // Scratch that grows with the first steps (attention partials, sampling, eviction) and library
+    // workspaces stay outside the pool.
+    in.reserve_bytes = static_cast<int64_t>(kGiB) + memory.total_bytes / 50;
+    in.page_bytes = page_bytes;
+    in.page_slots = page_slots;
+    in.max_batch = config_.max_batch;
+    in.cpu_default_pages = int64_t{config_.max_batch} * max_pages_;
     if (config_.kv_slot_limit > 0)
-      pages = std::min(pages, config_.kv_slot_limit / page_slots + config_.max_batch);
-    pages = std::min(pages, memory.total_bytes / 2 / page_bytes);
-  }
-  if (pages < 1) {
-    fail(
-        "no memory left for the KV pool: {:.2f} GiB free after weights ({:.2f} GiB) and activations "
-        "({:.2f} GiB), one page of {} slots needs {} bytes",
-        memory.free_bytes / kGiB, forward_->weights().bytes / kGiB, forward_->activation_bytes() / kGiB,
-        page_slots, page_bytes);
+      in.cpu_default_pages = std::min(in.cpu_default_pages, config_.kv_slot_limit / page_slots + config_.max_batch);
+    const kv::PoolPlan sized = kv::plan_kv_pool(config_.pool, in);
+    pages = sized.pages;
+    if (sized.slot_limit > 0)
+      config_.kv_slot_limit =
+          config_.kv_slot_limit > 0 ? std::min(config_.kv_slot_limit, sized.slot_limit) : sized.slot_limit;
+    plan_.kv_pool_rule = sized.rule;
   }
   pool_ = std::make_unique<kv::KvPool>(backend_, shape, std::min<int64_t>(pages, INT32_MAX), page_slots,
                                        signals, n_query_heads);
   plan_.weight_bytes = forward_->weights().bytes;
+  plan_.embed_bytes = forward_->weights().embed_bytes;
   plan_.activation_bytes = forward_->activation_bytes();
   plan_.kv_pool_bytes = pool_->total_bytes();
   plan_.kv_pool_slots = pool_->n_pages() * page_slots;
   plan_.kv_page_slots = page_slots;
   plan_.kv_bytes_per_slot = page_bytes / page_slots;
+  plan_.kv_capacity_slots = config_.kv_slot_limit > 0 ? std::min(config_.kv_slot_limit, plan_.kv_pool_slots)
+                                                      : plan_.kv_pool_slots;
+  plan_.max_context = max_context;
+}
+
+int64_t Engine::sequences_that_fit(int64_t reservation_slots) const {
+  return kv::sequences_that_fit(pool_->n_pages(), pool_->page_slots(), config_.kv_slot_limit, reservation_slots);
 }
 
 // The decode graphs bake in this engine's pool and batch buffers: they go with it.

@@ -22,6 +22,7 @@
 #include "kv/budget.h"
 #include "kv/eviction_round.h"
 #include "kv/kv_pool.h"
+#include "kv/pool_sizing.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "policy/eviction_policy.h"
@@ -35,7 +36,8 @@ struct EngineConfig {
   int max_batch = 64;          // running sequences at once (rows of the decode batch)
   int prefill_chunk = 2048;    // most prompt tokens of one prefill step; longer prompts go in chunks
   int64_t kv_slot_limit = 0;   // total reserved slots across running sequences; 0 = as the pool allows
-  int64_t kv_pool_bytes = 0;   // KV pool size; 0 = sized from free memory (CUDA) or the limits (CPU)
+  int64_t kv_pool_bytes = 0;   // KV pool size; 0 = sized by `pool` (kv/pool_sizing.h)
+  kv::PoolRequest pool;        // --kv-slots / --kv-memory-gib / --gpu-memory-utilization; none = the default
   int max_context = 0;         // longest reservation of one sequence in slots; 0 = the model's max position
   bool graphs = true;          // replay each decode-step shape as one graph where the backend can
   // Let the backend run every layer of a decode step at once where it can (CUDA: one-row steps,
@@ -64,11 +66,17 @@ struct TokenEvent {
 // What the engine allocated on its backend (inspect's memory plan and the run summaries).
 struct MemoryPlan {
   int64_t weight_bytes = 0;
+  int64_t embed_bytes = 0;  // of weight_bytes, the embedding table (a decode step reads one row)
   int64_t activation_bytes = 0;
   int64_t kv_pool_bytes = 0;
   int64_t kv_pool_slots = 0;  // per (layer, KV head)
   int kv_page_slots = 0;
   int64_t kv_bytes_per_slot = 0;  // all layers and heads, K, V and position
+  // Slots (per layer and KV head) running sequences may reserve together: the pool's, or the slot
+  // limit where one is set and smaller. What /metrics reports as capacity.
+  int64_t kv_capacity_slots = 0;
+  int max_context = 0;        // longest reservation of one sequence
+  std::string kv_pool_rule;   // how the pool was sized
 };
 
 // The budget a policy runs under: unbounded when it keeps everything; validated (Error) otherwise.
@@ -96,6 +104,8 @@ class Engine {
   int running() const { return static_cast<int>(running_.size()); }
   int waiting() const { return static_cast<int>(waiting_.size()); }
   int64_t reserved_slots() const { return reserved_slots_; }
+  // Sequences of `reservation_slots` each that the pool (and slot limit) holds together.
+  int64_t sequences_that_fit(int64_t reservation_slots) const;
   // Decode steps whose tokens the host has read so far (a step launched and not yet read is not one).
   int64_t decode_steps() const { return decode_steps_; }
   // Decode steps launched through the backend's fused decoder stack (EngineConfig::fused_decode).

@@ -1,5 +1,5 @@
-// The GGUF half of model_bundle: config, weights (dequantised to fp32), tokenizer and stop ids all
-// come from the one file.
+// The GGUF half of model_bundle: config, weights (dequantised to fp32, or kept in their blocks where
+// the options say so), tokenizer and stop ids all come from the one file.
 #include "engine/model_bundle.h"
 #include "model/gguf_source.h"
 #include "model/weights.h"
@@ -7,16 +7,18 @@
 namespace kvdice::engine {
 namespace fs = std::filesystem;
 
-ModelBundle load_gguf_file(const fs::path& path) {
+ModelBundle load_gguf_file(const fs::path& path, const model::LoadOptions& options) {
   auto file = std::make_shared<const model::GgufFile>(model::GgufFile::open(path));
   ModelBundle bundle;
   bundle.source = path.string();
   bundle.format = "gguf";
   model::ModelConfig config = model::config_from_gguf(*file);
   bundle.generation = model::generation_config_from_gguf(*file);
-  bundle.weight_dtype = "gguf (dequantised to fp32 at load)";
   model::GgufSource source(file);
-  model::ModelWeights weights = model::load_weights(config, source);
+  model::ModelWeights weights = model::load_weights(config, source, options);
+  bundle.weight_dtype = options.keep_block_types.empty()
+                            ? "gguf (dequantised to fp32 at load)"
+                            : "gguf (blocks kept as stored where the backend reads them)";
   bundle.model = std::make_unique<model::Model>(std::move(config), std::move(weights));
   bundle.tokenizer = std::make_unique<tokenizer::Tokenizer>(
       tokenizer::Tokenizer::from_parts(model::tokenizer_parts_from_gguf(*file)));

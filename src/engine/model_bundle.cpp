@@ -8,7 +8,7 @@ namespace kvdice::engine {
 namespace fs = std::filesystem;
 
 // GGUF loading lives in gguf_bundle.cpp.
-ModelBundle load_gguf_file(const fs::path& path);
+ModelBundle load_gguf_file(const fs::path& path, const model::LoadOptions& options);
 CheckpointSummary summarize_gguf(const fs::path& path);
 CheckReport check_gguf(const fs::path& path);
 CheckReport make_check_report(const model::ModelConfig& config, const tokenizer::Tokenizer& tok,
@@ -55,9 +55,9 @@ void check_bundle_consistency(const std::string& where, const model::ModelConfig
   }
 }
 
-ModelBundle load_model_bundle(const fs::path& path) {
+ModelBundle load_model_bundle(const fs::path& path, const model::LoadOptions& options) {
   check_exists(path);
-  ModelBundle bundle = is_gguf_file(path) ? load_gguf_file(path) : load_hf_dir(path);
+  ModelBundle bundle = is_gguf_file(path) ? load_gguf_file(path, options) : load_hf_dir(path);
   check_bundle_consistency(path.string(), bundle.model->config(), *bundle.tokenizer, bundle.generation);
   return bundle;
 }

@@ -10,6 +10,7 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "model/tensor_source.h"
+#include "model/weights.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -24,8 +25,9 @@ struct ModelBundle {
   std::string weight_dtype;  // as stored, e.g. "bfloat16" or "Q4_K_M mix"
 };
 
-// Loads an HF checkpoint directory or a .gguf file; Error naming the path otherwise.
-ModelBundle load_model_bundle(const std::filesystem::path& path);
+// Loads an HF checkpoint directory or a .gguf file; Error naming the path otherwise. `options` says
+// which GGUF block types stay as stored (pass the backend's block_weight_types()).
+ModelBundle load_model_bundle(const std::filesystem::path& path, const model::LoadOptions& options = {});
 // What `inspect` shows, read without converting any weights.
 struct CheckpointSummary {
   std::string format;

@@ -85,6 +85,7 @@ EvalRunSummary run_eval(const EvalRunOptions& o, const EvalLog& log) {
   config.policy = o.policy;
   config.eviction_seed = o.seed;
   config.max_batch = o.max_batch;
+  config.pool = o.pool;
   if (evicts) {
     config.budget = {task.budget, task.window,
                      o.long_prompt == "error" ? kv::LongPromptRule::Error : kv::LongPromptRule::Warn};
@@ -207,6 +208,9 @@ EvalRunSummary run_eval(const EvalRunOptions& o, const EvalLog& log) {
   const int todo = static_cast<int>(pending.size());
   const bool tty = o.progress && isatty(STDERR_FILENO);
   while (!eng.idle()) {
+    if (o.interrupted && o.interrupted())
+      fail("cell {}: interrupted after {} new records; they are committed, run the cell again to resume", cell,
+           summary.completed);
     eng.step();
     for (auto& result : eng.take_finished()) {
       const auto [problem, run] = pending.at(result.id);

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "kv/pool_sizing.h"
 #include "core/json.h"
 #include "eval/shard.h"
 #include "eval/task.h"
@@ -36,8 +37,12 @@ struct EvalRunOptions {
   std::string backend = "auto";
   int threads = 0;
   int max_batch = 64;
+  kv::PoolRequest pool;   // the engine's KV pool size (kv/pool_sizing.h)
   bool progress = false;  // a live progress line on stderr
   ShardSpec shard;        // decode only this shard's (problem, run) pairs; not part of the manifest
+  // Asked between steps; when it returns true the run stops with an Error (what was committed stays,
+  // and running the cell again resumes it). Python's Ctrl-C comes in here.
+  std::function<bool()> interrupted;
 };
 
 struct EvalRunSummary {

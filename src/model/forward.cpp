@@ -45,6 +45,19 @@ class WeightPlan {
     }
     return v;
   }
+  // Parts kept in their GGUF blocks: the weight points at them where they are (no copy, no upload).
+  static Weight blocks(std::initializer_list<const StoredBlocks*> parts, View bias = {}) {
+    Weight out;
+    out.bias = bias;
+    int64_t rows = 0;
+    for (const StoredBlocks* b : parts) {
+      out.blocks.push_back({b->ggml_type, b->data, b->rows, b->row_bytes});
+      rows += b->rows;
+    }
+    const int64_t cols = (*parts.begin())->cols;
+    out.w = View{nullptr, DType::F32, rows, cols, cols};
+    return out;
+  }
   View fused_bias(std::initializer_list<const Tensor*> parts) {
     int64_t n = 0;
     for (const Tensor* t : parts) n += static_cast<int64_t>(t->data.size());
@@ -65,21 +78,32 @@ UploadedWeights plan_weights(const Model& model, backend::Backend& be, backend::
   const ModelWeights& w = model.weights();
   WeightPlan plan(be, carver, upload);
   UploadedWeights out;
-  out.embed = plan.matrix(w.embed);
+  out.embed =
+      w.embed_blocks.empty() ? Weight{plan.matrix(w.embed), {}} : WeightPlan::blocks({&w.embed_blocks});
   for (const LayerWeights& lw : w.layers) {
     UploadedLayer l;
     l.attn_norm = plan.vector(lw.attn_norm);
     l.mlp_norm = plan.vector(lw.mlp_norm);
     l.q_norm = plan.vector(lw.q_norm);
     l.k_norm = plan.vector(lw.k_norm);
-    l.qkv = {plan.fused({&lw.wq, &lw.wk, &lw.wv}), plan.fused_bias({&lw.bq, &lw.bk, &lw.bv})};
-    l.wo = {plan.matrix(lw.wo), {}};
-    l.gate_up = {plan.fused({&lw.w_gate, &lw.w_up}), {}};
-    l.down = {plan.matrix(lw.w_down), {}};
+    const View qkv_bias = plan.fused_bias({&lw.bq, &lw.bk, &lw.bv});
+    l.qkv = lw.wq_blocks.empty()
+                ? Weight{plan.fused({&lw.wq, &lw.wk, &lw.wv}), qkv_bias}
+                : WeightPlan::blocks({&lw.wq_blocks, &lw.wk_blocks, &lw.wv_blocks}, qkv_bias);
+    l.wo = lw.wo_blocks.empty() ? Weight{plan.matrix(lw.wo), {}} : WeightPlan::blocks({&lw.wo_blocks});
+    l.gate_up = lw.w_gate_blocks.empty() ? Weight{plan.fused({&lw.w_gate, &lw.w_up}), {}}
+                                         : WeightPlan::blocks({&lw.w_gate_blocks, &lw.w_up_blocks});
+    l.down = lw.w_down_blocks.empty() ? Weight{plan.matrix(lw.w_down), {}}
+                                      : WeightPlan::blocks({&lw.w_down_blocks});
     out.layers.push_back(l);
   }
   out.final_norm = plan.vector(w.final_norm);
-  out.lm_head = {w.lm_head.empty() ? out.embed : plan.matrix(w.lm_head), {}};
+  if (w.tied()) {
+    out.lm_head = out.embed;
+  } else {
+    out.lm_head = w.lm_head_blocks.empty() ? Weight{plan.matrix(w.lm_head), {}}
+                                           : WeightPlan::blocks({&w.lm_head_blocks});
+  }
   const std::vector<float>& inv_freq = model.rope_inv_freq();
   const View rope = plan.put(inv_freq.data(), 1, static_cast<int64_t>(inv_freq.size()), DType::F32);
   out.rope = {static_cast<const float*>(rope.data), static_cast<int>(inv_freq.size()) * 2};
@@ -94,7 +118,20 @@ UploadedWeights upload_weights(const Model& model, backend::Backend& be) {
   backend::Buffer buffer = be.alloc(measure.used(), "model weights");
   backend::Buffer::Carver carver(buffer);
   UploadedWeights out = plan_weights(model, be, carver, true);
-  out.bytes = static_cast<int64_t>(buffer.bytes());
+  auto held_bytes = [](const Weight& w) {
+    int64_t bytes = 0;
+    for (const backend::BlockRows& b : w.blocks) bytes += b.rows * b.row_bytes;
+    return w.blocks.empty() ? w.w.bytes() : bytes;
+  };
+  int64_t block_bytes = 0;
+  for (const UploadedLayer& l : out.layers)
+    for (const Weight* w : {&l.qkv, &l.wo, &l.gate_up, &l.down})
+      if (!w->blocks.empty()) block_bytes += held_bytes(*w);
+  if (!out.embed.blocks.empty()) block_bytes += held_bytes(out.embed);
+  if (!out.lm_head.blocks.empty() && out.lm_head.blocks[0].data != out.embed.blocks.front().data)
+    block_bytes += held_bytes(out.lm_head);
+  out.bytes = static_cast<int64_t>(buffer.bytes()) + block_bytes;
+  out.embed_bytes = held_bytes(out.embed);
   out.buffers.push_back(std::move(buffer));
   return out;
 }
@@ -157,7 +194,11 @@ backend::View ForwardPass::run(const backend::StepBatch& batch, const kv::KvPool
              gate_up = a_.gate_up.row_slice(0, rows), mlp = a_.mlp.row_slice(0, rows);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 
-  be.embed(batch, weights_.embed, x);
+  if (weights_.embed.blocks.empty()) {
+    be.embed(batch, weights_.embed.w, x);
+  } else {
+    be.embed_blocks(batch, weights_.embed, x);
+  }
   // Every layer at once where the backend has a fused form for this step (EngineConfig::fused_decode);
   // otherwise, and always by default, the layers op by op below, which define what it computes.
   last_run_fused_ = false;

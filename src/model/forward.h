@@ -15,12 +15,13 @@ namespace kvdice::model {
 using UploadedLayer = backend::DecoderLayerWeights;
 
 struct UploadedWeights {
-  backend::View embed;  // [vocab, hidden]
+  backend::Weight embed;  // [vocab, hidden] (no bias)
   std::vector<UploadedLayer> layers;
   backend::View final_norm;
   backend::Weight lm_head;  // the embedding when tied
   backend::Rope rope;
-  int64_t bytes = 0;
+  int64_t bytes = 0;        // every weight as held: uploaded buffers and weights left in GGUF blocks
+  int64_t embed_bytes = 0;  // of which the embedding table
   std::vector<backend::Buffer> buffers;
 };
 

@@ -267,6 +267,20 @@ void GgufSource::check_loadable(const std::string& name) const {
   }
 }
 
+std::optional<StoredBlocks> GgufSource::stored_blocks(const std::string& name) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) return std::nullopt;
+  const GgufTensor& t = *tensors_[it->second].second;
+  const GgmlTypeTraits& traits = ggml_traits(t.type);
+  // Only block formats, whole blocks per row; llama q/k rows are stored permuted (see load_f32).
+  if (t.dims.size() != 2 || traits.block_size == 1 || t.dims[0] % traits.block_size != 0) return std::nullopt;
+  if (architecture_ == "llama" &&
+      (t.name.find(".attn_q.") != std::string::npos || t.name.find(".attn_k.") != std::string::npos))
+    return std::nullopt;
+  const int64_t row_bytes = t.dims[0] / traits.block_size * traits.type_size;
+  return StoredBlocks{static_cast<uint32_t>(t.type), t.data.data(), t.dims[1], t.dims[0], row_bytes};
+}
+
 Tensor GgufSource::load_f32(const std::string& name) const {
   auto it = index_.find(name);
   if (it == index_.end()) fail("{}: tensor {} is missing", file_->where(), name);

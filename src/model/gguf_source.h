@@ -35,6 +35,8 @@ class GgufSource : public TensorSource {
   std::optional<TensorInfo> find(const std::string& name) const override;
   Tensor load_f32(const std::string& name) const override;
   void check_loadable(const std::string& name) const override;
+  std::optional<StoredBlocks> stored_blocks(const std::string& name) const override;
+  std::shared_ptr<const void> storage() const override { return file_; }
 
   const GgufFile& file() const { return *file_; }
 

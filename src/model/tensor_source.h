@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +19,18 @@ struct TensorInfo {
   std::vector<int64_t> shape;  // PyTorch order (outermost first)
 };
 
+// A matrix as stored, in a ggml block format: `rows` rows of `row_bytes` bytes (PyTorch shape
+// [rows, cols]), in memory owned by the source (for GGUF, the mapped file; see TensorSource::storage).
+struct StoredBlocks {
+  uint32_t ggml_type = 0;
+  const uint8_t* data = nullptr;
+  int64_t rows = 0, cols = 0, row_bytes = 0;
+  bool empty() const { return data == nullptr; }
+  StoredBlocks rows_slice(int64_t begin, int64_t n) const {
+    return {ggml_type, data + begin * row_bytes, n, cols, row_bytes};
+  }
+};
+
 class TensorSource {
  public:
   virtual ~TensorSource() = default;
@@ -28,6 +41,11 @@ class TensorSource {
   virtual Tensor load_f32(const std::string& name) const = 0;
   // Error naming the tensor if load_f32 would refuse its stored type; converts nothing.
   virtual void check_loadable(const std::string& name) const = 0;
+  // A 2-D tensor exactly as stored when its rows are whole blocks of a block format and need no
+  // reordering; nullopt otherwise (then load_f32 is the only way). Nothing is copied or converted.
+  virtual std::optional<StoredBlocks> stored_blocks(const std::string& name) const { return std::nullopt; }
+  // Keeps the memory StoredBlocks point into alive (null when the source gives none).
+  virtual std::shared_ptr<const void> storage() const { return nullptr; }
 };
 
 }  // namespace kvdice::model

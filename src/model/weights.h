@@ -10,6 +10,9 @@
 
 namespace kvdice::model {
 
+// With LoadOptions::keep_block_types, a matrix whose stored type is listed stays in its blocks: its
+// *_blocks member is set and its fp32 Tensor is empty. Fused groups (q/k/v, gate/up) are kept only
+// when every member can be, so a group is all blocks or all fp32.
 struct LayerWeights {
   Tensor attn_norm;       // [hidden]
   Tensor wq, wk, wv;      // [q_dim, hidden], [kv_dim, hidden], [kv_dim, hidden]
@@ -19,6 +22,7 @@ struct LayerWeights {
   Tensor mlp_norm;        // [hidden]
   Tensor w_gate, w_up;    // [intermediate, hidden]
   Tensor w_down;          // [hidden, intermediate]
+  StoredBlocks wq_blocks, wk_blocks, wv_blocks, wo_blocks, w_gate_blocks, w_up_blocks, w_down_blocks;
 };
 
 struct ModelWeights {
@@ -26,7 +30,10 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   Tensor final_norm;  // [hidden]
   Tensor lm_head;     // [vocab, hidden]; empty when tied to embed
+  StoredBlocks embed_blocks, lm_head_blocks;
+  std::shared_ptr<const void> storage;  // what the StoredBlocks point into
   const Tensor& output_matrix() const { return lm_head.empty() ? embed : lm_head; }
+  bool tied() const { return lm_head.empty() && lm_head_blocks.empty(); }
   int64_t parameter_count() const;
 };
 
@@ -44,6 +51,11 @@ void check_weights(const ModelConfig& config, const TensorSource& source);
 
 // Loads and shape-checks every tensor the family needs; a missing or mis-shaped tensor is an
 // Error naming the tensor, the expected shape and the source.
-ModelWeights load_weights(const ModelConfig& config, const TensorSource& source);
+struct LoadOptions {
+  // ggml block types to keep as stored (Backend::block_weight_types()); empty: everything fp32.
+  std::vector<uint32_t> keep_block_types;
+};
+ModelWeights load_weights(const ModelConfig& config, const TensorSource& source,
+                          const LoadOptions& options = {});
 
 }  // namespace kvdice::model

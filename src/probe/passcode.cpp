@@ -118,6 +118,7 @@ std::vector<PasscodePolicyResult> run_passcode_probe(
     ec.policy = policy;
     ec.eviction_seed = config.seed;
     ec.max_batch = config.instances;
+    ec.pool = config.pool;
     engine::Engine eng(*bundle.model, backend, ec);
     for (const PasscodeInstance& inst : instances) {
       engine::GenerationRequest req;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "kv/pool_sizing.h"
 #include "core/json.h"
 #include "engine/model_bundle.h"
 
@@ -24,6 +25,7 @@ struct PasscodeConfig {
   uint64_t seed = 1;  // passcodes, fillers and eviction draws
   bool enable_thinking = true;
   std::string chat_template;  // override; empty = detect
+  kv::PoolRequest pool;       // the engine's KV pool size (kv/pool_sizing.h)
 };
 
 struct PasscodeInstance {

@@ -17,13 +17,16 @@ EngineHost::EngineHost(const model::Model& model, backend::Backend& backend, Hos
     : model_(model), backend_(backend), options_(options), metrics_(metrics) {
   if (options_.max_batch < 1) fail("--max-batch must be >= 1 (got {})", options_.max_batch);
   if (options_.max_queue < 1) fail("--max-queue must be >= 1 (got {})", options_.max_queue);
-  if (options_.kv_slots < 1) fail("--kv-slots must be >= 1 (got {})", options_.kv_slots);
   engine::EngineConfig config;
   config.policy = "full";  // every request brings its own KV settings
   config.eviction_seed = options_.eviction_seed;
   config.max_batch = options_.max_batch;
-  config.kv_slot_limit = options_.kv_slots;
+  config.pool = options_.pool;
+  // The CPU pool is lazily-touched RAM: with no size given, the server admits 65,536 slots at most.
+  const kv::PoolRequest& p = options_.pool;
+  if (backend_.is_cpu() && p.kv_slots == 0 && p.kv_memory_gib == 0) config.kv_slot_limit = kCpuDefaultKvSlots;
   engine_ = std::make_unique<engine::Engine>(model_, backend_, config);
+  options_.kv_slots = engine_->memory_plan().kv_capacity_slots;
   engine_->set_token_callback([this](const engine::TokenEvent& ev) { on_token(ev); });
   thread_ = std::thread([this] { thread_main(); });
 }

@@ -51,10 +51,16 @@ struct Job {
   std::string error;  // set when the engine failed or a drain ran out of time
 };
 
+// Reserved slots the server admits at most on the CPU when no pool size is given.
+inline constexpr int64_t kCpuDefaultKvSlots = int64_t{1} << 16;
+
 struct HostOptions {
   int max_batch = 64;          // running sequences at once
   int max_queue = 64;          // waiting jobs beyond which a request gets 429
-  int64_t kv_slots = 1 << 16;  // pool: reserved slots (per layer and KV head) across running sequences
+  kv::PoolRequest pool;        // how the engine sizes its KV pool (kv/pool_sizing.h)
+  // Reserved slots (per layer and KV head) across running sequences: set from the engine's pool when
+  // the host starts (MemoryPlan::kv_capacity_slots), so admission and /metrics use the exact capacity.
+  int64_t kv_slots = 0;
   uint64_t eviction_seed = 0;
 };
 
@@ -76,6 +82,9 @@ class EngineHost {
   bool draining() const;
 
   const HostOptions& options() const { return options_; }
+  const engine::MemoryPlan& memory_plan() const { return engine_->memory_plan(); }
+  // Sequences of `reservation_slots` each that the pool holds together.
+  int64_t sequences_that_fit(int64_t reservation_slots) const { return engine_->sequences_that_fit(reservation_slots); }
   int64_t queue_depth() const;
 
  private:

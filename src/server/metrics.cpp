@@ -89,6 +89,8 @@ void Metrics::add_eviction_rounds(int64_t n) { h_->eviction_rounds->Increment(st
 void Metrics::add_cancelled(int64_t n) { h_->cancelled->Increment(static_cast<double>(n)); }
 void Metrics::set_queue(int64_t n) { h_->queue->Set(static_cast<double>(n)); }
 void Metrics::set_running(int64_t n) { h_->running->Set(static_cast<double>(n)); }
+void Metrics::set_kv_capacity(int64_t slots) { h_->kv_capacity->Set(static_cast<double>(slots)); }
+
 void Metrics::set_kv(int64_t reserved, int64_t resident) {
   h_->kv_reserved->Set(static_cast<double>(reserved));
   h_->kv_resident->Set(static_cast<double>(resident));

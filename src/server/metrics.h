@@ -28,6 +28,7 @@ class Metrics {
   void set_queue(int64_t waiting_requests);
   void set_running(int64_t sequences);
   void set_kv(int64_t reserved_slots, int64_t resident_slots);
+  void set_kv_capacity(int64_t slots);
   void observe_first_token(double seconds);
   void observe_token_interval(double seconds);
   void observe_engine_call(double seconds);  // one engine callback interval (a decode step, roughly)

@@ -71,6 +71,8 @@ struct Server::Impl {
         options(std::move(o)),
         metrics(options.engine.kv_slots),
         host(*b.model, backend, options.engine, metrics) {
+    options.engine.kv_slots = host.options().kv_slots;  // the engine's pool, exact
+    metrics.set_kv_capacity(options.engine.kv_slots);
     try {
       chat_template = engine::resolve_chat_template(bundle, options.chat_template);
       has_chat_template = true;
@@ -329,6 +331,8 @@ Server::Server(const engine::ModelBundle& bundle, backend::Backend& backend, Ser
     : impl_(std::make_unique<Impl>(bundle, backend, std::move(options))) {}
 
 Server::~Server() = default;
+
+const EngineHost& Server::engine_host() const { return impl_->host; }
 
 int Server::bind() {
   auto& o = impl_->options;

@@ -35,6 +35,8 @@ class Server {
   // Serves until SIGINT or SIGTERM (which the caller must have blocked in every thread), then
   // drains: no new requests, running ones finish within the drain timeout. Returns the exit code.
   int serve_until_signal();
+  // The engine host: its pool (memory plan, capacity) for the start-up line.
+  const EngineHost& engine_host() const;
 
  private:
   struct Impl;

@@ -28,6 +28,7 @@ class RunningServer:
         if "listening on" not in line:
             self.proc.kill()
             raise RuntimeError(f"server did not start: {line!r} {self.proc.stderr.read()}")
+        self.start_line = line
         self.base = line.split("listening on ")[1].split()[0]
         self.port = int(self.base.rsplit(":", 1)[1])
 

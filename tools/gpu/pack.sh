@@ -8,6 +8,7 @@ rm -rf .gpu-bin && mkdir -p .gpu-bin/lib
 cp "$BUILD/kvdice" "$BUILD/test_backend" .gpu-bin/
 # The commit the binaries were built from (the GPU machine's copy of the tree has no git history).
 git describe --always --dirty --abbrev=12 > .gpu-bin/COMMIT
+[ -f "$BUILD/test_engine_soak" ] && cp "$BUILD/test_engine_soak" .gpu-bin/
 [ -f "$BUILD/kvdice_gemv_chain_bench" ] && cp "$BUILD/kvdice_gemv_chain_bench" .gpu-bin/
 [ -f "$BUILD/kvdice_gemm_sweep" ] && cp "$BUILD/kvdice_gemm_sweep" .gpu-bin/
 # The kernel timeline's CUPTI injection library (tools/gpu/kernel_trace.cpp), with CUPTI beside it.

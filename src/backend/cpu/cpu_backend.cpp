@@ -1,7 +1,10 @@
-// The fp32 reference backend: readable loops (OpenMP over rows, heads and sequences), OpenBLAS for the
-// GEMMs, memory in host RAM. Every CUDA op is checked against the op of the same name here.
+// The fp32 reference backend: readable loops (a persistent worker pool over rows, heads, sequences and
+// output slices: worker_pool.h says why not OpenMP), OpenBLAS for the
+// GEMMs, memory in host RAM. Every CUDA op is checked against the op of the same name here. With
+// CpuMath::Fast, GGUF weights of the types quant_dot.h reads stay in their blocks and the linear
+// layers multiply them with int8-quantised activations; everything else is fp32 either way.
 #include <cblas.h>
-#include <omp.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -14,6 +17,8 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_eviction.h"
+#include "backend/cpu/quant_dot.h"
+#include "backend/cpu/worker_pool.h"
 #include "backend/sampling_rule.h"
 #include "core/error.h"
 #include "policy/eviction_policy.h"
@@ -29,13 +34,25 @@ float* row(const View& v, int64_t r) { return f32(v) + r * v.ld; }
 
 class CpuBackend final : public Backend {
  public:
-  // One thread pool only: OpenBLAS runs single-threaded inside our OpenMP slices, because two
-  // pools on the same cores spin against each other (measured: 2 threads ran slower than 1).
-  explicit CpuBackend(int threads) : threads_(threads > 0 ? threads : omp_get_max_threads()) {
+  // One thread pool only: OpenBLAS runs single-threaded inside our slices, because two pools on the
+  // same cores spin against each other (measured: 2 threads ran slower than 1).
+  CpuBackend(int threads, CpuMath math)
+      : threads_(threads > 0 ? threads : available_cores()),
+        math_(math),
+        isa_(cpu::best_isa()),
+        pool_(threads_) {
     openblas_set_num_threads(1);
   }
 
-  std::string name() const override { return fmt::format("cpu (fp32, {} threads)", threads_); }
+  std::string name() const override {
+    if (math_ == CpuMath::Exact) return fmt::format("cpu (fp32, {} threads)", threads_);
+    return fmt::format("cpu (GGUF blocks x int8 activations, {}; fp32 otherwise; {} threads)",
+                       cpu::isa_name(isa_), threads_);
+  }
+  std::vector<uint32_t> block_weight_types() const override {
+    if (math_ == CpuMath::Exact) return {};
+    return {cpu::kQ5_0, cpu::kQ8_0, cpu::kQ4_K, cpu::kQ6_K};
+  }
   bool is_cpu() const override { return true; }
   DType activation_dtype() const override { return DType::F32; }
   DType weight_dtype() const override { return DType::F32; }
@@ -88,17 +105,30 @@ class CpuBackend final : public Backend {
     for (int r = 0; r < batch.n_rows; ++r) std::copy_n(row(table, batch.tokens[r]), x.cols, row(x, r));
   }
 
+  void embed_blocks(const StepBatch& batch, const Weight& table, const View& x) override {
+    for (int r = 0; r < batch.n_rows; ++r) {
+      int64_t token = batch.tokens[r];
+      for (const BlockRows& part : table.blocks) {
+        if (token < part.rows) {
+          cpu::dequantize_row(part.ggml_type, part.data + token * part.row_bytes, x.cols, row(x, r));
+          break;
+        }
+        token -= part.rows;
+      }
+    }
+  }
+
   void rmsnorm(const View& x, const View& w, const View& y, float eps) override {
     const int64_t dim = x.cols;
-#pragma omp parallel for num_threads(threads_) if (x.rows > 1)
-    for (int64_t r = 0; r < x.rows; ++r) {
+    for_each(x.rows, [&](int64_t r_index) {
+      const int64_t r = static_cast<int64_t>(r_index);
       const float* xr = row(x, r);
       float* yr = row(y, r);
       double sum = 0.0;
       for (int64_t i = 0; i < dim; ++i) sum += static_cast<double>(xr[i]) * xr[i];
       const float inv = 1.0f / std::sqrt(static_cast<float>(sum / dim) + eps);
       for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * f32(w)[i];
-    }
+    });
   }
 
   void matmul(const View& x, const Weight& w, const View& y, bool accumulate) override {
@@ -106,11 +136,25 @@ class CpuBackend final : public Backend {
               out = static_cast<int>(w.w.rows);
     KVDICE_CHECK(w.w.cols == in && y.cols == out && y.rows == rows, "matmul [{}x{}]·[{}x{}]^T into [{}x{}]",
                  rows, in, out, w.w.cols, y.rows, y.cols);
+    if (!w.blocks.empty()) {
+      matmul_blocks(x, w, y, accumulate);
+    } else {
+      matmul_f32(x, w, y, accumulate);
+    }
+    if (!w.bias.empty()) {
+      for (int r = 0; r < rows; ++r)
+        for (int o = 0; o < out; ++o) row(y, r)[o] += f32(w.bias)[o];
+    }
+  }
+
+  void matmul_f32(const View& x, const Weight& w, const View& y, bool accumulate) {
+    const int rows = static_cast<int>(x.rows), in = static_cast<int>(x.cols),
+              out = static_cast<int>(w.w.rows);
     const float beta = accumulate ? 1.0f : 0.0f;
     // Each thread computes a contiguous slice of output features (rows of W).
-    const int slices = std::min(threads_, std::max(1, out / 64));
-#pragma omp parallel for num_threads(slices) schedule(static)
-    for (int t = 0; t < slices; ++t) {
+    const int slices = std::min(4 * threads_, std::max(1, out / 64));
+    for_each(slices, [&](int64_t t_index) {
+      const int t = static_cast<int>(t_index);
       const int begin = static_cast<int>(int64_t(out) * t / slices),
                 end = static_cast<int>(int64_t(out) * (t + 1) / slices);
       const float* w_slice = row(w.w, begin);
@@ -122,19 +166,53 @@ class CpuBackend final : public Backend {
                     static_cast<int>(x.ld), w_slice, static_cast<int>(w.w.ld), beta, f32(y) + begin,
                     static_cast<int>(y.ld));
       }
+    });
+  }
+
+  // y[r][o] (+)= dot(weight row o in its blocks, x row r quantised to int8 blocks of 32). The
+  // activations are quantised once per op; each chunk is a contiguous range of output rows, each
+  // weight row read once for all x rows.
+  void matmul_blocks(const View& x, const Weight& w, const View& y, bool accumulate) {
+    const int64_t rows = x.rows, in = x.cols;
+    cpu::quantize_rows(f32(x), rows, in, x.ld, activations_);
+    struct Part {
+      cpu::RowDot dot;
+      const uint8_t* data;
+      int64_t begin, end, row_bytes;
+    };
+    std::vector<Part> parts;
+    int64_t out = 0;
+    for (const BlockRows& b : w.blocks) {
+      KVDICE_CHECK(b.row_bytes == cpu::block_row_bytes(b.ggml_type, in),
+                   "block rows of {} bytes for {} columns", b.row_bytes, in);
+      parts.push_back({cpu::row_dot(b.ggml_type, isa_), b.data, out, out + b.rows, b.row_bytes});
+      out += b.rows;
     }
-    if (!w.bias.empty()) {
-      for (int r = 0; r < rows; ++r)
-        for (int o = 0; o < out; ++o) row(y, r)[o] += f32(w.bias)[o];
-    }
+    KVDICE_CHECK(out == w.w.rows, "block rows add up to {}, the weight has {}", out, w.w.rows);
+    const cpu::QuantizedRows& xq = activations_;
+    const int slices = static_cast<int>(std::min<int64_t>(4 * threads_, std::max<int64_t>(1, out / 64)));
+    for_each(slices, [&](int64_t t_index) {
+      const int t = static_cast<int>(t_index);
+      const int64_t begin = out * t / slices, end = out * (t + 1) / slices;
+      for (const Part& p : parts) {
+        for (int64_t o = std::max(begin, p.begin); o < std::min(end, p.end); ++o) {
+          const uint8_t* wr = p.data + (o - p.begin) * p.row_bytes;
+          for (int64_t r = 0; r < rows; ++r) {
+            const float v = p.dot(wr, xq.q_row(r), xq.scale_row(r), xq.sum16_row(r), in);
+            float& dst = row(y, r)[o];
+            dst = accumulate ? dst + v : v;
+          }
+        }
+      }
+    });
   }
 
   void qk_norm_rope_append(const StepBatch& batch, const View& qkv, const View& q_norm, const View& k_norm,
                            float eps, const Rope& rope, const KvLayer& kv, const View& q,
                            int n_heads) override {
     const int hd = kv.head_dim, n_kv = kv.n_kv_heads;
-#pragma omp parallel for num_threads(threads_) if (batch.n_rows > 1)
-    for (int r = 0; r < batch.n_rows; ++r) {
+    for_each(batch.n_rows, [&](int64_t r_index) {
+      const int r = static_cast<int>(r_index);
       const int s = batch.row_seq[r];
       const int i = r - batch.seq_row_begin[s];
       const int32_t position = batch.appended[s] + i;
@@ -167,7 +245,7 @@ class CpuBackend final : public Backend {
       const int n_new = batch.seq_row_begin[s + 1] - batch.seq_row_begin[s];
       if (kv.query_ring && batch.budget[s] > 0 && i >= n_new - batch.window[s])
         record_query(kv, pages, position % batch.window[s], q_out, n_heads);
-    }
+    });
   }
 
   // The query ring of backend.h's KvLayer: one slot per position modulo r, all query heads.
@@ -186,8 +264,8 @@ class CpuBackend final : public Backend {
     const int hd = kv.head_dim, group = n_heads / kv.n_kv_heads;
     // One task per (row, query head): its query against the head's visible slots.
     const int n_tasks = batch.n_rows * n_heads;
-#pragma omp parallel for num_threads(threads_) schedule(dynamic)
-    for (int task = 0; task < n_tasks; ++task) {
+    for_each(n_tasks, [&](int64_t task_index) {
+      const int task = static_cast<int>(task_index);
       const int r = task / n_heads, head = task % n_heads, g = head / group;
       const int s = batch.row_seq[r];
       const int visible = batch.length[s] + (r - batch.seq_row_begin[s]) + 1;
@@ -203,7 +281,7 @@ class CpuBackend final : public Backend {
         const float* vj = static_cast<const float*>(kv.values) + slot_offset(j);
         for (int c = 0; c < hd; ++c) oi[c] += weights[j] * vj[c];
       }
-    }
+    });
     if (kv.attention_mass) accumulate_attention(batch, q, kv, n_heads, scale);
   }
 
@@ -237,8 +315,8 @@ class CpuBackend final : public Backend {
                             float scale) {
     const int hd = kv.head_dim, group = n_heads / kv.n_kv_heads;
     const int n_tasks = batch.n_seqs * kv.n_kv_heads;
-#pragma omp parallel for num_threads(threads_) schedule(dynamic)
-    for (int task = 0; task < n_tasks; ++task) {
+    for_each(n_tasks, [&](int64_t task_index) {
+      const int task = static_cast<int>(task_index);
       const int s = task / kv.n_kv_heads, g = task % kv.n_kv_heads;
       const int32_t* pages = batch.page_table + int64_t{s} * batch.max_pages;
       std::vector<float> weights;
@@ -250,18 +328,18 @@ class CpuBackend final : public Backend {
             kv.attention_mass[kv.slot_index(pages[j / kv.page_slots], g, j % kv.page_slots)] += weights[j];
         }
       }
-    }
+    });
   }
 
   void silu_mul(const View& gate_up, const View& out) override {
     const int64_t n = out.cols;
-#pragma omp parallel for num_threads(threads_) if (out.rows * n > 65536)
-    for (int64_t r = 0; r < out.rows; ++r) {
+    for_each(out.rows, [&](int64_t r_index) {
+      const int64_t r = static_cast<int64_t>(r_index);
       const float* gate = row(gate_up, r);
       const float* up = gate + n;
       float* o = row(out, r);
       for (int64_t i = 0; i < n; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-    }
+    });
   }
 
   void gather_last_rows(const StepBatch& batch, const View& x, const View& out) override {
@@ -279,8 +357,8 @@ class CpuBackend final : public Backend {
 
   void sample(const StepBatch& batch, const View& logits) override {
     const int vocab = static_cast<int>(logits.cols);
-#pragma omp parallel for num_threads(threads_) if (batch.n_seqs > 1)
-    for (int s = 0; s < batch.n_seqs; ++s) {
+    for_each(batch.n_seqs, [&](int64_t s_index) {
+      const int s = static_cast<int>(s_index);
       const float* l = row(logits, s);
       if (!std::all_of(l, l + vocab, [](float v) { return std::isfinite(v); })) {
         batch.next_token[s] = kNonFiniteLogits;
@@ -294,7 +372,7 @@ class CpuBackend final : public Backend {
                                                batch.sample_key[s], static_cast<uint32_t>(batch.gen_step[s]));
       }
       batch.gen_step[s] += 1;
-    }
+    });
   }
 
   void evict(const StepBatch& batch, const std::vector<KvLayer>& layers, const policy::EvictionPolicy& policy,
@@ -333,11 +411,32 @@ class CpuBackend final : public Backend {
     }
   }
 
+  // The cores this process may run on (its affinity mask).
+  static int available_cores() {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+    return std::max(1, CPU_COUNT(&set));
+  }
+
+  // fn(i) for i in [0, n) on the pool, in contiguous ranges.
+  template <class Fn>
+  void for_each(int64_t n, Fn&& fn) {
+    pool_.parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) fn(i);
+    });
+  }
+
   int threads_;
+  CpuMath math_;
+  cpu::Isa isa_;
+  cpu::WorkerPool pool_;
+  cpu::QuantizedRows activations_;  // scratch of matmul_blocks, kept to avoid an allocation per op
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }
+std::unique_ptr<Backend> make_cpu_backend(int threads, CpuMath math) {
+  return std::make_unique<CpuBackend>(threads, math);
+}
 
 }  // namespace kvdice::backend

@@ -35,7 +35,8 @@ void require_dtype(const View& v, DType dtype, const char* op, const char* what)
     fail("CUDA {}: {} must be {}, got {}", op, what, dtype_name(dtype), dtype_name(v.dtype));
 }
 
-// Device scratch that only grows (reallocated outside the hot path, after the stream drains).
+// Device scratch that only grows (reallocated outside the hot path, after the stream drains). A
+// recorded graph bakes in the addresses it was recorded with, so a reallocation drops every graph.
 struct Scratch {
   void* data = nullptr;
   size_t bytes = 0;
@@ -66,10 +67,11 @@ class CudaBackend final : public Backend {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
     gemm_.reset();
+    layer_tables_.clear();
     params_.clear();  // device tables, freed while the device is current
     for (Scratch* s :
          {&attention_scratch_, &split_counters_, &mass_scratch_, &sample_scratch_, &keep_scratch_,
-          &layer_table_, &score_scratch_, &round_keep_scratch_, &decoder_stack_scratch_})
+          &score_scratch_, &round_keep_scratch_, &decoder_stack_scratch_})
       if (s->data != nullptr) cudaFree(s->data);
     for (cudaEvent_t e : ticket_events_)
       if (e != nullptr) cudaEventDestroy(e);
@@ -612,11 +614,13 @@ class CudaBackend final : public Backend {
 
   bool begin_capture() override {
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    capturing_ = true;
     return true;
   }
 
   void end_capture(const void* owner, uint64_t key) override {
     cudaGraph_t graph = nullptr;
+    capturing_ = false;
     CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
     cudaGraphExec_t exec = nullptr;
     const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
@@ -632,6 +636,8 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
     return true;
   }
+
+  int64_t graphs_dropped() const override { return graphs_dropped_; }
 
   void drop_graphs(const void* owner) override {
     for (auto it = graphs_.begin(); it != graphs_.end();) {
@@ -697,48 +703,52 @@ class CudaBackend final : public Backend {
     const policy::SelectionLayer* selection;
   };
 
+  // One table per pool (per set of layer pointers), uploaded the first time its pool is evicted and
+  // kept while the backend lives: a graph recorded for one pool keeps reading its own table however
+  // many other pools (engines, benchmark pools) evict in between, and a recording never uploads.
+  struct LayerTableEntry {
+    Buffer memory;
+    LayerTable table{};
+  };
   const LayerTable* upload_layer_table(const std::vector<KvLayer>& layers) {
+    std::vector<const void*> key;
+    key.reserve(layers.size() * 6);
+    for (const KvLayer& kv : layers)
+      for (const void* p : {static_cast<const void*>(kv.keys), static_cast<const void*>(kv.values),
+                            static_cast<const void*>(kv.positions), static_cast<const void*>(kv.value_range),
+                            static_cast<const void*>(kv.attention_mass), static_cast<const void*>(kv.query_ring)})
+        key.push_back(p);
+    if (auto it = layer_tables_.find(key); it != layer_tables_.end()) return &it->second.table;
+    if (capturing_) {
+      abort_capture();
+      fail("CUDA evict: a KV pool's layer table is uploaded by an eager step, never inside a recording");
+    }
     std::vector<DeviceKvLayer> host(layers.size());
     std::vector<policy::SelectionLayer> selection(layers.size());
+    std::vector<const int32_t*> positions(layers.size());
     for (size_t l = 0; l < layers.size(); ++l) {
       const KvLayer& kv = layers[l];
       host[l] = {kv.keys, kv.values, kv.positions, kv.value_range, kv.attention_mass};
       selection[l] = {kv.keys, kv.positions, kv.value_range, kv.query_ring, kv.attention_mass};
+      positions[l] = kv.positions;
     }
-    const bool same = host.size() == table_host_.size() &&
-                      std::equal(host.begin(), host.end(), table_host_.begin(),
-                                 [](const auto& a, const auto& b) {
-                                   return a.keys == b.keys && a.values == b.values &&
-                                          a.positions == b.positions && a.value_range == b.value_range &&
-                                          a.attention_mass == b.attention_mass;
-                                 }) &&
-                      std::equal(selection.begin(), selection.end(), selection_host_.begin(),
-                                 [](const auto& a, const auto& b) { return a.query_ring == b.query_ring; });
-    if (!same) {
-      // Rare (once per KV pool), so a synchronous copy is fine; a captured graph never reaches it.
-      auto round_up = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
-      const size_t layer_bytes = round_up(sizeof(DeviceKvLayer) * host.size());
-      const size_t position_bytes = round_up(sizeof(int32_t*) * host.size());
-      char* base = static_cast<char*>(
-          grow(layer_table_, layer_bytes + position_bytes + sizeof(policy::SelectionLayer) * host.size(),
-               "layer table"));
-      std::vector<const int32_t*> positions(host.size());
-      for (size_t l = 0; l < host.size(); ++l) positions[l] = host[l].positions;
-      CUDA_CHECK(cudaMemcpyAsync(base, host.data(), sizeof(DeviceKvLayer) * host.size(),
-                                 cudaMemcpyHostToDevice, stream_));
-      CUDA_CHECK(cudaMemcpyAsync(base + layer_bytes, positions.data(), sizeof(int32_t*) * host.size(),
-                                 cudaMemcpyHostToDevice, stream_));
-      CUDA_CHECK(cudaMemcpyAsync(base + layer_bytes + position_bytes, selection.data(),
-                                 sizeof(policy::SelectionLayer) * host.size(), cudaMemcpyHostToDevice,
-                                 stream_));
-      CUDA_CHECK(cudaStreamSynchronize(stream_));
-      table_ = {reinterpret_cast<DeviceKvLayer*>(base),
-                reinterpret_cast<const int32_t* const*>(base + layer_bytes),
-                reinterpret_cast<const policy::SelectionLayer*>(base + layer_bytes + position_bytes)};
-      table_host_ = std::move(host);
-      selection_host_ = std::move(selection);
-    }
-    return &table_;
+    auto round_up = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+    const size_t layer_bytes = round_up(sizeof(DeviceKvLayer) * host.size());
+    const size_t position_bytes = round_up(sizeof(int32_t*) * host.size());
+    LayerTableEntry entry;
+    entry.memory = alloc(layer_bytes + position_bytes + sizeof(policy::SelectionLayer) * host.size(), "layer table");
+    char* base = static_cast<char*>(entry.memory.data());
+    // Rare (once per KV pool), so a synchronous copy is fine.
+    CUDA_CHECK(cudaMemcpyAsync(base, host.data(), sizeof(DeviceKvLayer) * host.size(), cudaMemcpyHostToDevice,
+                               stream_));
+    CUDA_CHECK(cudaMemcpyAsync(base + layer_bytes, positions.data(), sizeof(int32_t*) * host.size(),
+                               cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(base + layer_bytes + position_bytes, selection.data(),
+                               sizeof(policy::SelectionLayer) * host.size(), cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    entry.table = {reinterpret_cast<DeviceKvLayer*>(base), reinterpret_cast<const int32_t* const*>(base + layer_bytes),
+                   reinterpret_cast<const policy::SelectionLayer*>(base + layer_bytes + position_bytes)};
+    return &layer_tables_.emplace(std::move(key), std::move(entry)).first->second.table;
   }
 
   // A scoring policy's device options, its table uploaded once (keyed by the policy object and its
@@ -799,15 +809,22 @@ class CudaBackend final : public Backend {
     }
   }
 
-  // Grows `s` to at least `bytes` (waiting for the stream first: kernels may still read the old one).
+  // Grows `s` to at least `bytes`. The new buffer is allocated before the old one is freed (a failed
+  // allocation leaves the old one and every recording valid); once the old one is freed, every
+  // recorded graph is dropped, since any of them may have baked in its address (a replay would write
+  // freed memory: the illegal address under server load, where a prefill or a larger batch grew a
+  // scratch after smaller batches had been recorded). Owners record again on their next step.
   void* grow(Scratch& s, size_t bytes, const char* what) {
     if (bytes <= s.bytes) return s.data;
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (s.data != nullptr) CUDA_CHECK(cudaFree(s.data));
-    s.data = nullptr;
-    s.bytes = 0;
+    if (capturing_) {
+      // Every shape runs eagerly before it is recorded, so its scratch has grown already.
+      abort_capture();
+      fail("CUDA: {} scratch would grow to {} bytes inside a recording", what, bytes);
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // kernels may still read the old buffer
     const size_t rounded = (bytes + (size_t{1} << 20) - 1) >> 20 << 20;
-    const cudaError_t status = cudaMalloc(&s.data, rounded);
+    void* fresh = nullptr;
+    const cudaError_t status = cudaMalloc(&fresh, rounded);
     if (status == cudaErrorMemoryAllocation) {
       cudaGetLastError();
       const MemoryInfo info = memory();
@@ -816,10 +833,30 @@ class CudaBackend final : public Backend {
            static_cast<double>(info.total_bytes) / kGiB);
     }
     CUDA_CHECK(status);
-    CUDA_CHECK(cudaMemsetAsync(s.data, 0, rounded, stream_));  // split counters start at zero
+    CUDA_CHECK(cudaMemsetAsync(fresh, 0, rounded, stream_));  // split counters start at zero
+    if (s.data != nullptr) {
+      drop_all_graphs();
+      CUDA_CHECK(cudaFree(s.data));
+    }
+    s.data = fresh;
     s.bytes = rounded;
     note_memory_use();
     return s.data;
+  }
+
+  void drop_all_graphs() {
+    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    graphs_dropped_ += static_cast<int64_t>(graphs_.size());
+    graphs_.clear();
+  }
+
+  // Ends a recording that cannot complete, discarding it, so the stream is usable after the error.
+  void abort_capture() {
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(stream_, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();
   }
 
   int device_;
@@ -831,14 +868,14 @@ class CudaBackend final : public Backend {
   int* error_host_ = nullptr;    // pinned, mapped: written by the eviction kernels
   int* error_device_ = nullptr;  // the same word as the device sees it
   std::unique_ptr<cuda::LtGemm> gemm_;
-  Scratch attention_scratch_, split_counters_, mass_scratch_, sample_scratch_, keep_scratch_, layer_table_,
-      score_scratch_, round_keep_scratch_, decoder_stack_scratch_;
+  Scratch attention_scratch_, split_counters_, mass_scratch_, sample_scratch_, keep_scratch_, score_scratch_,
+      round_keep_scratch_, decoder_stack_scratch_;
+  bool capturing_ = false;       // between begin_capture and end_capture
+  int64_t graphs_dropped_ = 0;   // recordings destroyed because a scratch buffer they used moved
   int64_t decoder_stack_launches_ = 0;  // recorded or eager (a graph replay is not counted)
   std::string decoder_stack_declined_;  // why a one-row step last took the op-by-op path
-  std::vector<DeviceKvLayer> table_host_;
-  std::vector<policy::SelectionLayer> selection_host_;
+  std::map<std::vector<const void*>, LayerTableEntry> layer_tables_;
   std::map<const policy::EvictionPolicy*, CachedParams> params_;
-  LayerTable table_{};
   mutable int64_t peak_used_bytes_ = 0;  // high-water mark of total - free (peak_memory_bytes)
 
   void note_memory_use() const {

@@ -1,0 +1,58 @@
+// Weight rows kept in their GGUF block formats (Q5_0, Q8_0, Q4_K, Q6_K) and dotted with an activation
+// row quantised to int8 blocks of 32, as integer dot products per block (the CPU backend's
+// `--cpu-math fast`). At batch 1 a step reads every weight once, so reading 4.5-8.5 bits a weight
+// instead of fp32's 32 is what sets its speed. One kernel per block type and instruction set; the
+// best the CPU has is chosen at run time, so one binary runs on any x86-64 (and elsewhere, scalar).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace kvdice::backend::cpu {
+
+// ggml type ids (as stored in GGUF) of the formats the kernels read.
+inline constexpr uint32_t kQ5_0 = 6, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14;
+bool is_block_type(uint32_t ggml_type);
+int64_t block_elements(uint32_t ggml_type);  // 32 or 256
+int64_t block_bytes(uint32_t ggml_type);
+// Bytes of one row of `cols` elements (cols a multiple of block_elements).
+inline int64_t block_row_bytes(uint32_t ggml_type, int64_t cols) {
+  return cols / block_elements(ggml_type) * block_bytes(ggml_type);
+}
+
+// Activation rows as int8 blocks of 32: x[r][i] ~ scale[r][i / 32] * q[r][i] (round to nearest,
+// scale = max|x| / 127 per block); sum16[r][j] is the sum of q over elements [16 j, 16 j + 16), which
+// the formats with an offset or a minimum need.
+struct QuantizedRows {
+  int64_t cols = 0;
+  std::vector<int8_t> q;
+  std::vector<float> scale;
+  std::vector<int32_t> sum16;
+  const int8_t* q_row(int64_t r) const { return q.data() + r * cols; }
+  const float* scale_row(int64_t r) const { return scale.data() + r * (cols / 32); }
+  const int32_t* sum16_row(int64_t r) const { return sum16.data() + r * (cols / 16); }
+};
+// `x` is [rows, cols] with leading dimension ld; cols must be a multiple of 32.
+void quantize_rows(const float* x, int64_t rows, int64_t cols, int64_t ld, QuantizedRows& out);
+
+enum class Isa { Scalar, Avx2, Avx512Vnni };
+std::string_view isa_name(Isa isa);
+// Every instruction set this CPU runs, Scalar first; best_isa() is the last.
+std::vector<Isa> available_isas();
+Isa best_isa();
+
+// dot(weight row in `ggml_type` blocks, activation row r of `x`).
+using RowDot = float (*)(const uint8_t* w, const int8_t* q, const float* scale, const int32_t* sum16,
+                         int64_t cols);
+RowDot row_dot(uint32_t ggml_type, Isa isa);
+
+// One weight row back to fp32 (the embedding lookup of a table kept in blocks).
+void dequantize_row(uint32_t ggml_type, const uint8_t* w, int64_t cols, float* out);
+
+namespace detail {  // the x86 kernels, each in a file compiled for its instruction set
+RowDot avx2_kernel(uint32_t ggml_type);
+RowDot avx512vnni_kernel(uint32_t ggml_type);
+}  // namespace detail
+
+}  // namespace kvdice::backend::cpu

@@ -1,0 +1,8 @@
+// The block kernels for AVX2 + FMA + F16C (quant_dot_x86.inc), chosen at run time by quant_dot.cpp.
+#if defined(__x86_64__)
+#include "backend/cpu/quant_dot_x86.inc"
+
+namespace kvdice::backend::cpu::detail {
+RowDot avx2_kernel(uint32_t ggml_type) { return kernel_for(ggml_type); }
+}  // namespace kvdice::backend::cpu::detail
+#endif

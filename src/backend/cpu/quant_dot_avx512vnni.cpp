@@ -1,0 +1,10 @@
+// The block kernels with AVX-512 VNNI's vpdpbusd on 256-bit vectors (quant_dot_x86.inc), chosen at
+// run time by quant_dot.cpp where the CPU has it.
+#if defined(__x86_64__)
+#define KVDICE_DOT_VNNI
+#include "backend/cpu/quant_dot_x86.inc"
+
+namespace kvdice::backend::cpu::detail {
+RowDot avx512vnni_kernel(uint32_t ggml_type) { return kernel_for(ggml_type); }
+}  // namespace kvdice::backend::cpu::detail
+#endif
