@@ -69,7 +69,6 @@ bool cuda_available() { return false; }
 #endif
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
-  if (options.threads < 0) fail("--threads must be >= 0 (0 = all cores), got {}", options.threads);
   if (options.name == "cpu") return make_cpu_backend(options.threads);
   if (options.name == "cuda" || (options.name == "auto" && cuda_available())) {
 #ifdef KVDICE_WITH_CUDA

@@ -270,6 +270,9 @@ class Backend {
   virtual void drop_graphs(const void* owner) {}
 };
 
+// The most CPU threads a backend takes: more is a typo, not a machine (OpenMP crashed at 100000).
+inline constexpr int kMaxCpuThreads = 1024;
+
 // Which backend to run on: "cpu", "cuda", or "auto" (CUDA when a GPU is visible, else CPU).
 struct BackendOptions {
   std::string name = "auto";
@@ -278,6 +281,7 @@ struct BackendOptions {
 };
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& options);
+// `threads` in [0, kMaxCpuThreads] (0 = all cores); Error otherwise.
 std::unique_ptr<Backend> make_cpu_backend(int threads);
 // True when this build has the CUDA backend and a GPU is visible.
 bool cuda_available();

@@ -338,6 +338,10 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }
+std::unique_ptr<Backend> make_cpu_backend(int threads) {
+  if (threads < 0 || threads > kMaxCpuThreads)
+    fail("--threads must be in [0, {}] (0 = all cores), got {}", kMaxCpuThreads, threads);
+  return std::make_unique<CpuBackend>(threads);
+}
 
 }  // namespace kvdice::backend
