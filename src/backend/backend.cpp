@@ -79,7 +79,6 @@ void Backend::embed_blocks(const StepBatch& batch, const Weight& table, const Vi
 }
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
-  if (options.threads < 0) fail("--threads must be >= 0 (0 = all cores), got {}", options.threads);
   const CpuMath math = parse_cpu_math(options.cpu_math);
   if (options.name == "cpu") return make_cpu_backend(options.threads, math);
   if (options.name == "cuda" || (options.name == "auto" && cuda_available())) {

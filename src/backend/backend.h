@@ -290,6 +290,9 @@ class Backend {
   virtual int64_t graphs_dropped() const { return 0; }
 };
 
+// The most CPU threads a backend takes: more is a typo, not a machine (OpenMP crashed at 100000).
+inline constexpr int kMaxCpuThreads = 1024;
+
 // Which backend to run on: "cpu", "cuda", or "auto" (CUDA when a GPU is visible, else CPU).
 // How the CPU backend computes the linear layers of a GGUF model: Fast keeps the weights in their
 // GGUF blocks and multiplies with int8-quantised activations (llama.cpp's method); Exact converts
@@ -305,6 +308,7 @@ struct BackendOptions {
 };
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& options);
+// `threads` in [0, kMaxCpuThreads] (0 = all cores); Error otherwise.
 std::unique_ptr<Backend> make_cpu_backend(int threads, CpuMath math = CpuMath::Exact);
 // True when this build has the CUDA backend and a GPU is visible.
 bool cuda_available();

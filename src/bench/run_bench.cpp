@@ -7,6 +7,27 @@
 #include "core/log.h"
 
 namespace kvdice::bench {
+namespace {
+
+constexpr double kGiB = 1073741824.0;
+
+// Sizes given as flags are held to the backend's memory (RAM on the CPU, device memory on CUDA) before
+// anything is loaded or allocated: a typo is an error naming the flag, never a run that eats the machine.
+void check_sizes_against_memory(const BenchOptions& o, const backend::Backend& backend) {
+  const double total_gib = static_cast<double>(backend.memory().total_bytes) / kGiB;
+  if (o.protocol == "capacity") {
+    if (!(o.memory_gib > 0.0)) fail("capacity needs --memory-gib G: the KV memory (GiB) every policy gets");
+    if (o.memory_gib > total_gib)
+      fail("--memory-gib {} is more than the {:.1f} GiB of memory on {}", o.memory_gib, total_gib,
+           backend.name());
+  }
+  // The bandwidth probe copies between two buffers of this size.
+  if (2.0 * static_cast<double>(o.bandwidth_bytes) > total_gib * kGiB)
+    fail("--bandwidth-mib {}: two buffers of that size do not fit the {:.1f} GiB of memory on {}",
+         o.bandwidth_bytes >> 20, total_gib, backend.name());
+}
+
+}  // namespace
 
 Json run_bench(const BenchOptions& options) {
   static const std::vector<std::string> kProtocols = {"throughput", "capacity", "evict", "latency"};
@@ -18,6 +39,7 @@ Json run_bench(const BenchOptions& options) {
   run["quick"] = options.quick;
 
   std::unique_ptr<backend::Backend> backend = backend::make_backend(options.backend);
+  check_sizes_against_memory(options, *backend);
   BenchModel model = load_bench_model(options, {backend->block_weight_types()});
   run["model"] = model.source;
   run["model_shape"] = model_shape_json(model.model().config());

@@ -82,7 +82,9 @@ void add_bench_command(CLI::App& app) {
   auto f = std::make_shared<BenchFlags>();
   bench::BenchOptions& o = f->options;
   CLI::App* cmd = app.add_subcommand("bench", "Benchmark protocols: throughput, capacity, evict, latency");
-  cmd->add_option("protocol", o.protocol, "throughput | capacity | evict | latency")->required();
+  cmd->add_option("protocol", o.protocol, "throughput | capacity | evict | latency")
+      ->required()
+      ->check(CLI::IsMember({"throughput", "capacity", "evict", "latency"}));
   cmd->add_option("--model,-m", f->model,
                   "HF checkpoint directory, .gguf file, or a known model name ('default')");
   cmd->add_flag("--random-weights", o.random_weights,
@@ -96,7 +98,7 @@ void add_bench_command(CLI::App& app) {
       "--fused-decode", o.fused_decode,
       "Run one-row decode steps through the fused decoder stack (CUDA; experimental, slower so far); "
       "latency then measures it and the op-by-op path side by side");
-  add_int_option(cmd, "--requests", o.requests, 1, 4096, "throughput: requests, all in one batch");
+  add_int_option(cmd, "--requests", o.requests, 1, kMaxBatch, "throughput: requests, all in one batch");
   add_int_option(cmd, "--prompt-len", o.prompt_len, 1, kMaxTokens, "Prompt tokens per request (random ids)");
   add_int_option(cmd, "--output-len", o.output_len, 1, kMaxTokens,
                  "Tokens each request generates (EOS ignored)");
@@ -107,24 +109,26 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--budget-convention", o.convention,
                   "reference (T counts prompt and window) or vllm (the vLLM port's)")
       ->check(CLI::IsMember({"reference", "vllm"}));
-  add_number_option(cmd, "--temperature", o.temperature, 0.0, 100.0, "Sampling temperature (0 = greedy)");
-  add_number_option(cmd, "--top-p", o.top_p, 0.0, 1.0, "Top-p");
+  add_temperature_option(cmd, "--temperature", o.temperature, "Sampling temperature (0 = greedy)");
+  add_top_p_option(cmd, "--top-p", o.top_p, "Top-p");
   add_int_option(cmd, "--prefill-chunk", o.prefill_chunk, 1, kMaxTokens,
                  "Most prompt tokens of one prefill step");
   add_int_option(cmd, "--warmup-tokens", o.warmup_tokens, 0, kMaxTokens,
                  "Untimed tokens a request of the same load before the timed run (records each batch "
                  "shape's step graph; 0: none, the timed run pays it)");
-  cmd->add_option("--memory-gib", o.memory_gib, "capacity: KV pool memory (GiB) every policy gets")
-      ->check(CLI::Range(0.0, 1e6));
-  cmd->add_option("--batches", o.batches, "evict: batch sizes (default 1 128)")->delimiter(',');
+  // Bounded here by the format; run_bench then holds it to the machine's memory before any allocation.
+  add_number_option(cmd, "--memory-gib", o.memory_gib, 1.0 / 1024, 1 << 20,
+                    "capacity: KV pool memory (GiB) every policy gets (at most the machine's memory)");
+  cmd->add_option("--batches", o.batches, "evict: batch sizes (default 1 128)")
+      ->delimiter(',')
+      ->transform(integer_in(1, kMaxBatch));
   cmd->add_option("--policies", o.policies, "evict: policies to time (default: every one the backend runs)")
       ->delimiter(',');
   add_int_option(cmd, "--repeats", o.repeats, 1, 100000, "evict: timed rounds per measurement");
   add_int_option(cmd, "--short-context", o.short_context, 1, kMaxTokens, "latency: short prompt length");
   add_int_option(cmd, "--long-context", o.long_context, 1, kMaxTokens, "latency: long prompt length");
-  cmd->add_option("--bandwidth-mib", f->bandwidth_mib,
-                  "Copy-bandwidth probe buffer (MiB; CUDA uses at least 1024)")
-      ->check(CLI::Range(1, 1 << 20));
+  add_int_option(cmd, "--bandwidth-mib", f->bandwidth_mib, 1, 1 << 16,
+                 "Copy-bandwidth probe buffer (MiB; CUDA uses at least 1024; two such buffers are allocated)");
   cmd->add_option("--json-out", o.json_out, "Append the run to this JSON file ({\"runs\": [...]})");
   cmd->add_option("--markdown-out", o.markdown_out, "Append one markdown table row per run to this file");
   cmd->callback([f, cmd] { run(*f, *cmd); });

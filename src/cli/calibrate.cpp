@@ -7,6 +7,7 @@
 
 #include "calibrate/triattention_calibration.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "cli/model_options.h"
 #include "core/error.h"
 #include "core/file_io.h"
@@ -76,13 +77,12 @@ void add_calibrate_command(CLI::App& app) {
       ->required();
   cmd->add_option("--out", o->out, "Statistics file to write (safetensors; see docs/policies.md)")
       ->required();
-  cmd->add_option("--tokens", o->tokens, "Tokens of the text to use (the first N)")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
-  cmd->add_option("--segment", o->segment, "Tokens per independent segment (each starts at position 0)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)")->check(CLI::Range(0, 4096));
+  add_int_option(cmd, "--tokens", o->tokens, 1, kMaxTokens, "Tokens of the text to use (the first N)")
+      ->capture_default_str();
+  add_int_option(cmd, "--segment", o->segment, 1, 1 << 20,
+                 "Tokens per independent segment (each starts at position 0)")
+      ->capture_default_str();
+  add_int_option(cmd, "--threads", o->threads, 0, kMaxThreads, "CPU threads (0 = all cores)");
   cmd->callback([o] { run_calibrate(*o); });
 }
 

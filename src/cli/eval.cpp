@@ -2,12 +2,15 @@
 // grade it, and export its records. The work lives in src/eval; this file parses flags.
 #include <fmt/core.h>
 
-#include <fstream>
-#include <iostream>
+#include <limits>
+#include <optional>
+#include <sstream>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "cli/model_options.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "eval/dataset.h"
 #include "eval/export.h"
 #include "eval/grader.h"
@@ -26,26 +29,27 @@ struct RunFlags {
   std::string task;
   std::string results;
   std::string dataset;
+  // Overrides of the task's values, applied only when the flag is given (a default never stands in).
   int budget = 0, window = 0, runs = 0, max_length = 0, max_new_tokens = 0;
-  float temperature = -1.0f, top_p = -1.0f;
+  float temperature = 0.0f, top_p = 0.0f;
   bool quiet = false;
   std::string shard;
 };
 
 void log_line(const std::string& line) { fmt::print(stderr, "kvdice: {}\n", line); }
 
-void run_eval_run(RunFlags& f) {
+void run_eval_run(RunFlags& f, const CLI::App* cmd) {
   eval::EvalRunOptions o = f.options;
   o.task = eval::load_task(f.task);
   o.results_root = f.results;
   o.dataset = f.dataset;
-  if (f.budget > 0) o.budget = f.budget;
-  if (f.window > 0) o.window = f.window;
-  if (f.runs > 0) o.runs = f.runs;
-  if (f.max_length > 0) o.max_length = f.max_length;
-  if (f.max_new_tokens > 0) o.max_new_tokens = f.max_new_tokens;
-  if (f.temperature >= 0.0f) o.temperature = f.temperature;
-  if (f.top_p >= 0.0f) o.top_p = f.top_p;
+  if (given(cmd, "--budget")) o.budget = f.budget;
+  if (given(cmd, "--window")) o.window = f.window;
+  if (given(cmd, "--runs")) o.runs = f.runs;
+  if (given(cmd, "--max-length")) o.max_length = f.max_length;
+  if (given(cmd, "--max-new-tokens")) o.max_new_tokens = f.max_new_tokens;
+  if (given(cmd, "--temperature")) o.temperature = f.temperature;
+  if (given(cmd, "--top-p")) o.top_p = f.top_p;
   o.model_path = resolve_model_argument(o.model_argument);
   o.progress = !f.quiet;
   if (!f.shard.empty()) o.shard = eval::parse_shard(f.shard);
@@ -56,6 +60,7 @@ void run_eval_run(RunFlags& f) {
       summary.cell, summary.shard.empty() ? std::string() : " shard " + summary.shard, summary.completed, summary.skipped, summary.completed + summary.skipped, summary.total,
       summary.generated_tokens, summary.seconds,
       summary.seconds > 0 ? summary.generated_tokens / summary.seconds : 0.0);
+  flush_stdout();
 }
 
 std::vector<eval::CellInfo> selected_cells(eval::ResultsStore& store, const std::vector<std::string>& names) {
@@ -127,12 +132,9 @@ struct ExportFlags {
 void run_eval_export(const ExportFlags& f) {
   eval::ResultsStore store(f.results, false);
   const auto format = eval::export_format_from_name(f.format);
-  std::ofstream file;
-  if (!f.out.empty()) {
-    file.open(f.out, std::ios::binary);
-    if (!file) fail("cannot write --out {}", f.out);
-  }
-  std::ostream& out = f.out.empty() ? std::cout : file;
+  // A file is written under a temporary name and renamed once whole; stdout is flushed and checked.
+  std::optional<AtomicFile> file;
+  if (!f.out.empty()) file.emplace(f.out);
   eval::CheckOptions check;
   check.allow_incomplete = f.partial;
   bool first = true;
@@ -142,10 +144,15 @@ void run_eval_export(const ExportFlags& f) {
     eval::export_cell(store, cell, format, one);
     std::string text = one.str();
     if (format == eval::ExportFormat::Csv && !first) text = text.substr(text.find('\n') + 1);  // one header
-    out << text;
+    if (file) {
+      file->write(text);
+    } else {
+      fmt::print("{}", text);
+      flush_stdout();
+    }
     first = false;
   }
-  if (!out) fail("writing the export failed");
+  if (file) file->commit();
 }
 
 struct MergeFlags {
@@ -186,23 +193,29 @@ void add_eval_command(CLI::App& app) {
   run->add_option("--results", r->results, "Results root (holds results.sqlite)")->required();
   run->add_option("--cell", r->options.cell, "Cell name (default <model>.<task>.<policy>[.T<budget>])");
   run->add_option("--policy", r->options.policy, "Eviction policy (full, random_pp, recency_pp, ...)");
-  run->add_option("--budget,-T", r->budget, "KV budget T (default: the task's)");
-  run->add_option("--window,-r", r->window, "Recency window r (default: the task's, 64)");
-  run->add_option("--long-prompt", r->options.long_prompt, "Prompt longer than T - r: warn or error");
-  run->add_option("--seed", r->options.seed, "Base seed of every (problem, run) stream");
-  run->add_option("--runs", r->runs, "Runs per problem R (default: the task's)");
-  run->add_option("--max-length", r->max_length, "Prompt + generated tokens (default: the task's)");
-  run->add_option("--max-new-tokens,-n", r->max_new_tokens, "Cap on generated tokens per run");
-  run->add_option("--temperature", r->temperature, "Sampling temperature (default: the model family's)");
-  run->add_option("--top-p", r->top_p, "Nucleus mass (default: the task's)");
-  run->add_option("--limit", r->options.limit, "Only the first N problems");
-  run->add_option("--max-batch", r->options.max_batch, "Sequences decoded together");
-  run->add_option("--backend", r->options.backend, "cpu, cuda or auto");
-  run->add_option("--threads", r->options.threads, "CPU threads (0 = all)");
+  add_int_option(run, "--budget,-T", r->budget, 1, kMaxTokens, "KV budget T (default: the task's)");
+  add_int_option(run, "--window,-r", r->window, 1, kMaxTokens, "Recency window r (default: the task's, 64)");
+  run->add_option("--long-prompt", r->options.long_prompt, "Prompt longer than T - r: warn or error")
+      ->check(CLI::IsMember({"warn", "error"}));
+  add_seed_option(run, "--seed", r->options.seed, "Base seed of every (problem, run) stream");
+  add_int_option(run, "--runs", r->runs, 1, eval::kMaxRuns, "Runs per problem R (default: the task's)");
+  add_int_option(run, "--max-length", r->max_length, 2, kMaxTokens,
+                 "Prompt + generated tokens (default: the task's)");
+  add_int_option(run, "--max-new-tokens,-n", r->max_new_tokens, 1, kMaxTokens,
+                 "Cap on generated tokens per run (default: none beyond --max-length)");
+  add_temperature_option(run, "--temperature", r->temperature,
+                         "Sampling temperature (default: the model family's; 0 = greedy)");
+  add_top_p_option(run, "--top-p", r->top_p, "Nucleus mass (default: the task's)");
+  add_int_option(run, "--limit", r->options.limit, 0, std::numeric_limits<int>::max(),
+                 "Only the first N problems (0 = all)");
+  add_int_option(run, "--max-batch", r->options.max_batch, 1, kMaxBatch, "Sequences decoded together");
+  run->add_option("--backend", r->options.backend, "cpu, cuda or auto")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  add_int_option(run, "--threads", r->options.threads, 0, kMaxThreads, "CPU threads (0 = all)");
   add_kv_pool_flags(run, r->options.pool);
   run->add_flag("--quiet,-q", r->quiet, "No progress line");
   run->add_option("--shard", r->shard, "i/N: only the (problem, run) pairs with stream id = i mod N");
-  run->callback([r] { run_eval_run(*r); });
+  run->callback([r, run] { run_eval_run(*r, run); });
 
   auto c = std::make_shared<CheckFlags>();
   CLI::App* check =
@@ -220,15 +233,17 @@ void add_eval_command(CLI::App& app) {
   grade->add_option("--results", g->results, "Results root")->required();
   grade->add_option("--cell", g->cells, "Cell name (repeatable; default all)");
   grade->add_option("--dataset", g->dataset, "Dataset path when it moved (its hash must still match)");
-  grade->add_option("--symbolic-timeout", g->options.symbolic_timeout_s, "Seconds per symbolic comparison");
-  grade->add_option("--test-timeout", g->options.test_timeout_s, "Code: wall-clock seconds per test");
+  add_number_option(grade, "--symbolic-timeout", g->options.symbolic_timeout_s, 0.001, eval::kMaxGradeTimeoutS,
+                    "Seconds per symbolic comparison");
+  add_number_option(grade, "--test-timeout", g->options.test_timeout_s, 0.001, eval::kMaxGradeTimeoutS,
+                    "Code: wall-clock seconds per test");
   grade->callback([g] { run_eval_grade(*g); });
 
   auto e = std::make_shared<ExportFlags>();
   CLI::App* exp = eval_cmd->add_subcommand("export", "Write records (and grades) as JSONL or CSV");
   exp->add_option("--results", e->results, "Results root")->required();
   exp->add_option("--cell", e->cells, "Cell name (repeatable; default all)");
-  exp->add_option("--format", e->format, "jsonl or csv");
+  exp->add_option("--format", e->format, "jsonl or csv")->check(CLI::IsMember({"jsonl", "csv"}));
   exp->add_option("--out,-o", e->out, "Output file (default stdout)");
   exp->add_flag("--partial", e->partial, "Export an incomplete cell");
   exp->callback([e] { run_eval_export(*e); });

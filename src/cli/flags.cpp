@@ -6,6 +6,8 @@
 #include <cmath>
 #include <optional>
 
+#include "engine/sampler.h"
+
 namespace kvdice::cli {
 namespace {
 
@@ -66,6 +68,11 @@ CLI::Option* add_int_option(CLI::App* cmd, const std::string& name, int& value, 
   return cmd->add_option(name, value, help)->transform(integer_in(min, static_cast<uint64_t>(max)));
 }
 
+CLI::Option* add_int_option(CLI::App* cmd, const std::string& name, int64_t& value, int64_t min, int64_t max,
+                            const std::string& help) {
+  return cmd->add_option(name, value, help)->transform(integer_in(min, static_cast<uint64_t>(max)));
+}
+
 CLI::Option* add_seed_option(CLI::App* cmd, const std::string& name, uint64_t& value,
                              const std::string& help) {
   return cmd->add_option(name, value, help)->transform(integer_in(0, UINT64_MAX));
@@ -74,6 +81,41 @@ CLI::Option* add_seed_option(CLI::App* cmd, const std::string& name, uint64_t& v
 CLI::Option* add_number_option(CLI::App* cmd, const std::string& name, float& value, double min, double max,
                                const std::string& help) {
   return cmd->add_option(name, value, help)->check(number_in(min, max));
+}
+
+CLI::Option* add_number_option(CLI::App* cmd, const std::string& name, double& value, double min, double max,
+                               const std::string& help) {
+  return cmd->add_option(name, value, help)->check(number_in(min, max));
+}
+
+namespace {
+// A finite number that `problem` (returning an empty text when fine) accepts.
+CLI::Validator sampling_value(std::string (*problem)(double), const std::string& description) {
+  return CLI::Validator(
+      [problem](std::string& text) -> std::string {
+        double value = 0.0;
+        const char* end = text.data() + text.size();
+        auto [ptr, ec] = std::from_chars(text.data(), end, value, std::chars_format::general);
+        if (ec != std::errc() || ptr != end || !std::isfinite(value))
+          return fmt::format("'{}' is not a finite decimal number", text);
+        // The value is stored as a float: check the text's value, then what the engine will see.
+        const std::string as_typed = problem(value);
+        return as_typed.empty() ? problem(static_cast<float>(value)) : as_typed;
+      },
+      description);
+}
+}  // namespace
+
+CLI::Option* add_temperature_option(CLI::App* cmd, const std::string& name, float& value,
+                                    const std::string& help) {
+  return cmd->add_option(name, value, help)
+      ->check(sampling_value(engine::temperature_problem,
+                             fmt::format("0 or a NUMBER in [{}, {}]", engine::kMinTemperature,
+                                         engine::kMaxTemperature)));
+}
+
+CLI::Option* add_top_p_option(CLI::App* cmd, const std::string& name, float& value, const std::string& help) {
+  return cmd->add_option(name, value, help)->check(sampling_value(engine::top_p_problem, "NUMBER in (0, 1]"));
 }
 
 }  // namespace kvdice::cli

@@ -48,8 +48,6 @@ struct GenerateOptions {
 };
 
 constexpr uint64_t kMaxPromptFileBytes = uint64_t{64} << 20;
-// Below this a temperature only turns logits into overflowing quotients; 0 already means greedy.
-constexpr float kMinTemperature = 1e-3f;
 
 // Flags that would be silently ignored, or that make no sense together, are refused here, before any
 // weights load; flags that are merely redundant get a warning.
@@ -70,10 +68,6 @@ void check_flag_combinations(const GenerateOptions& o, const CLI::App& cmd) {
     }
     if (given("--retention-log"))
       fail("--retention-log has nothing to log with --policy full, which never evicts");
-  }
-  if (o.temperature > 0.0f && o.temperature < kMinTemperature) {
-    fail("--temperature {} is below {}: dividing logits by it overflows; use 0 for greedy decoding",
-         o.temperature, kMinTemperature);
   }
   if (o.temperature == 0.0f) {
     for (const char* flag : {"--top-p", "--top-k"}) {
@@ -99,7 +93,7 @@ void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
   const int64_t n_sequences_wanted = static_cast<int64_t>(texts.size()) * o.samples;
   if (o.max_batch < 0) fail("--max-batch must be >= 0 (0 = all sequences at once), got {}", o.max_batch);
   config.max_batch =
-      static_cast<int>(std::min<int64_t>(o.max_batch > 0 ? o.max_batch : n_sequences_wanted, 4096));
+      static_cast<int>(std::min<int64_t>(o.max_batch > 0 ? o.max_batch : n_sequences_wanted, kMaxBatch));
   if (o.max_context < 0)
     fail("--max-context must be >= 0 (0 = the model's maximum position), got {}", o.max_context);
   config.max_context = o.max_context;
@@ -238,14 +232,14 @@ void add_generate_command(CLI::App& app) {
                   "Prompt longer than T - r: warn (reference behaviour) or error")
       ->check(CLI::IsMember({"warn", "error"}));
   add_seed_option(cmd, "--seed", o->seed, "Seed for eviction and sampling streams");
-  add_number_option(cmd, "--temperature", o->temperature, 0.0, 100.0, "Sampling temperature (0 = greedy)");
-  add_number_option(cmd, "--top-p", o->top_p, 0.0, 1.0, "Nucleus sampling mass, in (0, 1]");
+  add_temperature_option(cmd, "--temperature", o->temperature, "Sampling temperature (0 = greedy)");
+  add_top_p_option(cmd, "--top-p", o->top_p, "Nucleus sampling mass, in (0, 1]");
   add_int_option(cmd, "--top-k", o->top_k, 0, kMaxTokens, "Top-k (0 = off)");
   add_int_option(cmd, "--max-new-tokens,-n", o->max_new_tokens, 1, kMaxTokens,
                  "Tokens to generate per sequence");
-  add_int_option(cmd, "--samples", o->samples, 1, 4096, "Sequences per prompt (independent streams)");
+  add_int_option(cmd, "--samples", o->samples, 1, kMaxBatch, "Sequences per prompt (independent streams)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at end-of-sequence tokens");
-  add_int_option(cmd, "--max-batch", o->max_batch, 0, 4096,
+  add_int_option(cmd, "--max-batch", o->max_batch, 0, kMaxBatch,
                  "Most sequences decoding at once (0 = all of them)");
   add_int_option(
       cmd, "--max-context", o->max_context, 0, kMaxTokens,

@@ -28,7 +28,7 @@ std::string describe_parse_error(const CLI::App& app, const CLI::ParseError& e) 
     message = fmt::format("unknown subcommand '{}' for '{}' (expected one of: {})", extras.front(),
                           leaf->get_name().empty() ? "kvdice" : leaf->get_name(), names);
   }
-  return kvdice::escape_for_message(message);
+  return kvdice::quote_for_message(message);
 }
 
 }  // namespace
@@ -63,13 +63,13 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "kvdice: error: {}\n", e.what());
     return 1;
   } catch (const std::system_error& e) {  // fmt::print reports a failed write this way
-    fmt::print(stderr, "kvdice: error: writing output failed: {}\n", kvdice::escape_for_message(e.what()));
+    fmt::print(stderr, "kvdice: error: writing output failed: {}\n", kvdice::quote_for_message(e.what()));
     return 1;
   } catch (const std::bad_alloc&) {
     fmt::print(stderr, "kvdice: error: out of memory\n");
     return 1;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "kvdice: unexpected error: {}\n", kvdice::escape_for_message(e.what()));
+    fmt::print(stderr, "kvdice: unexpected error: {}\n", kvdice::quote_for_message(e.what()));
     return 2;
   }
   return 0;

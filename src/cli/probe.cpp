@@ -6,7 +6,6 @@
 #include "cli/model_options.h"
 #include "core/error.h"
 #include "core/file_io.h"
-#include "kv/budget.h"
 #include "probe/passcode.h"
 
 namespace kvdice::cli {
@@ -35,15 +34,9 @@ std::vector<std::string> split_commas(const std::string& text) {
 
 void run_passcode(ProbeOptions& o) {
   o.config.policies = split_commas(o.policies);
-  if (o.config.policies.empty()) fail("--policies is empty");
   o.config.enable_thinking = !o.no_think;
-  kv::BudgetSpec{o.config.budget, o.config.window}.validate();
-  // The filler is sized for rounds * window tokens after the prompt: checked before it is built.
-  const int64_t forced_tokens = int64_t{o.config.rounds} * o.config.window + o.config.budget;
-  if (forced_tokens > kMaxTokens) {
-    fail("--rounds {} with --window {} needs about {} teacher-forced tokens per instance, above the {} limit",
-         o.config.rounds, o.config.window, forced_tokens, kMaxTokens);
-  }
+  // Every spec and size is checked before the model loads and before any policy runs.
+  probe::validate_passcode_config(o.config);
   const auto path = resolve_model_argument(o.model);
   engine::ModelBundle bundle = engine::load_model_bundle(path);
   auto backend = backend::make_backend(o.backend);
@@ -78,8 +71,9 @@ void add_probe_command(CLI::App& app) {
   cmd->add_option("--policies", o->policies, "Comma-separated policies");
   add_int_option(cmd, "--budget,-T", o->config.budget, 1, kMaxTokens, "KV budget T");
   add_int_option(cmd, "--window,-r", o->config.window, 1, kMaxTokens, "Recency window r");
-  add_int_option(cmd, "--rounds", o->config.rounds, 1, 100000, "Eviction rounds the filler is sized for");
-  add_int_option(cmd, "--instances,-n", o->config.instances, 1, 100000, "Passcodes per policy");
+  add_int_option(cmd, "--rounds", o->config.rounds, 1, kMaxTokens, "Eviction rounds the filler is sized for");
+  add_int_option(cmd, "--instances,-n", o->config.instances, 1, kMaxBatch,
+                 "Passcodes per policy (decoded as one batch)");
   add_int_option(cmd, "--digits", o->config.digits, 1, 12, "Passcode digits");
   add_seed_option(cmd, "--seed", o->config.seed, "Seed for passcodes, fillers and eviction");
   cmd->add_option("--chat-template", o->config.chat_template, "Override the chat template");

@@ -2,10 +2,10 @@
 // markdown, CSV or LaTeX table, and PNG plots. The work lives in src/stats.
 #include <fmt/core.h>
 
-#include <fstream>
-
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "eval/results_store.h"
 #include "stats/cell_stats.h"
 #include "stats/plots.h"
@@ -26,28 +26,21 @@ struct StatsFlags {
 
 void run_stats(const StatsFlags& f) {
   const auto format = stats::table_format_from_name(f.format);
-  if (f.options.resamples < 1) fail("--resamples must be >= 1 (got {})", f.options.resamples);
   eval::ResultsStore store(f.results, false);
   const auto rows = stats::compute_stats(store, f.options);
   const std::string table = stats::render_table(rows, format);
+  // Files go through a temporary name and a checked close; stdout is flushed and checked.
   if (f.out.empty()) {
     fmt::print("{}", table);
+    flush_stdout();
   } else {
-    std::ofstream out(f.out, std::ios::binary);
-    out << table;
-    if (!out) fail("cannot write --out {}", f.out);
+    write_file_atomically(f.out, table);
   }
-  if (!f.per_problem.empty()) {
-    std::ofstream out(f.per_problem, std::ios::binary);
-    out << stats::render_per_problem_csv(rows);
-    if (!out) fail("cannot write --per-problem {}", f.per_problem);
-  }
-  if (!f.by_level.empty()) {
-    std::ofstream out(f.by_level, std::ios::binary);
-    out << stats::render_by_level(rows, f.by_level.ends_with(".csv") ? stats::TableFormat::Csv
-                                                                      : stats::TableFormat::Markdown);
-    if (!out) fail("cannot write --by-level {}", f.by_level);
-  }
+  if (!f.per_problem.empty()) write_file_atomically(f.per_problem, stats::render_per_problem_csv(rows));
+  if (!f.by_level.empty())
+    write_file_atomically(f.by_level, stats::render_by_level(rows, f.by_level.ends_with(".csv")
+                                                                      ? stats::TableFormat::Csv
+                                                                      : stats::TableFormat::Markdown));
   if (!f.plots.empty())
     for (const auto& file : stats::write_plots(rows, f.plots))
       fmt::print(stderr, "kvdice: wrote {}\n", file.string());
@@ -64,9 +57,10 @@ void add_stats_command(CLI::App& app) {
   cmd->add_option("--baseline", f->options.baseline, "Compare every cell with this one");
   cmd->add_option("--baseline-policy", f->options.baseline_policy,
                   "Without --baseline: compare each cell with the comparable cell of this policy");
-  cmd->add_option("--resamples", f->options.resamples, "Bootstrap resamples");
-  cmd->add_option("--seed", f->options.seed, "Bootstrap seed");
-  cmd->add_option("--format", f->format, "markdown, csv or latex");
+  add_int_option(cmd, "--resamples", f->options.resamples, 1, stats::kMaxResamples, "Bootstrap resamples");
+  add_seed_option(cmd, "--seed", f->options.seed, "Bootstrap seed");
+  cmd->add_option("--format", f->format, "markdown, csv or latex")
+      ->check(CLI::IsMember({"markdown", "csv", "latex"}));
   cmd->add_option("--out,-o", f->out, "Write the table here (default stdout)");
   cmd->add_option("--plots", f->plots, "Folder for PNG plots (accuracy and length versus budget per policy)");
   cmd->add_option("--per-problem", f->per_problem,

@@ -47,11 +47,16 @@ std::string escape_for_message(std::string_view text) {
   return out;
 }
 
+std::string quote_for_message(std::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes + 64) return escape_for_message(text);
+  return escape_for_message(text.substr(0, max_bytes)) + fmt::format("... ({} bytes in all)", text.size());
+}
+
 namespace detail {
 
 void check_failed(const char* condition, const char* file, int line, const std::string& message) {
   throw Error(fmt::format("internal check failed: {} ({}:{}): {}", condition, file, line,
-                          escape_for_message(message)));
+                          quote_for_message(message)));
 }
 
 }  // namespace detail

@@ -22,12 +22,21 @@ class Error : public std::runtime_error {
 // can neither cut a message short (what() is a C string) nor drive the terminal. Idempotent.
 std::string escape_for_message(std::string_view text);
 
+// The most bytes of one piece of input (a key, a value, a parser's excerpt) that a message quotes.
+inline constexpr size_t kMaxQuotedBytes = 1024;
+
+// escape_for_message of at most the first `max_bytes` bytes of `text`; a longer text ends in
+// "... (N bytes in all)", so a corrupt length can never turn one error line into gigabytes. Text of at
+// most max_bytes + 64 bytes is kept whole, so quoting an already quoted text changes nothing.
+std::string quote_for_message(std::string_view text, size_t max_bytes = kMaxQuotedBytes);
+
 namespace detail {
-// String-like arguments of fail() are escaped; every other argument passes through unchanged.
+// String-like arguments of fail() are escaped and capped at kMaxQuotedBytes (quote_for_message); every
+// other argument passes through unchanged.
 template <class T>
 decltype(auto) message_arg(const T& value) {
   if constexpr (std::is_convertible_v<const T&, std::string_view>) {
-    return escape_for_message(std::string_view(value));
+    return quote_for_message(std::string_view(value));
   } else {
     return (value);
   }

@@ -6,10 +6,22 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "core/philox.h"
 
 namespace kvdice::engine {
+
+// The sampling values every entry point accepts (flags, task files, requests). Below kMinTemperature a
+// temperature only turns logits into overflowing quotients (0 already means greedy); above
+// kMaxTemperature every token is equally likely to within the weights' resolution.
+inline constexpr double kMinTemperature = 1e-3;
+inline constexpr double kMaxTemperature = 100.0;
+
+// What is wrong with a temperature or top-p value, as a sentence fit for "--temperature: ..."; empty
+// when it is fine. Non-finite values are refused, never replaced.
+std::string temperature_problem(double temperature);
+std::string top_p_problem(double top_p);
 
 struct SamplingParams {
   float temperature = 0.0f;  // 0 = greedy (argmax, ties to the lowest id)

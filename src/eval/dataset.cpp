@@ -1,9 +1,7 @@
 #include "eval/dataset.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "core/error.h"
+#include "core/file_io.h"
 #include "eval/hashing.h"
 
 namespace kvdice::eval {
@@ -17,27 +15,29 @@ std::string answer_text(const Json& value) {
 }  // namespace
 
 Dataset load_dataset(const std::filesystem::path& path, bool need_answer) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read dataset {}", path.string());
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string bytes = buffer.str();
+  // A regular file of bounded size: /dev/zero or a FIFO is refused by name instead of read for ever.
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) fail("cannot read dataset {}: no such file", path.string());
+  const std::string bytes = read_regular_file(path, kMaxDatasetBytes);
+  return parse_dataset(bytes, path, need_answer);
+}
+
+Dataset parse_dataset(std::string_view bytes, const std::filesystem::path& path, bool need_answer) {
   Dataset dataset;
   dataset.path = std::filesystem::absolute(path);
   dataset.sha256 = sha256_hex(bytes);
-  std::istringstream lines(bytes);
-  std::string line;
+  size_t start = 0;
   int line_no = 0;
-  while (std::getline(lines, line)) {
+  while (start < bytes.size()) {
+    size_t end = bytes.find('\n', start);
+    if (end == std::string_view::npos) end = bytes.size();
+    const std::string_view line = bytes.substr(start, end - start);
+    start = end + 1;
     ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
     const std::string where = fmt::format("{}:{}", path.string(), line_no);
-    Json object;
-    try {
-      object = Json::parse(line);
-    } catch (const Json::exception& e) {
-      fail("{}: not valid JSON: {}", where, e.what());
-    }
+    // Duplicate keys are refused (nlohmann alone keeps the last one, silently).
+    Json object = parse_json_text(line, where);
     if (!object.is_object()) fail("{}: each line must be a JSON object", where);
     Problem p;
     p.index = static_cast<int>(dataset.problems.size());

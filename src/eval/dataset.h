@@ -4,8 +4,10 @@
 // a cell refuses to mix results from an edited dataset.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/json.h"
@@ -26,8 +28,13 @@ struct Dataset {
   std::vector<Problem> problems;
 };
 
-// Error naming the file and line on a syntax error, a missing question or (when `need_answer`) a
-// missing answer.
+// The largest dataset file read (the largest benchmark sets are a few MB; a code set with tests tens).
+inline constexpr uint64_t kMaxDatasetBytes = uint64_t{1} << 30;
+
+// Error naming the file and line on a syntax error, a duplicate key, a missing question or (when
+// `need_answer`) a missing answer; the file must be a regular file of at most kMaxDatasetBytes.
 Dataset load_dataset(const std::filesystem::path& path, bool need_answer);
+// The same over bytes already read (`path` names them in errors and is recorded).
+Dataset parse_dataset(std::string_view bytes, const std::filesystem::path& path, bool need_answer);
 
 }  // namespace kvdice::eval

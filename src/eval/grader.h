@@ -17,6 +17,9 @@ struct GradeOutcome {
   std::string detail;
 };
 
+// The longest timeout a grade flag takes (an hour per comparison or test already stalls a cell).
+inline constexpr double kMaxGradeTimeoutS = 3600.0;
+
 struct GradeOptions {
   double symbolic_timeout_s = 5.0;  // per symbolic comparison (GiNaC)
   double test_timeout_s = 20.0;     // code: wall clock per test

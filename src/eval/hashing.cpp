@@ -1,6 +1,7 @@
 #include "eval/hashing.h"
 
 #include <openssl/evp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvdice::eval {
@@ -60,6 +62,7 @@ std::string sha256_hex(std::string_view bytes) {
 }
 
 std::string sha256_of_file(const std::filesystem::path& path) {
+  ::close(open_regular_file(path));  // a device or FIFO is refused by name, never read for ever
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("cannot read {}", path.string());
   Sha256 h;

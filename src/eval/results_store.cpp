@@ -65,6 +65,18 @@ std::string canonical_json(const Json& json) { return json.dump(); }  // nlohman
 std::string config_hash(const Json& manifest) { return sha256_hex(canonical_json(manifest)); }
 
 static std::filesystem::path prepare_root(const std::filesystem::path& root, bool create) {
+  // An existing database must be a regular, non-empty file: SQLite alone takes a 0-byte file (a
+  // truncated copy, a full disk) as a new empty database and would run or report as if nothing was there.
+  const std::filesystem::path db = results_db_path(root);
+  std::error_code status_ec;
+  const auto status = std::filesystem::status(db, status_ec);
+  if (std::filesystem::exists(status)) {
+    if (!std::filesystem::is_regular_file(status)) fail("results database {} is not a regular file", db.string());
+    if (std::filesystem::file_size(db, status_ec) == 0 && !status_ec)
+      fail("results database {} is empty (0 bytes): a truncated or lost copy? Restore it, or remove it to "
+           "start a new one",
+           db.string());
+  }
   if (create) {
     std::error_code ec;
     std::filesystem::create_directories(root, ec);

@@ -194,6 +194,7 @@ SandboxResult run_python_sandboxed(const std::string& program, const std::string
   {
     std::ofstream file(dir / "solution.py", std::ios::binary);
     file << program;
+    file.close();  // checked after close: a full disk shows only when the buffer is written
     if (!file) fail("code grader: cannot write {}", (dir / "solution.py").string());
   }
   if (geteuid() == 0 && (chown(dir.c_str(), kNobody, kNobody) != 0 ||

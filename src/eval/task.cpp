@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "engine/sampler.h"
 
 namespace kvdice::eval {
 namespace {
@@ -63,11 +64,21 @@ Json TaskSpec::to_json() const {
 
 void TaskSpec::validate(const std::string& where) const {
   if (name.empty()) fail("{}: task needs a name", where);
-  if (runs < 1) fail("{}: runs must be >= 1 (got {})", where, runs);
-  if (max_length < 2) fail("{}: max_length must be >= 2 (got {})", where, max_length);
+  if (runs < 1 || runs > kMaxRuns) fail("{}: runs must be in [1, {}] (got {})", where, kMaxRuns, runs);
+  if (max_length < 2 || max_length > kMaxTaskTokens)
+    fail("{}: max_length must be in [2, {}] (got {})", where, kMaxTaskTokens, max_length);
+  if (budget < 1 || budget > kMaxTaskTokens)
+    fail("{}: budget must be in [1, {}] (got {})", where, kMaxTaskTokens, budget);
+  if (window < 1 || window > kMaxTaskTokens)
+    fail("{}: window must be in [1, {}] (got {})", where, kMaxTaskTokens, window);
+  if (top_k < 0) fail("{}: top_k must be >= 0 (got {})", where, top_k);
   if (choices < 2 || choices > 26) fail("{}: choices must be in [2, 26] (got {})", where, choices);
-  if (top_p <= 0.0f || top_p > 1.0f) fail("{}: top_p must be in (0, 1] (got {})", where, top_p);
-  if (temperature && *temperature < 0.0f) fail("{}: temperature must be >= 0 (got {})", where, *temperature);
+  if (const std::string problem = engine::top_p_problem(top_p); !problem.empty())
+    fail("{}: top_p {}", where, problem);
+  if (temperature) {
+    if (const std::string problem = engine::temperature_problem(*temperature); !problem.empty())
+      fail("{}: temperature {}", where, problem);
+  }
 }
 
 TaskSpec task_from_json(const Json& json, const std::string& where) {

@@ -15,6 +15,11 @@ enum class GraderKind { Math, Choice, Code };
 std::string_view grader_name(GraderKind kind);
 GraderKind grader_from_name(std::string_view name, const std::string& where);
 
+// Runs per problem: the paper's largest R is 64; a cell of 4096 runs per problem is already days of decoding.
+inline constexpr int kMaxRuns = 4096;
+// Token lengths a task may ask for (max_length, budget, window): far above any context in use.
+inline constexpr int kMaxTaskTokens = 1 << 24;
+
 struct TaskSpec {
   std::string name;
   GraderKind grader = GraderKind::Math;

@@ -13,6 +13,8 @@ constexpr uint32_t kMaxDims = 4;              // GGML_MAX_DIMS
 constexpr int kMaxArrayDepth = 4;             // arrays of arrays of ...; real files use none
 constexpr uint64_t kMinTensorInfoBytes = 32;  // name length, n_dims, one dim, type, offset
 constexpr uint64_t kMinKvBytes = 13;          // key length, value type, one byte of value
+constexpr uint64_t kMaxKeyBytes = 65535;      // the GGUF specification's limit on a metadata key
+constexpr uint64_t kMaxTensorNameBytes = 64;  // the GGUF specification's limit on a tensor name
 
 size_t scalar_size(GgufType type) {
   switch (type) {
@@ -105,9 +107,26 @@ class Reader {
   uint32_t u32(std::string_view what) { return load_le<uint32_t>(take(4, what)); }
   uint64_t u64(std::string_view what) { return load_le<uint64_t>(take(8, what)); }
   std::string string(std::string_view what) {
+    const uint64_t at = pos_;
     const uint64_t n = u64(what);
+    if (n > remaining()) {
+      fail("{}: {} is declared a string of {} bytes at offset {}, but only {} bytes remain "
+           "(a corrupt length or value type, or a truncated file)",
+           where_, what, n, at, remaining());
+    }
     const uint8_t* p = take(n, what);
     return std::string(reinterpret_cast<const char*>(p), n);
+  }
+  // A key or a tensor name: its length is bounded by the format, so a length past the bound means the
+  // bytes before it were misread (most often a value whose type byte changed); `context` says which.
+  std::string name(std::string_view what, uint64_t max_bytes, const std::string& context) {
+    const uint64_t at = pos_;
+    const uint64_t n = u64(what);
+    if (n > max_bytes) {
+      fail("{}: {} at offset {} declares a length of {} bytes, more than the format's {}: {}", where_, what, at,
+           n, max_bytes, context);
+    }
+    return std::string(reinterpret_cast<const char*>(take(n, what)), n);
   }
   // An element count that claims more elements than the remaining bytes could hold is rejected
   // before anything is allocated for it.
@@ -298,7 +317,12 @@ GgufFile GgufFile::parse(std::span<const uint8_t> bytes, std::string where) {
 
   g.metadata_.reserve(n_kv);
   for (uint64_t i = 0; i < n_kv; ++i) {
-    std::string key = r.string("metadata key");
+    std::string key = r.name(
+        "metadata key", kMaxKeyBytes,
+        g.metadata_.empty()
+            ? std::string("the header before it is corrupt")
+            : fmt::format("the value before it (key {}, type {}) is corrupt, or its type was changed",
+                          quote_for_message(g.metadata_.back().first), g.metadata_.back().second.type_string()));
     const GgufType type = r.value_type(key);
     GgufValue value = r.value(type, key, 0);
     if (g.metadata_index_.count(key) != 0) fail("{}: duplicate metadata key {}", w, key);
@@ -319,7 +343,9 @@ GgufFile GgufFile::parse(std::span<const uint8_t> bytes, std::string where) {
   g.tensors_.reserve(n_tensors);
   for (uint64_t i = 0; i < n_tensors; ++i) {
     GgufTensor t;
-    t.name = r.string("tensor name");
+    t.name = r.name("tensor name", kMaxTensorNameBytes,
+                    g.tensors_.empty() ? std::string("the metadata before it is corrupt, or a value's type was changed")
+                                       : fmt::format("the tensor before it ({}) is corrupt", g.tensors_.back().name));
     const uint32_t n_dims = r.u32(t.name);
     if (n_dims == 0 || n_dims > kMaxDims) {
       fail("{}: tensor {} has {} dimensions (expected 1 to {})", w, t.name, n_dims, kMaxDims);

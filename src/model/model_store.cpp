@@ -199,6 +199,7 @@ bool marker_vouches(const fs::path& file, const std::string& sha256) {
 void write_marker(const fs::path& file, const std::string& sha256) {
   std::ofstream out(marker_path(file), std::ios::trunc);
   out << sha256 << "  " << file.filename().string() << "\n";
+  out.close();  // checked after close: a full disk shows only when the buffer is written
   if (!out)
     fail("cannot write {}: check that {} is writable", marker_path(file).string(),
          file.parent_path().string());

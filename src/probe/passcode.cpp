@@ -7,6 +7,8 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "engine/engine.h"
+#include "kv/budget.h"
+#include "policy/eviction_policy.h"
 
 namespace kvdice::probe {
 namespace {
@@ -55,16 +57,37 @@ std::vector<int> encode_text(const engine::ModelBundle& bundle, const std::strin
 
 }  // namespace
 
-std::vector<PasscodeInstance> build_passcode_instances(const engine::ModelBundle& bundle,
-                                                       const PasscodeConfig& config) {
+void validate_passcode_config(const PasscodeConfig& config) {
   if (config.instances < 1) fail("--instances must be >= 1 (got {})", config.instances);
   if (config.rounds < 1) fail("--rounds must be >= 1 (got {})", config.rounds);
   if (config.digits < 1 || config.digits > 12) fail("--digits must be in [1, 12] (got {})", config.digits);
+  kv::BudgetSpec{config.budget, config.window}.validate();
   // rounds * window in 64 bits: a huge --rounds must be refused, not wrapped into a small experiment.
   const int64_t filler_tokens = int64_t{config.rounds} * config.window;
-  if (config.window < 1 || filler_tokens > (int64_t{1} << 24)) {
-    fail("probe: --rounds {} x --window {} = {} filler tokens per instance, above the 2^24 limit",
-         config.rounds, config.window, filler_tokens);
+  if (filler_tokens + config.budget > kMaxForcedTokens) {
+    fail("probe: --rounds {} x --window {} + --budget {} = {} teacher-forced tokens per instance, above the {} limit",
+         config.rounds, config.window, config.budget, filler_tokens + config.budget, kMaxForcedTokens);
+  }
+  if (config.policies.empty()) fail("--policies is empty");
+  for (const std::string& policy : config.policies) policy::make_policy(policy);
+}
+
+std::vector<PasscodeInstance> build_passcode_instances(const engine::ModelBundle& bundle,
+                                                       const PasscodeConfig& config) {
+  validate_passcode_config(config);
+  const int64_t filler_tokens = int64_t{config.rounds} * config.window;
+  // A policy that never evicts holds every forced token: the engine would refuse it, but only after
+  // the filler is built, so the same bound is checked here first.
+  const model::ModelConfig& mc = bundle.model->config();
+  const int64_t longest_context = std::max(mc.max_position, 4096);
+  for (const std::string& policy : config.policies) {
+    if (!policy::make_policy(policy)->evicts() && config.budget + filler_tokens > longest_context) {
+      fail(
+          "probe: policy {} keeps every token, and --budget {} + --rounds {} x --window {} = {} forced tokens "
+          "exceed the model's longest context of {}: lower --rounds, or leave {} out of --policies",
+          policy, config.budget, config.rounds, config.window, config.budget + filler_tokens, longest_context,
+          policy);
+    }
   }
   const auto kind = engine::resolve_chat_template(bundle, config.chat_template);
   if (!config.enable_thinking && !tokenizer::has_thinking_switch(kind)) {
@@ -88,10 +111,32 @@ std::vector<PasscodeInstance> build_passcode_instances(const engine::ModelBundle
     // Filler long enough that `rounds` rounds fire after the passcode enters the cache.
     const int target = std::max(config.budget, static_cast<int>(stub.size())) +
                        static_cast<int>(filler_tokens) - static_cast<int>(stub.size());
+    // The filler is the fewest 8-sentence chunks whose whole encoding reaches the target. Re-encoding
+    // the whole text after each chunk is quadratic (minutes at the largest --rounds), so the chunks'
+    // own token counts are summed first and the whole text is encoded only to settle the last chunk.
     std::string filler;
-    while (static_cast<int>(encode_text(bundle, head + filler).size()) < target) {
-      for (int k = 0; k < 8; ++k) filler += filler_sentence(filler_rng);
+    std::vector<size_t> chunk_ends;  // filler size after each chunk
+    auto add_chunk = [&] {
+      std::string chunk;
+      for (int k = 0; k < 8; ++k) chunk += filler_sentence(filler_rng);
+      filler += chunk;
+      chunk_ends.push_back(filler.size());
+      return static_cast<int64_t>(encode_text(bundle, chunk).size());
+    };
+    auto whole_tokens = [&](size_t chunks) {
+      return static_cast<int64_t>(encode_text(bundle, head + filler.substr(0, chunks ? chunk_ends[chunks - 1] : 0)).size());
+    };
+    int64_t estimate = static_cast<int64_t>(encode_text(bundle, head).size());
+    while (estimate < target) estimate += add_chunk();
+    size_t chunks = chunk_ends.size();
+    while (chunks > 0 && whole_tokens(chunks - 1) >= target) --chunks;  // the sum overcounted
+    if (chunks == chunk_ends.size()) {
+      while (whole_tokens(chunks) < target) {  // the sum undercounted
+        add_chunk();
+        chunks = chunk_ends.size();
+      }
     }
+    filler.resize(chunks ? chunk_ends[chunks - 1] : 0);
     const std::string question = head + filler + "\n\nWhat was the passcode again? The passcode is ";
     std::vector<int> forced = encode_text(bundle, question);
     const std::vector<int> whole = encode_text(bundle, question + inst.passcode);

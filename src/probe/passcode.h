@@ -15,6 +15,9 @@
 
 namespace kvdice::probe {
 
+// Teacher-forced tokens per instance (budget + rounds * window) at most: far above any context in use.
+inline constexpr int64_t kMaxForcedTokens = int64_t{1} << 24;
+
 struct PasscodeConfig {
   std::vector<std::string> policies{"full", "random_pp", "recency_pp", "random"};
   int budget = 256;   // T
@@ -44,7 +47,13 @@ struct PasscodePolicyResult {
   std::vector<bool> retrieved;         // per instance
 };
 
-// Builds the instances deterministically from the seed.
+// Every check that needs neither the model nor the tokenizer, run before anything is loaded or built:
+// counts in range, the filler size (rounds * window, in 64 bits) bounded, the budget valid and every
+// policy spec known and well formed (a bad last spec must not wait until the first policy has run).
+void validate_passcode_config(const PasscodeConfig& config);
+
+// Builds the instances deterministically from the seed (validate_passcode_config first, then the
+// model's longest context against the policies that never evict, then the filler).
 std::vector<PasscodeInstance> build_passcode_instances(const engine::ModelBundle& bundle,
                                                        const PasscodeConfig& config);
 

@@ -19,7 +19,8 @@ double percentile_sorted(std::span<const double> sorted, double q) {
 
 std::vector<double> bootstrap_means(std::span<const double> values, int resamples, uint64_t seed) {
   if (values.empty()) fail("bootstrap over zero problems");
-  if (resamples < 1) fail("bootstrap needs at least one resample (got {})", resamples);
+  if (resamples < 1 || resamples > kMaxResamples)
+    fail("--resamples must be in [1, {}] (got {})", kMaxResamples, resamples);
   std::mt19937_64 rng(seed);
   const uint64_t n = values.size();
   std::vector<double> means(static_cast<size_t>(resamples));

@@ -8,6 +8,9 @@
 
 namespace kvdice::stats {
 
+// Bootstrap resamples: a million already gives CIs far finer than any table prints.
+inline constexpr int kMaxResamples = 1000000;
+
 struct BootstrapResult {
   double mean = 0.0;  // observed mean difference
   double low = 0.0;   // percentile CI bounds

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace kvdice::stats {
 namespace {
@@ -29,8 +30,11 @@ void plot_one(const std::filesystem::path& file, const std::string& title, const
   // Headroom above the data for the legend in the top right corner.
   y_max = y_max > 0 ? y_max * (1.2 + 0.06 * static_cast<double>(by_policy.size() + reference.size())) : 1.0;
 
+  // Drawn under a temporary name, checked whole (PLplot reports no write error), then renamed: a full
+  // disk leaves neither a half PNG nor a success.
+  const std::filesystem::path temp = file.string() + ".partial";
   plsdev("pngcairo");
-  plsfnam(file.c_str());
+  plsfnam(temp.c_str());
   plspage(0, 0, 800, 560, 0, 0);
   plscolbg(255, 255, 255);
   plscol0(1, 0, 0, 0);
@@ -72,9 +76,21 @@ void plot_one(const std::filesystem::path& file, const std::string& title, const
     legend(policy, color);
   }
   plend1();
-  if (!std::filesystem::exists(file) || std::filesystem::file_size(file) == 0)
+  std::error_code ec;
+  if (!std::filesystem::exists(temp, ec) || std::filesystem::file_size(temp, ec) == 0) {
+    std::filesystem::remove(temp, ec);
     fail("PLplot wrote no {} (is the pngcairo driver, Debian's plplot-driver-cairo, installed?)",
          file.string());
+  }
+  // A whole PNG ends with its IEND chunk; a write cut short by a full disk does not.
+  static constexpr std::string_view kPngEnd("IEND\xae\x42\x60\x82", 8);
+  const std::string bytes = read_regular_file(temp, uint64_t{1} << 30);
+  if (bytes.size() < kPngEnd.size() || bytes.compare(bytes.size() - kPngEnd.size(), kPngEnd.size(), kPngEnd) != 0) {
+    std::filesystem::remove(temp, ec);
+    fail("cannot write plot {}: the PNG was cut short (disk full?)", file.string());
+  }
+  std::filesystem::rename(temp, file, ec);
+  if (ec) fail("cannot write plot {}: {}", file.string(), ec.message());
 }
 
 std::string slug(std::string s) {

@@ -84,7 +84,7 @@ TEST(HardeningCli, IntegerAndNumberFlagsAreBoundedNotNarrowed) {
       {with({"--top-k", "-1", "--temperature", "1"}), "--top-k"},
       {with({"--temperature", "nan"}), "not a finite decimal number"},
       {with({"--temperature", "inf"}), "not a finite decimal number"},
-      {with({"--temperature", "1e39"}), "--temperature: 1e39 is outside"},  // overflowed a float
+      {with({"--temperature", "1e39"}), "--temperature: 1e+39 is above 100"},  // overflowed a float
       {with({"--temperature", "-1"}), "--temperature"},
       {with({"--temperature", "1e-30"}), "dividing logits by it overflows"},
       {with({"--top-p", "nan", "--temperature", "1"}), "--top-p"},
@@ -296,6 +296,141 @@ TEST(HardeningCli, InspectCheckRefusesWhatGenerateRefuses) {
   EXPECT_EQ(j["ok"], true);
   EXPECT_EQ(j["chat_template"], "qwen3");
   EXPECT_GT(j["tensors_checked"].get<int>(), 5);
+}
+
+// Second round: the flag mechanism reaches every subcommand. Each row was silently replaced, wrapped,
+// aborted or crashed before; each must now exit non-zero naming the flag, before any model loads.
+TEST(HardeningCli, EverySubcommandChecksItsNumericFlags) {
+  const std::string results = (fs::temp_directory_path() / ("kvdice_hcli_flags_" + std::to_string(::getpid()))).string();
+  const std::vector<std::string> run = {"eval",      "run",   "--model",   kModel,  "--task", "math500",
+                                        "--dataset", kFixtures + "/eval/arithmetic.jsonl", "--results", results};
+  auto eval_run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = run;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  const std::vector<std::string> stats = {"stats", "--results", results};
+  const std::string shape = kModel + "/config.json";
+  const std::vector<std::string> bench = {"bench", "throughput", "--random-weights", "--config", shape,
+                                          "--backend", "cpu", "--quick"};
+  auto bench_with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = bench;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  expect_all_fail({
+      {eval_run({"--runs", "0"}), "--runs: 0 is outside"},  // ran 2 (the task's)
+      {eval_run({"--runs", "2000000000"}), "--runs"},
+      {eval_run({"-T", "-8"}), "--budget: -8 is outside"},  // ran 1024
+      {eval_run({"--window", "0"}), "--window"},
+      {eval_run({"--temperature", "nan"}), "--temperature: 'nan' is not a finite"},  // ran 0.6
+      {eval_run({"--temperature", "1e-45"}), "dividing logits by it overflows"},     // aborted in the sampler
+      {eval_run({"--temperature", "-0.5"}), "--temperature"},
+      {eval_run({"--top-p", "0"}), "--top-p"},
+      {eval_run({"--max-new-tokens", "0"}), "--max-new-tokens"},  // meant "no cap"
+      {eval_run({"--seed", "-1"}), "--seed"},                     // wrapped to 2^64 - 1
+      {eval_run({"--threads", "100000"}), "--threads"},           // segfaulted
+      {eval_run({"--max-batch", "0"}), "--max-batch"},
+      {eval_run({"--limit", "-1"}), "--limit"},
+      {eval_run({"--long-prompt", "maybe"}), "--long-prompt"},
+      {{"eval", "grade", "--results", results, "--test-timeout", "nan"}, "--test-timeout"},
+      {{"eval", "grade", "--results", results, "--symbolic-timeout", "-1"}, "--symbolic-timeout"},
+      {{"eval", "export", "--results", results, "--format", "xml"}, "--format"},
+      {{"stats", "--results", results, "--resamples", "2000000000"}, "--resamples"},  // allocated 16 GB
+      {{"stats", "--results", results, "--resamples", "0"}, "--resamples"},
+      {{"stats", "--results", results, "--seed", "-1"}, "--seed"},
+      {{"stats", "--results", results, "--format", "html"}, "--format"},
+      {bench_with({"--temperature", "1e-45"}), "dividing logits by it overflows"},  // aborted in the sampler
+      {bench_with({"--top-p", "nan"}), "--top-p"},
+      {bench_with({"--threads", "100000"}), "--threads"},
+      {bench_with({"--batches", "1,0"}), "--batches"},
+      {bench_with({"--bandwidth-mib", "100000000"}), "--bandwidth-mib"},
+      {{"bench", "capacity", "--random-weights", "--config", shape, "--backend", "cpu", "--memory-gib", "100000"},
+       "is more than the"},  // allocated until the machine ran out
+      {{"bench", "capacity", "--random-weights", "--config", shape, "--backend", "cpu", "--memory-gib", "nan"},
+       "--memory-gib"},
+      {{"bench", "thruput", "--random-weights", "--config", shape}, "thruput"},
+      {{"calibrate", "-m", kModel, "--text", shape, "--out", results + "/x", "--threads", "5000"}, "--threads"},
+      {{"calibrate", "-m", kModel, "--text", shape, "--out", results + "/x", "--tokens", "0"}, "--tokens"},
+      {{"probe", "passcode", "--model", kModel, "--temperature", "1"}, "--temperature"},  // no such flag
+  });
+  fs::remove_all(results);
+}
+
+// Everything the probe can check is checked before it loads the model, builds filler or runs a policy.
+TEST(HardeningCli, ProbeRefusesBeforeItWorks) {
+  expect_all_fail({
+      // Ran `full` to the end before refusing `bogus`.
+      {{"probe", "passcode", "--model", kModel, "--policies", "full,bogus", "--rounds", "1", "--instances", "1",
+        "--budget", "32", "--window", "8"},
+       "unknown eviction policy 'bogus'"},
+      {{"probe", "passcode", "--model", kModel, "--policies", "random_pp:nonsense=1"}, "nonsense"},
+      // At its largest --rounds built minutes of filler before the engine refused a full-attention
+      // request longer than the model's context.
+      {{"probe", "passcode", "--model", kModel, "--policies", "random_pp,full", "--rounds", "200000", "--window",
+        "64", "--budget", "128"},
+       "policy full keeps every token"},
+  });
+}
+
+// Inputs of bounded size, refused by name when they are not files, and never silently merged.
+TEST(HardeningCli, EvalInputsAreBoundedAndConsistent) {
+  const fs::path dir = fs::temp_directory_path() / ("kvdice_hcli_eval_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "empty_db");
+  std::ofstream(dir / "empty_db" / "results.sqlite").close();  // 0 bytes
+  {
+    std::ofstream dup(dir / "dup.jsonl");
+    dup << "{\"question\": \"1+1?\", \"answer\": \"2\"}\n";
+    dup << "{\"question\": \"2+2?\", \"answer\": \"4\", \"answer\": \"5\"}\n";
+  }
+  auto run = [&](const std::string& dataset, const std::string& results) {
+    return std::vector<std::string>{"eval", "run", "--model", kModel, "--task", "math500", "--dataset", dataset,
+                                    "--results", results, "--policy", "full", "--max-new-tokens", "2",
+                                    "--limit", "1", "--runs", "1", "-q"};
+  };
+  expect_all_fail({
+      {run("/dev/zero", (dir / "r1").string()), "/dev/zero is a character device"},  // read without limit
+      {run((dir / "dup.jsonl").string(), (dir / "r2").string()), "dup.jsonl:2: duplicate key 'answer'"},
+      {run(kFixtures + "/eval/arithmetic.jsonl", (dir / "empty_db").string()), "is empty (0 bytes)"},
+      {{"stats", "--results", (dir / "empty_db").string()}, "is empty (0 bytes)"},
+      {{"eval", "check", "--results", (dir / "empty_db").string()}, "is empty (0 bytes)"},
+  });
+  EXPECT_EQ(fs::file_size(dir / "empty_db" / "results.sqlite"), 0u);  // left as it was
+  fs::remove_all(dir);
+}
+
+// stats and eval export wrote through unchecked streams: /dev/full lost the table and exited 0.
+TEST(HardeningCli, StatsAndExportOutputLostIsAnError) {
+  const fs::path dir = fs::temp_directory_path() / ("kvdice_hcli_out_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const std::string results = (dir / "res").string();
+  const CommandResult made =
+      run_kvdice({"eval", "run", "--model", kModel, "--task", "math500", "--dataset",
+                  kFixtures + "/eval/arithmetic.jsonl", "--results", results, "--cell", "full", "--policy", "full",
+                  "--max-new-tokens", "2", "--limit", "2", "--runs", "1", "--threads", "1", "-q"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  ASSERT_EQ(run_kvdice({"eval", "grade", "--results", results}).exit_code, 0);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"stats", "--results", results, "--out", "/dev/full"}, ""},
+      {{"stats", "--results", results, "--per-problem", "/dev/full"}, "/dev/null"},
+      {{"stats", "--results", results}, "/dev/full"},
+      {{"eval", "export", "--results", results, "--out", "/dev/full"}, ""},
+      {{"eval", "export", "--results", results}, "/dev/full"},
+  };
+  for (const auto& [args, stdout_path] : cases) {
+    std::string joined;
+    for (const auto& a : args) joined += a + " ";
+    SCOPED_TRACE(joined);
+    const CommandResult r = run_kvdice(args, {}, stdout_path, 60);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_TRUE(has(r.err, "No space left on device") || has(r.err, "writing output failed")) << r.err;
+  }
+  // A regular file is still written whole.
+  const CommandResult ok = run_kvdice({"stats", "--results", results, "--out", (dir / "t.md").string()});
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_TRUE(has(read_regular_file(dir / "t.md", 1 << 20), "| full |"));
+  fs::remove_all(dir);
 }
 
 }  // namespace

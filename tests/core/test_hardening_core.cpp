@@ -190,5 +190,23 @@ TEST(HardeningMessages, ControlBytesAndBrokenUtf8AreEscaped) {
   EXPECT_EQ(escape_for_message("\x7f"), "\\x7f");
 }
 
+TEST(HardeningMessages, QuotedInputIsCappedAtOneKibibyte) {
+  // One bit flip in a GGUF once made a 1.2 GB error line: no argument of fail() is quoted past 1 KiB.
+  const std::string huge(10'000'000, 'a');
+  const std::string message = error_of([&] { fail("metadata key {} is bad", huge); });
+  EXPECT_LT(message.size(), kMaxQuotedBytes + 200);
+  EXPECT_TRUE(has(message, "... (10000000 bytes in all) is bad")) << message.substr(message.size() - 80);
+  // Quoting a quoted text changes nothing; a text just over the cap is kept whole.
+  const std::string quoted = quote_for_message(huge);
+  EXPECT_EQ(quote_for_message(quoted), quoted);
+  const std::string short_enough(kMaxQuotedBytes + 10, 'b');
+  EXPECT_EQ(quote_for_message(short_enough), short_enough);
+  // A parser's own excerpt (nlohmann quotes the token it read) is capped too.
+  const std::string long_token = "[" + std::string(5'000'000, '1') + "x]";
+  const std::string parse_message = error_of([&] { parse_json_text(long_token, "big.json"); });
+  EXPECT_LT(parse_message.size(), 4 * kMaxQuotedBytes);
+  EXPECT_TRUE(has(parse_message, "big.json")) << parse_message;
+}
+
 }  // namespace
 }  // namespace kvdice

@@ -22,6 +22,23 @@ std::map<int, int> histogram(const Sampler& sampler, const std::vector<float>& l
   return counts;
 }
 
+// The one rule every entry point applies (flags, task files, Engine::submit): 1e-45 reached the
+// sampling rule's internal check and aborted eval run and bench.
+TEST(Sampler, TemperatureAndTopPOutsideTheirRangesAreRefused) {
+  for (const double t : {0.0, kMinTemperature, 0.6, kMaxTemperature}) EXPECT_EQ(temperature_problem(t), "") << t;
+  for (const double t : {1e-45, 1e-4, -1.0, 100.5, std::nan(""), double{INFINITY}})
+    EXPECT_NE(temperature_problem(t), "") << t;
+  for (const double p : {1e-6, 0.5, 1.0}) EXPECT_EQ(top_p_problem(p), "") << p;
+  for (const double p : {0.0, -0.1, 1.01, std::nan("")}) EXPECT_NE(top_p_problem(p), "") << p;
+  SamplingParams tiny{1e-45f, 1.0f, 0, 0};
+  try {
+    tiny.validate();
+    ADD_FAILURE() << "temperature 1e-45 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--temperature"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Sampler, GreedyTakesArgmaxAndLowestIdOnTies) {
   Sampler s({0.0f, 1.0f, 0, 1}, 0);
   EXPECT_EQ(s.sample(std::vector<float>{0.1f, 2.0f, -1.0f}, 0), 1);

@@ -241,13 +241,12 @@ TEST(EvalCli, BadInputIsRefusedClearly) {
   };
   const std::vector<Case> cases = {
       {run_args(results, (tmp.path / "absent.jsonl").string(), {"--policy", "full"}), "cannot read dataset"},
-      {run_args(results, bad_json.string(), {"--policy", "full"}), "bad.jsonl:2: not valid JSON"},
+      {run_args(results, bad_json.string(), {"--policy", "full"}), "bad.jsonl:2: invalid JSON"},
       {run_args(results, no_answer.string(), {"--policy", "full"}), "noanswer.jsonl:1: no answer"},
       {run_args(results, kArithmetic, {"--policy", "random_pp", "--budget", "100", "--window", "64"}),
        "multiple of"},
       {run_args(results, kArithmetic, {"--policy", "nope"}), "nope"},
-      {run_args(results, kArithmetic, {"--policy", "full", "--backend", "tpu"}),
-       "--backend must be cpu, cuda or auto"},
+      {run_args(results, kArithmetic, {"--policy", "full", "--backend", "tpu"}), "--backend: tpu not in"},
       {{"eval", "run", "--model", kFixtureModel, "--task", task_file.string(), "--dataset", kArithmetic,
         "--results", results},
        "unknown task field 'runz'"},
@@ -259,7 +258,8 @@ TEST(EvalCli, BadInputIsRefusedClearly) {
   };
   for (const auto& c : cases) {
     const auto r = kvdice(c.args, tmp.path / "cmd");
-    EXPECT_EQ(r.exit_code, 1) << c.message << "\n" << r.err;
+    // 1 for kvdice's errors, CLI11's own code (above 100) for a flag value it refuses.
+    EXPECT_TRUE(r.exit_code == 1 || (r.exit_code > 100 && r.exit_code < 128)) << c.message << "\n" << r.err;
     EXPECT_NE(r.err.find(c.message), std::string::npos) << c.message << "\n" << r.err;
   }
 }

@@ -177,5 +177,30 @@ TEST(HardeningGguf, TypeConfusedMetadataIsNamedAsSuch) {
   EXPECT_TRUE(has(key_message, "unknown metadata value type 99")) << key_message;
 }
 
+TEST(HardeningGguf, AChangedValueTypeNamesTheValueNotATruncation) {
+  // A u64 value whose type byte says u32: the next key's length is read from the value's high half and
+  // the key's first bytes, and was reported as "truncated GGUF: metadata key needs 7954895644034859008
+  // bytes". Keys are at most 65535 bytes by the format, so the value before it is named instead.
+  test::GgufBuilder b;
+  b.header(3, 0, 2).str("general.file_type").u32(4).u64(7);
+  b.kv_string("general.architecture", "llama");
+  const std::string message = error_of([&] { GgufFile::parse(b.bytes, "t.gguf"); });
+  EXPECT_FALSE(has(message, "truncated")) << message;
+  EXPECT_TRUE(has(message, "metadata key at offset")) << message;
+  EXPECT_TRUE(has(message, "key general.file_type, type u32")) << message;
+  // A tensor name longer than the format's 64 bytes.
+  test::GgufBuilder t;
+  t.header(3, 1, 1).kv_string("general.architecture", "llama");
+  t.tensor_info(std::string(65, 'w'), {4}, 0, 0);
+  const std::string name_message = error_of([&] { GgufFile::parse(t.bytes, "t.gguf"); });
+  EXPECT_TRUE(has(name_message, "tensor name at offset")) << name_message;
+  EXPECT_TRUE(has(name_message, "more than the format's 64")) << name_message;
+  // A string value whose length runs past the end says so, not "needs N bytes".
+  test::GgufBuilder s;
+  s.header(3, 0, 1).str("general.name").u32(9).u32(8).u64(1).u64(3).raw("ab", 2);
+  const std::string string_message = error_of([&] { GgufFile::parse(s.bytes, "t.gguf"); });
+  EXPECT_TRUE(has(string_message, "declared a string of")) << string_message;
+}
+
 }  // namespace
 }  // namespace kvdice::model

@@ -72,7 +72,7 @@ TEST(StatsCli, TablesPlotsAndRefusals) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("\\textbf{$-0.625$}$^\\downarrow$"), std::string::npos) << r.out;
   r = kvdice({"stats", "--results", results, "--format", "html"}, tmp.path / "s4");
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.exit_code, 0);  // CLI11 refuses the value (its own exit code)
 
   // A cell with another sampling seed is not comparable with the baseline.
   ASSERT_EQ(

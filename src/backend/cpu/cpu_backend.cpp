@@ -436,6 +436,8 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(int threads, CpuMath math) {
+  if (threads < 0 || threads > kMaxCpuThreads)
+    fail("--threads must be in [0, {}] (0 = all cores), got {}", kMaxCpuThreads, threads);
   return std::make_unique<CpuBackend>(threads, math);
 }
 
