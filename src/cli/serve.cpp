@@ -42,9 +42,6 @@ void run_serve(ServeOptions& o) {
   } else {
     s.limits.kv.budget = 0;
   }
-  if (s.port < 0 || s.port > 65535) fail("--port must be in [0, 65535] (got {})", s.port);
-  if (s.limits.default_max_tokens < 1) fail("--max-tokens must be >= 1");
-  if (s.drain_timeout_s < 0) fail("--drain-timeout must be >= 0");
   s.model_name = o.model_name.empty() ? o.model : o.model_name;
 
   server::block_server_signals();  // before any thread starts, so only sigwait sees SIGINT/SIGTERM
@@ -84,30 +81,37 @@ void add_serve_command(CLI::App& app) {
       ->required();
   cmd->add_option("--served-model-name", o->model_name,
                   "Model id clients send as \"model\" (default: --model)");
-  cmd->add_option("--host", s.host, "Address to bind (default 127.0.0.1: this machine only)");
-  cmd->add_option("--port", s.port, "Port (0 = any free port; the chosen one is printed)");
+  cmd->add_option("--host", s.host, "IP address to bind (default 127.0.0.1: this machine only)");
+  add_int_option(cmd, "--port", s.port, 0, 65535, "Port (0 = any free port; the chosen one is printed)");
   cmd->add_option("--api-key", s.api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
   cmd->add_option("--policy", s.limits.kv.policy,
                   "Default eviction policy (a request's kv.policy overrides)");
-  cmd->add_option("--budget,-T", s.limits.kv.budget,
-                  fmt::format("Default KV budget T (kv.budget overrides; default {})", kv::kDefaultServeBudget));
-  cmd->add_option("--window,-r", s.limits.kv.window, "Default recency window r (kv.window overrides)");
+  add_int_option(cmd, "--budget,-T", s.limits.kv.budget, 0, kMaxTokens,
+                 fmt::format("Default KV budget T (kv.budget overrides; default {})", kv::kDefaultServeBudget));
+  add_int_option(cmd, "--window,-r", s.limits.kv.window, 1, kMaxTokens,
+                 "Default recency window r (kv.window overrides)");
   cmd->add_option("--long-prompt", o->long_prompt, "Default for a prompt longer than T - r: warn or error");
-  cmd->add_option("--max-tokens", s.limits.default_max_tokens,
-                  "max_tokens when a request gives none (capped by the context length)");
-  cmd->add_option("--max-n", s.limits.max_n, "Largest n a request may ask for");
+  add_int_option(cmd, "--max-tokens", s.limits.default_max_tokens, 1, kMaxTokens,
+                 "max_tokens when a request gives none (capped by the context length)");
+  add_int_option(cmd, "--max-n", s.limits.max_n, 1, 4096, "Largest n a request may ask for");
   add_int_option(cmd, "--max-batch", o->max_batch, 1, 4096,
                  fmt::format("Sequences decoded together at most (default {} on CUDA, where the KV pool "
                              "bounds the batch; {} on the CPU)",
                              kCudaDefaultMaxBatch, kCpuDefaultMaxBatch));
-  cmd->add_option("--max-queue", s.engine.max_queue,
-                  "Requests that may wait for KV memory; beyond: HTTP 429");
+  add_int_option(cmd, "--max-queue", s.engine.max_queue, 1, 1 << 20,
+                 "Requests that may wait for KV memory; beyond: HTTP 429 with Retry-After");
+  add_int_option(cmd, "--http-threads", s.http_threads, 1, server::kMaxHttpThreads,
+                 "Connections served at once (threads start on demand); more wait in the listen backlog");
+  add_int_option(cmd, "--keep-alive", s.keep_alive_s, 0, 3600,
+                 "Seconds an idle keep-alive connection stays open");
   add_kv_pool_flags(cmd, s.engine.pool);  // a request that can never fit the pool gets HTTP 400
-  cmd->add_option("--seed", s.engine.eviction_seed, "Seed of the eviction streams");
+  add_seed_option(cmd, "--seed", s.engine.eviction_seed, "Seed of the eviction streams");
   cmd->add_option("--chat-template", s.chat_template, "Override the detected chat template");
-  cmd->add_option("--max-body-bytes", s.max_body_bytes, "Largest request body (HTTP 413 beyond)");
-  cmd->add_option("--drain-timeout", s.drain_timeout_s,
-                  "Seconds SIGINT/SIGTERM waits for running requests before cutting them");
+  cmd->add_option("--max-body-bytes", s.max_body_bytes,
+                  "Largest request body, chunked or not (HTTP 413 beyond)")
+      ->transform(integer_in(1, size_t{1} << 32));
+  add_int_option(cmd, "--drain-timeout", s.drain_timeout_s, 0, 86400,
+                 "Seconds SIGINT/SIGTERM waits for running requests before cutting them");
   add_backend_flags(cmd, o->backend);
   cmd->footer(
       "Raw prompts (/v1/completions): special-token text such as <|im_end|> is parsed as special tokens by "

@@ -1,11 +1,15 @@
 #include "server/server.h"
 
 #include <fmt/core.h>
+#include <arpa/inet.h>
 #include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
+#include <cctype>
 #include <chrono>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -14,6 +18,7 @@
 #include "core/log.h"
 #include "server/api_error.h"
 #include "server/completion_response.h"
+#include "server/connection_pool.h"
 #include "server/openapi.h"
 
 namespace kvdice::server {
@@ -58,6 +63,15 @@ void send_json(httplib::Response& res, int status, const Json& body) {
 
 void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status(), e.to_json()); }
 
+// A POST body must say it is JSON: a browser page may send text/plain or form bodies to any origin
+// without a CORS preflight, and this check is what keeps such a page from driving a local server.
+bool is_json_content_type(const std::string& value) {
+  std::string media = value.substr(0, value.find(';'));
+  while (!media.empty() && media.back() == ' ') media.pop_back();
+  for (auto& c : media) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return media == "application/json";
+}
+
 bool is_reasoning_template(tokenizer::ChatTemplate t) {
   using T = tokenizer::ChatTemplate;
   return t == T::Qwen3 || t == T::Qwen3Thinking || t == T::DeepSeekR1 || t == T::Phi4Reasoning;
@@ -92,16 +106,31 @@ struct Server::Impl {
   bool has_chat_template = false;
   std::string chat_template_error;
   int port = 0;
+  int listen_fd = -1;  // the listening socket, recorded by the socket-options hook
 
   void install_routes();
-  void completion(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  // Reads the body with the size limit applied to every framing; answers 415/413 itself and returns
+  // nullopt when the body is refused.
+  std::optional<std::string> read_json_body(const httplib::Request& req, httplib::Response& res,
+                                            const httplib::ContentReader& reader);
+  void completion(const httplib::Request& req, const std::string& text, httplib::Response& res,
+                  Endpoint endpoint);
 };
 
 void Server::Impl::install_routes() {
-  const int threads = options.engine.max_batch + options.engine.max_queue + 8;
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  const int threads = options.http_threads;
+  http.new_task_queue = [threads] { return new ConnectionPool(threads); };
+  // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, which lets a second server bind the
+  // same port and silently take half of the connections. The hook also records the socket, so that
+  // bind() can enlarge its backlog.
+  http.set_socket_options([this](int fd) {
+    int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listen_fd = fd;
+  });
   http.set_payload_max_length(options.max_body_bytes);
-  http.set_keep_alive_timeout(2);
+  http.set_keep_alive_timeout(options.keep_alive_s);
+  http.set_keep_alive_max_count(1000);
   http.set_read_timeout(30);
   http.set_write_timeout(30);
 
@@ -173,19 +202,62 @@ void Server::Impl::install_routes() {
     }
     send_json(res, 200, model_card());
   });
-  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    completion(req, res, Endpoint::Chat);
-  });
-  http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    completion(req, res, Endpoint::Completion);
-  });
+  for (const auto& [path, endpoint] : {std::pair{"/v1/chat/completions", Endpoint::Chat},
+                                       std::pair{"/v1/completions", Endpoint::Completion}}) {
+    http.Post(path, [this, endpoint](const httplib::Request& req, httplib::Response& res,
+                                     const httplib::ContentReader& reader) {
+      if (const auto text = read_json_body(req, res, reader)) completion(req, *text, res, endpoint);
+    });
+  }
 }
 
-void Server::Impl::completion(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+std::optional<std::string> Server::Impl::read_json_body(const httplib::Request& req, httplib::Response& res,
+                                                        const httplib::ContentReader& reader) {
+  const std::string type = req.get_header_value("Content-Type");
+  if (!is_json_content_type(type)) {
+    send_error(res, ApiError(415,
+                             fmt::format("the request body must be sent as 'Content-Type: application/json' "
+                                         "(got '{}')",
+                                         type.substr(0, 100)),
+                             "", "unsupported_media_type"));
+    res.set_header("Connection", "close");
+    return std::nullopt;
+  }
+  const size_t limit = options.max_body_bytes;
+  auto too_large = [&] {
+    send_error(res, ApiError(413, fmt::format("request body too large: the limit is {} bytes", limit), "",
+                             "request_too_large"));
+    res.set_header("Connection", "close");
+    return std::nullopt;
+  };
+  // A declared length beyond the limit is refused before a byte of the body is read.
+  if (req.has_header("Content-Length") && req.get_header_value<uint64_t>("Content-Length") > limit)
+    return too_large();
+  std::string body;
+  bool over = false;
+  const bool complete = reader([&](const char* data, size_t length) {
+    if (length > limit - body.size()) {
+      over = true;
+      return false;  // stop reading: a chunked body has no declared length to check up front
+    }
+    body.append(data, length);
+    return true;
+  });
+  if (over || res.status == 413) return too_large();
+  if (!complete) {
+    send_error(res, ApiError(400, "the request body could not be read completely", "", "invalid_body"));
+    res.set_header("Connection", "close");
+    return std::nullopt;
+  }
+  return body;
+}
+
+void Server::Impl::completion(const httplib::Request&, const std::string& text, httplib::Response& res,
+                              Endpoint endpoint) {
   try {
     Json body;
     try {
-      body = Json::parse(req.body);
+      body = Json::parse(text);
     } catch (const Json::exception& e) {
       throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()), "",
                      "invalid_json");
@@ -336,14 +408,23 @@ const EngineHost& Server::engine_host() const { return impl_->host; }
 
 int Server::bind() {
   auto& o = impl_->options;
+  in_addr v4{};
+  in6_addr v6{};
+  if (inet_pton(AF_INET, o.host.c_str(), &v4) != 1 && inet_pton(AF_INET6, o.host.c_str(), &v6) != 1)
+    fail("--host '{}' is not an IPv4 or IPv6 address (e.g. 127.0.0.1, 0.0.0.0, ::1)", o.host);
   if (o.port == 0) {
     impl_->port = impl_->http.bind_to_any_port(o.host);
-    if (impl_->port < 0) fail("cannot bind {}: no free port", o.host);
+    if (impl_->port < 0) fail("cannot bind {}: the address is not one of this machine's", o.host);
   } else {
     if (!impl_->http.bind_to_port(o.host, o.port))
-      fail("cannot bind {}:{}: the address is in use or not available", o.host, o.port);
+      fail("cannot bind {}:{}: the port is in use or the address is not one of this machine's", o.host,
+           o.port);
     impl_->port = o.port;
   }
+  // cpp-httplib 0.11 listens with a backlog of 5: a burst of connections overflows the accept queue
+  // and clients see resets. listen() again on the bound socket raises the backlog to the system's.
+  if (impl_->listen_fd < 0 || ::listen(impl_->listen_fd, SOMAXCONN) != 0)
+    fail("cannot enlarge the listen backlog of {}:{}", o.host, impl_->port);
   return impl_->port;
 }
 

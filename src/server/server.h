@@ -13,6 +13,10 @@
 
 namespace kvdice::server {
 
+// The --http-threads bound: far above any useful concurrency on one engine, far below the
+// kernel's thread limit on a common machine.
+inline constexpr int kMaxHttpThreads = 32768;
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0 = any free port (printed at startup)
@@ -21,7 +25,9 @@ struct ServerOptions {
   std::string chat_template;           // override; empty = detected
   RequestLimits limits;
   HostOptions engine;
-  size_t max_body_bytes = 8 << 20;
+  size_t max_body_bytes = 8 << 20;  // however the body is framed (Content-Length or chunked)
+  int http_threads = 2048;          // connections served at once; more wait in the listen backlog
+  int keep_alive_s = 5;             // an idle keep-alive connection is closed after this
   int drain_timeout_s = 30;
   int kv_bytes_per_element = 4;  // K/V storage precision of the backend (fp32 on the CPU)
 };
@@ -30,7 +36,8 @@ class Server {
  public:
   Server(const engine::ModelBundle& bundle, backend::Backend& backend, ServerOptions options);
   ~Server();
-  // Binds (port 0 picks one) and returns the port; throws Error when the address is taken.
+  // Binds (port 0 picks one) with a listen backlog of SOMAXCONN and returns the port; throws Error
+  // when the address is not an IP address of this machine or the port is taken.
   int bind();
   // Serves until SIGINT or SIGTERM (which the caller must have blocked in every thread), then
   // drains: no new requests, running ones finish within the drain timeout. Returns the exit code.
