@@ -143,6 +143,7 @@ bool pump_completion(EngineHost& host, Job& job, const ResponseContext& ctx,
   std::vector<bool> started(n, false);
   auto send = [&](const Json& j) { return write("data: " + dump(j) + "\n\n"); };
   std::string error;
+  bool refused = false;  // the engine refused the settings: the client's error
 
   while (true) {
     std::vector<std::pair<std::vector<int>, bool>> fresh(n);  // tokens snapshot, finished
@@ -158,6 +159,7 @@ bool pump_completion(EngineHost& host, Job& job, const ResponseContext& ctx,
       };
       job.cv.wait_for(lock, std::chrono::milliseconds(50), progressed);
       error = job.error;
+      refused = job.refused;
       for (size_t i = 0; i < n; ++i) {
         const auto& all = job.choices[i].tokens;
         const size_t from = std::min(texts[i].consumed, all.size());
@@ -201,7 +203,8 @@ bool pump_completion(EngineHost& host, Job& job, const ResponseContext& ctx,
     }
     if (!error.empty()) {
       host.cancel_all(job);
-      const Json err = error_json(503, error, "", "server_shutting_down");
+      const Json err = refused ? error_json(400, error, "", "request_refused")
+                               : error_json(503, error, "", "server_shutting_down");
       return ctx.stream ? send(err) && write("data: [DONE]\n\n") : write(dump(err));
     }
     if (!std::all_of(texts.begin(), texts.end(), [](const ChoiceText& t) { return t.done; })) continue;

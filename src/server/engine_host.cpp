@@ -176,6 +176,7 @@ void EngineHost::admit_locked() {
       // Settings were validated at parse time; a refusal here still ends the job cleanly.
       std::lock_guard jl(job->mutex);
       job->error = e.what();
+      job->refused = true;
       for (auto& c : job->choices) c.finished = true;
       job->cv.notify_all();
     }

@@ -49,6 +49,7 @@ struct Job {
   std::condition_variable cv;
   std::vector<ChoiceProgress> choices;
   std::string error;  // set when the engine failed or a drain ran out of time
+  bool refused = false;  // the engine refused the request's settings (a client error, not a shutdown)
 };
 
 // Reserved slots the server admits at most on the CPU when no pool size is given.

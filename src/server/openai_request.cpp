@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "engine/sampler.h"
 #include "policy/eviction_policy.h"
 #include "server/api_error.h"
 
@@ -173,7 +174,13 @@ CompletionRequest parse_completion_request(const Json& body, Endpoint endpoint, 
       if (v.is_null()) continue;
       r.max_tokens = static_cast<int>(get_integer(v, key, 1, INT32_MAX));
     } else if (key == "temperature") {
-      if (!v.is_null()) r.temperature = static_cast<float>(get_number(v, key, 0.0, 2.0));
+      if (!v.is_null()) {
+        // OpenAI's range, then the engine's own rule (0 < t < 1e-3 overflows the logits' quotients).
+        const double t = get_number(v, key, 0.0, 2.0);
+        if (const std::string problem = engine::temperature_problem(t); !problem.empty())
+          bad_request(key, fmt::format("'temperature': {}", problem));
+        r.temperature = static_cast<float>(t);
+      }
     } else if (key == "top_p") {
       if (!v.is_null()) r.top_p = static_cast<float>(get_number(v, key, 0.0, 1.0));
       if (r.top_p <= 0.0f) bad_request(key, "'top_p' must be > 0");

@@ -43,3 +43,15 @@ def test_bad_server_flag_refused_before_listening(flag, value):
     assert proc.returncode != 0
     assert "listening" not in proc.stdout
     assert flag in proc.stderr or value in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("temperature", [1e-45, 1e-4, 5.0, -1.0])
+def test_temperature_outside_the_sampling_rule_gets_400_and_the_server_lives(start_server, temperature):
+    s = start_server("--policy", "full")
+    body = ('{"model": "tiny-qwen3", "prompt": "hi", "max_tokens": 2, "temperature": %r}' % temperature).encode()
+    status, _, text = s.post("/v1/completions", body, headers={"Content-Type": "application/json"})
+    assert status == 400, (temperature, status, text)
+    assert "temperature" in text
+    status, _, _ = s.post("/v1/completions", b'{"model": "tiny-qwen3", "prompt": "hi", "max_tokens": 2}',
+                          headers={"Content-Type": "application/json"})
+    assert status == 200 and s.proc.poll() is None
