@@ -117,7 +117,7 @@ void add_bench_command(CLI::App& app) {
                  "Untimed tokens a request of the same load before the timed run (records each batch "
                  "shape's step graph; 0: none, the timed run pays it)");
   // Bounded here by the format; run_bench then holds it to the machine's memory before any allocation.
-  add_number_option(cmd, "--memory-gib", o.memory_gib, 1.0 / 1024, 1 << 20,
+  add_number_option(cmd, "--memory-gib", o.memory_gib, 1.0 / (1 << 30), 1 << 20,
                     "capacity: KV pool memory (GiB) every policy gets (at most the machine's memory)");
   cmd->add_option("--batches", o.batches, "evict: batch sizes (default 1 128)")
       ->delimiter(',')

@@ -231,7 +231,7 @@ void expect_failure(const std::vector<std::string>& args, const std::string& mes
 }
 
 TEST_F(BenchCli, BadInputIsRefusedByName) {
-  expect_failure(cpu({"bench", "warp", "--model", kModel}), "unknown bench protocol 'warp'");
+  expect_failure(cpu({"bench", "warp", "--model", kModel}), "protocol: warp not in");
   expect_failure(cpu({"bench", "throughput", "--model", kModel, "--prompt-len", "40", "--budget", "32",
                       "--window", "8"}),
                  "--prompt-len 40 does not fit the budget");
