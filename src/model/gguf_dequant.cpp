@@ -5,6 +5,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/gguf_scales.h"
 
 namespace kvdice::model {
 namespace {
@@ -142,17 +143,6 @@ void block_q3_k(const uint8_t* x, float* y) {
       m <<= 1;
     }
     q += 32;
-  }
-}
-
-// The 6-bit scale and min of sub-block j in Q4_K/Q5_K (ggml's get_scale_min_k4).
-inline void scale_min_k4(int j, const uint8_t* q, int& d, int& m) {
-  if (j < 4) {
-    d = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/gguf_scales.h"
 
 namespace kvdice::backend::cpu {
 namespace {
@@ -14,17 +15,6 @@ float half(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return f16_to_f32(h);
-}
-
-// The 6-bit scale and minimum of sub-block j of a Q4_K block (12 packed bytes).
-void scale_min_k4(int j, const uint8_t* q, int& d, int& m) {
-  if (j < 4) {
-    d = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
 }
 
 // ---- block layouts, as integers: each unpacks one block into its integer weights and the float
