@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/step_batch.h"
+#include "core/step_batch.h"
 #include "core/dtype.h"
 
 namespace kvdice::policy {

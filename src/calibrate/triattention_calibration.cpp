@@ -110,7 +110,7 @@ policy::TriAttentionStats collect_triattention_stats(const model::Model& model, 
   s.omega = inv_freq;
   // HF's default and llama3 RoPE have attention scaling 1: the rotation keeps each band's magnitude.
   s.freq_scale.assign(static_cast<size_t>(nf), 1.0f);
-  s.q_weight_norm = policy::q_weight_norms(model);
+  s.q_weight_norm = model.q_weight_norms();
   s.metadata["tokens"] = std::to_string(counted);
   s.metadata["segment"] = std::to_string(options.segment);
   return s;

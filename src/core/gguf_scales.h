@@ -1,5 +1,5 @@
 // The packed 6-bit sub-block scales of GGUF's K-quant blocks, read by both the dequantiser
-// (model/gguf_dequant) and the CPU backend's block kernels (backend/cpu/quant_dot).
+// (formats/gguf_dequant) and the CPU backend's block kernels (backend/cpu/quant_dot).
 #pragma once
 
 #include <cstdint>

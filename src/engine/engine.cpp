@@ -71,7 +71,7 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
   policies_.push_back(policy::make_policy(config_.policy));
   budget_ = effective_budget(*policies_.front(), config_.budget);
   backend_.check_policy(*policies_.front());
-  policies_.front()->check_model(model_);  // TriAttention: statistics of this model (issue 7)
+  policies_.front()->check_model(model_.fingerprint());  // TriAttention: statistics of this model
   if (config_.max_batch < 1 || config_.max_batch > 4096)
     fail("max batch must be in [1, 4096] (got {})", config_.max_batch);
   if (config_.prefill_chunk < 1) fail("prefill chunk must be >= 1 token (got {})", config_.prefill_chunk);
@@ -92,7 +92,7 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
 
   // The pool takes what is left: free device memory less a margin for library workspaces (CUDA), or
   // what the limits need in lazily-touched host memory (CPU).
-  // Signals are recorded only when the engine's policy needs them (issue 7; both backends record the
+  // Signals are recorded only when the engine's policy needs them (both backends record the
   // query ring and value ranges, only the CPU the attention mass).
   const policy::SignalNeeds signals = policies_.front()->needs();
   const int n_query_heads = model_.config().n_heads;
@@ -161,7 +161,7 @@ int Engine::policy_index(const std::string& name) {
   for (size_t i = 0; i < policies_.size(); ++i)
     if (policy::describe(*policies_[i]) == policy::describe(*policy)) return static_cast<int>(i);
   backend_.check_policy(*policy);
-  policy->check_model(model_);
+  policy->check_model(model_.fingerprint());
   const policy::SignalNeeds needs = policy->needs(), recorded = pool_->signals();
   if ((needs.window_queries && !recorded.window_queries) || (needs.value_ranges && !recorded.value_ranges) ||
       (needs.accumulated_attention && !recorded.accumulated_attention))

@@ -8,7 +8,7 @@ namespace kvdice::engine {
 namespace fs = std::filesystem;
 
 ModelBundle load_gguf_file(const fs::path& path, const model::LoadOptions& options) {
-  auto file = std::make_shared<const model::GgufFile>(model::GgufFile::open(path));
+  auto file = std::make_shared<const formats::GgufFile>(formats::GgufFile::open(path));
   ModelBundle bundle;
   bundle.source = path.string();
   bundle.format = "gguf";
@@ -29,7 +29,7 @@ CheckReport make_check_report(const model::ModelConfig& config, const tokenizer:
                               const model::GenerationConfig& generation);
 
 CheckReport check_gguf(const fs::path& path) {
-  auto file = std::make_shared<const model::GgufFile>(model::GgufFile::open(path));
+  auto file = std::make_shared<const formats::GgufFile>(formats::GgufFile::open(path));
   const model::ModelConfig config = model::config_from_gguf(*file);
   const model::GenerationConfig generation = model::generation_config_from_gguf(*file);
   model::check_weights(config, model::GgufSource(file));
@@ -39,7 +39,7 @@ CheckReport check_gguf(const fs::path& path) {
 }
 
 CheckpointSummary summarize_gguf(const fs::path& path) {
-  auto file = std::make_shared<const model::GgufFile>(model::GgufFile::open(path));
+  auto file = std::make_shared<const formats::GgufFile>(formats::GgufFile::open(path));
   CheckpointSummary summary = summarize_tensors(model::GgufSource(file));
   summary.format = "gguf";
   summary.config = model::config_from_gguf(*file);

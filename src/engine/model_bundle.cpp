@@ -1,7 +1,7 @@
 #include "engine/model_bundle.h"
 
 #include "core/error.h"
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 #include "model/weights.h"
 
 namespace kvdice::engine {
@@ -33,7 +33,7 @@ ModelBundle load_hf_dir(const fs::path& dir) {
   model::ModelConfig config = model::ModelConfig::from_hf_dir(dir);
   bundle.generation = model::GenerationConfig::from_hf_dir(dir);
   bundle.weight_dtype = std::string(dtype_name(config.dtype));
-  auto source = model::open_safetensors_dir(dir);
+  auto source = formats::open_safetensors_dir(dir);
   model::ModelWeights weights = model::load_weights(config, *source);
   bundle.model = std::make_unique<model::Model>(std::move(config), std::move(weights));
   bundle.tokenizer = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_hf_dir(dir));
@@ -67,7 +67,7 @@ CheckReport check_checkpoint(const fs::path& path) {
   if (is_gguf_file(path)) return check_gguf(path);
   const model::ModelConfig config = model::ModelConfig::from_hf_dir(path);
   const model::GenerationConfig generation = model::GenerationConfig::from_hf_dir(path);
-  const auto source = model::open_safetensors_dir(path);
+  const auto source = formats::open_safetensors_dir(path);
   model::check_weights(config, *source);
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_hf_dir(path);
   check_bundle_consistency(path.string(), config, tok, generation);
@@ -89,9 +89,9 @@ CheckReport make_check_report(const model::ModelConfig& config, const tokenizer:
   return report;
 }
 
-CheckpointSummary summarize_tensors(const model::TensorSource& source) {
+CheckpointSummary summarize_tensors(const formats::TensorSource& source) {
   CheckpointSummary summary;
-  for (const model::TensorInfo& info : source.list()) {
+  for (const formats::TensorInfo& info : source.list()) {
     int64_t n = 1;
     for (int64_t d : info.shape) n *= d;
     summary.parameters += n;
@@ -104,7 +104,7 @@ CheckpointSummary summarize_tensors(const model::TensorSource& source) {
 CheckpointSummary summarize_checkpoint(const fs::path& path) {
   check_exists(path);
   if (is_gguf_file(path)) return summarize_gguf(path);
-  CheckpointSummary summary = summarize_tensors(*model::open_safetensors_dir(path));
+  CheckpointSummary summary = summarize_tensors(*formats::open_safetensors_dir(path));
   summary.format = "safetensors";
   summary.config = model::ModelConfig::from_hf_dir(path);
   return summary;

@@ -9,7 +9,7 @@
 
 #include "model/config.h"
 #include "model/model.h"
-#include "model/tensor_source.h"
+#include "formats/tensor_source.h"
 #include "model/weights.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -53,7 +53,7 @@ CheckReport check_checkpoint(const std::filesystem::path& path);
 void check_bundle_consistency(const std::string& where, const model::ModelConfig& config,
                               const tokenizer::Tokenizer& tokenizer,
                               const model::GenerationConfig& generation);
-CheckpointSummary summarize_tensors(const model::TensorSource& source);
+CheckpointSummary summarize_tensors(const formats::TensorSource& source);
 
 // The chat template to use: `override_name` when given, else detected from the tokenizer's Jinja.
 tokenizer::ChatTemplate resolve_chat_template(const ModelBundle& bundle, const std::string& override_name);

@@ -271,7 +271,7 @@ std::optional<StoredBlocks> GgufSource::stored_blocks(const std::string& name) c
   auto it = index_.find(name);
   if (it == index_.end()) return std::nullopt;
   const GgufTensor& t = *tensors_[it->second].second;
-  const GgmlTypeTraits& traits = ggml_traits(t.type);
+  const formats::GgmlTypeTraits& traits = ggml_traits(t.type);
   // Only block formats, whole blocks per row; llama q/k rows are stored permuted (see load_f32).
   if (t.dims.size() != 2 || traits.block_size == 1 || t.dims[0] % traits.block_size != 0) return std::nullopt;
   if (architecture_ == "llama" &&

@@ -12,11 +12,19 @@
 #include <vector>
 
 #include "model/config.h"
-#include "model/gguf.h"
-#include "model/tensor_source.h"
+#include "formats/gguf.h"
+#include "formats/tensor_source.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvdice::model {
+
+// The checkpoint readers (src/formats) these declarations speak of.
+using formats::GgufFile;
+using formats::GgmlType;
+using formats::GgufTensor;
+using formats::StoredBlocks;
+using formats::TensorInfo;
+using formats::TensorSource;
 
 // GGUF architectures kvdice runs ("qwen2, qwen3, llama, phi3"), for error messages.
 std::string supported_gguf_architectures();

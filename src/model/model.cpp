@@ -92,4 +92,23 @@ Tensor Model::forward(backend::Backend& be, std::span<const SequenceStep> steps,
   return out;
 }
 
+std::vector<float> Model::q_weight_norms() const {
+  std::vector<float> norms;
+  for (const LayerWeights& layer : weights_.layers) {
+    double sum = 0.0;
+    for (float w : layer.wq.data) sum += static_cast<double>(w) * w;
+    norms.push_back(static_cast<float>(std::sqrt(sum)));
+  }
+  return norms;
+}
+
+policy::ModelFingerprint Model::fingerprint() const {
+  return {.n_layers = config_.n_layers,
+          .n_heads = config_.n_heads,
+          .n_kv_heads = config_.n_kv_heads,
+          .head_dim = config_.head_dim,
+          .rope_inv_freq = inv_freq_,
+          .q_weight_norms = [this] { return q_weight_norms(); }};
+}
+
 }  // namespace kvdice::model

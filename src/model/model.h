@@ -10,6 +10,7 @@
 #include "kv/sequence_kv.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "policy/eviction_policy.h"
 
 namespace kvdice::backend {
 class Backend;
@@ -30,6 +31,11 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   const std::vector<float>& rope_inv_freq() const { return inv_freq_; }
+  // Frobenius norm of each layer's q projection (TriAttention's statistics carry it as the model's
+  // fingerprint).
+  std::vector<float> q_weight_norms() const;
+  // Shapes, RoPE frequencies and (on request) q projection norms, for policy::EvictionPolicy::check_model.
+  policy::ModelFingerprint fingerprint() const;
   kv::KvShape kv_shape() const { return {config_.n_layers, config_.n_kv_heads, config_.head_dim}; }
 
   // Convenience for tests and tools: runs the steps through a one-off ForwardPass (weights uploaded

@@ -11,7 +11,7 @@
 
 #include "model/config.h"
 #include "model/model.h"
-#include "model/tensor_source.h"
+#include "formats/tensor_source.h"
 
 namespace kvdice::model {
 

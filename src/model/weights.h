@@ -6,9 +6,14 @@
 
 #include "core/tensor.h"
 #include "model/config.h"
-#include "model/tensor_source.h"
+#include "formats/tensor_source.h"
 
 namespace kvdice::model {
+
+// The checkpoint readers (src/formats) these declarations speak of.
+using formats::StoredBlocks;
+using formats::TensorInfo;
+using formats::TensorSource;
 
 // With LoadOptions::keep_block_types, a matrix whose stored type is listed stays in its blocks: its
 // *_blocks member is set and its fp32 Tensor is empty. Fused groups (q/k/v, gate/up) are kept only

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "backend/step_batch.h"
+#include "core/step_batch.h"
 
 namespace kvdice::policy {
 
@@ -154,5 +154,11 @@ void cuda_round_triattention(const CudaSelectionArgs& args, void* stream);
 #define KVDICE_CUDA_SELECTION(name) nullptr
 #define KVDICE_CUDA_ROUND(name) nullptr
 #endif
+
+// Codes a device selection (or the backend's compaction after it) writes into CudaSelectionArgs::error;
+// the backend reads the word after the round and names the problem.
+inline constexpr int kErrorSelectionInput = 1;   // keep/protected/capacity outside the policy's preconditions
+inline constexpr int kErrorCompactionCount = 2;  // keep flags do not hold exactly T kept slots
+inline constexpr int kErrorLayersDiffer = 3;     // a whole-model keep-set met layers holding other tokens
 
 }  // namespace kvdice::policy

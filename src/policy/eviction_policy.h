@@ -13,14 +13,19 @@
 
 #include "core/philox.h"
 
-namespace kvdice::model {
-class Model;
-}
-
 namespace kvdice::policy {
 
 // Signals a scoring policy asks the engine to record (only then are they recorded; see
 // docs/policies.md). window_queries also makes the round hand the candidates' keys to select().
+// What a policy may check about the model it is to run on (TriAttention: that its statistics were made
+// for it). The model fills it (model::Model::fingerprint()); the q projection norms read every q weight,
+// so they are computed only when a policy asks.
+struct ModelFingerprint {
+  int n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  std::vector<float> rope_inv_freq;                    // RoPE inverse frequency per band
+  std::function<std::vector<float>()> q_weight_norms;  // Frobenius norm of each layer's q projection
+};
+
 struct SignalNeeds {
   bool window_queries = false;         // ring buffer of the last r post-RoPE queries per query head
   bool accumulated_attention = false;  // H2O: attention mass each slot has received
@@ -106,7 +111,7 @@ class EvictionPolicy {
   // What the policy's CUDA selection reads besides the pool (default: nothing).
   virtual DeviceParams device_params() const { return {}; }
   // Error when this policy cannot run on `model` (TriAttention: statistics of another model).
-  virtual void check_model(const model::Model& model) const {}
+  virtual void check_model(const ModelFingerprint& model) const {}
 };
 
 // Registry: one line per policy in registry.cpp. `spec` is a name with optional options,

@@ -46,7 +46,7 @@ class TriAttentionPolicy final : public EvictionPolicy {
   }
   bool protects_prompt() const override { return true; }
   std::string options() const override { return fmt::format("stats={},max_offset={}", path_, max_offset_); }
-  void check_model(const model::Model& model) const override { check_stats_match(stats_, model, path_); }
+  void check_model(const ModelFingerprint& model) const override { check_stats_match(stats_, model, path_); }
   bool scores_whole_round() const override { return true; }
 
   std::vector<double> score_round(const RoundKeys& in) const override {

@@ -10,8 +10,7 @@
 #include "core/file_io.h"
 #include "core/json.h"
 #include "core/mapped_file.h"
-#include "model/model.h"
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 
 namespace kvdice::policy {
 namespace {
@@ -74,7 +73,7 @@ double TriAttentionStats::validity() const {
 TriAttentionStats read_triattention_stats(const std::filesystem::path& path) {
   const std::string where = path.string();
   const MappedFile file(path);
-  const model::SafetensorsHeader header = model::parse_safetensors_header(file.bytes(), where);
+  const formats::SafetensorsHeader header = formats::parse_safetensors_header(file.bytes(), where);
   TriAttentionStats s;
   s.metadata = header.metadata;
   auto format = header.metadata.find("format");
@@ -91,7 +90,7 @@ TriAttentionStats read_triattention_stats(const std::filesystem::path& path) {
     fail("{}: head_dim {} must be even and n_heads {} a multiple of n_kv_heads {}", where, s.head_dim,
          s.n_heads, s.n_kv_heads);
   for (const Named& t : kTensors) {
-    const model::SafetensorsEntry* entry = header.find(t.name);
+    const formats::SafetensorsEntry* entry = header.find(t.name);
     if (!entry) fail("{}: TriAttention statistics lack the tensor '{}'", where, t.name);
     const std::vector<int64_t> shape = expected_shape(s, t.name);
     if (entry->dtype != "F32" || entry->shape != shape)
@@ -147,18 +146,7 @@ void write_triattention_stats(const std::filesystem::path& path, const TriAttent
   write_file_atomically(path, out);
 }
 
-std::vector<float> q_weight_norms(const model::Model& model) {
-  std::vector<float> norms;
-  for (const model::LayerWeights& layer : model.weights().layers) {
-    double sum = 0.0;
-    for (float w : layer.wq.data) sum += static_cast<double>(w) * w;
-    norms.push_back(static_cast<float>(std::sqrt(sum)));
-  }
-  return norms;
-}
-
-void check_stats_match(const TriAttentionStats& s, const model::Model& model, const std::string& path) {
-  const model::ModelConfig& c = model.config();
+void check_stats_match(const TriAttentionStats& s, const ModelFingerprint& c, const std::string& path) {
   const std::string made_for = s.metadata.count("model") ? s.metadata.at("model") : std::string("?");
   if (s.n_layers != c.n_layers || s.n_heads != c.n_heads || s.n_kv_heads != c.n_kv_heads ||
       s.head_dim != c.head_dim)
@@ -167,7 +155,7 @@ void check_stats_match(const TriAttentionStats& s, const model::Model& model, co
         "model has {} layers, {}/{} heads of dim {}. Run kvdice calibrate for it",
         path, made_for, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, c.n_layers, c.n_heads, c.n_kv_heads,
         c.head_dim);
-  const std::vector<float>& inv_freq = model.rope_inv_freq();
+  const std::vector<float>& inv_freq = c.rope_inv_freq;
   if (static_cast<int>(inv_freq.size()) != s.bands())
     fail("TriAttention needs RoPE over the whole head ({} bands), this model rotates {} (partial rotary)",
          s.bands(), inv_freq.size());
@@ -178,7 +166,7 @@ void check_stats_match(const TriAttentionStats& s, const model::Model& model, co
           "there, {} "
           "here. Run kvdice calibrate for this model",
           path, made_for, f, s.omega[f], inv_freq[f]);
-  const std::vector<float> norms = q_weight_norms(model);
+  const std::vector<float> norms = c.q_weight_norms();
   for (int l = 0; l < s.n_layers; ++l)
     if (!close_rel(norms[l], s.q_weight_norm[l], 1e-3))
       fail(

@@ -4,7 +4,7 @@
 // being dim f and its imaginary part dim f + D/2 (rotate-half RoPE), and the mean magnitude E|q_f|.
 //
 // File format (docs/policies.md): one safetensors file, so numpy/torch/safetensors read it as is and
-// our own validated header parser (model/safetensors.h) reads it back. Tensors, all F32:
+// our own validated header parser (formats/safetensors.h) reads it back. Tensors, all F32:
 //   q_mean_real, q_mean_imag, q_abs_mean  [n_layers, n_heads, head_dim / 2]
 //   omega                                 [head_dim / 2]  RoPE inverse frequency of each band
 //   freq_scale                            [head_dim / 2]  RoPE magnitude per band (1: no attention scaling)
@@ -20,9 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace kvdice::model {
-class Model;
-}
+#include "policy/eviction_policy.h"
 
 namespace kvdice::policy {
 
@@ -46,9 +44,7 @@ struct TriAttentionStats {
 TriAttentionStats read_triattention_stats(const std::filesystem::path& path);
 void write_triattention_stats(const std::filesystem::path& path, const TriAttentionStats& stats);
 
-// Frobenius norm of each layer's q projection (the fingerprint stored with the statistics).
-std::vector<float> q_weight_norms(const model::Model& model);
 // Error naming `path` and the first mismatch when `stats` were not made for `model`.
-void check_stats_match(const TriAttentionStats& stats, const model::Model& model, const std::string& path);
+void check_stats_match(const TriAttentionStats& stats, const ModelFingerprint& model, const std::string& path);
 
 }  // namespace kvdice::policy

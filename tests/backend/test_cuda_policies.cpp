@@ -1,4 +1,4 @@
-// The scoring policies' CUDA selections (issue 7) against the CPU round on identical inputs: the same
+// The scoring policies' CUDA selections against the CPU round on identical inputs: the same
 // bf16-exact keys and values, positions, fp32 query rings and value ranges in both pools, one evict
 // call each, then the kept absolute positions of every (row, layer, KV head) must be identical. Also
 // the signals the CUDA forward records (query ring, value range, attention mass) against the CPU's.

@@ -18,7 +18,7 @@
 #include <optional>
 
 #include "backend/backend.h"
-#include "backend/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
 #include "backend/cuda/cuda_gemm.h"
 #include "core/dtype.h"
 #endif

@@ -1,4 +1,4 @@
-// Bad-input matrices for the command line (issue 10), run against the real binary: flags that would be
+// Bad-input matrices for the command line (docs/hardening.md), run against the real binary: flags that would be
 // narrowed, wrapped or ignored (classes 2 and 7), FIFOs and devices in place of checkpoint members
 // (class 3), output lost on a full device (class 4), names that must be printed safely (class 6), and
 // `inspect --check` refusing exactly what `generate` refuses (class 8). Every row must exit non-zero with

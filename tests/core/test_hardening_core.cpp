@@ -1,5 +1,5 @@
 // Bad-input matrices for the core mechanisms every reader and writer goes through: special files
-// (issue 10 class 3), checked writes (class 4), strict JSON (classes 2 and 5) and message escaping
+// (docs/hardening.md class 3), checked writes (class 4), strict JSON (classes 2 and 5) and message escaping
 // (class 6). Each row is one input a hostile or careless user could supply.
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // The CPU backend's block kernels (--cpu-math fast) against the fp32 reference on real block formats:
 // the weights of tests/fixtures/gguf/quants.gguf (blocks cut from the default model, random-bit
-// blocks, and blocks quantised by the gguf package), dequantised by the golden-tested model::GgufFile.
+// blocks, and blocks quantised by the gguf package), dequantised by the golden-tested formats::GgufFile.
 //
 // Tolerances. A kernel computes sum_i w_i * s_b q_i exactly in integers per block, so against fp32 of
 // the dequantised weights and the same int8 activations it may differ only by float rounding
@@ -15,7 +15,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/quant_dot.h"
 #include "core/error.h"
-#include "model/gguf.h"
+#include "formats/gguf.h"
 
 namespace kvdice::backend {
 namespace {
@@ -28,16 +28,16 @@ struct BlockMatrix {
   uint32_t type;
   int64_t rows, cols, row_bytes;
   const uint8_t* data;
-  std::vector<float> values;  // dequantised by model::GgufFile
+  std::vector<float> values;  // dequantised by formats::GgufFile
 };
 
-const model::GgufFile& quants_file() {
-  static const model::GgufFile file = model::GgufFile::open(kQuants);
+const formats::GgufFile& quants_file() {
+  static const formats::GgufFile file = formats::GgufFile::open(kQuants);
   return file;
 }
 
 BlockMatrix block_matrix(const std::string& name) {
-  const model::GgufTensor& t = quants_file().tensor(name);
+  const formats::GgufTensor& t = quants_file().tensor(name);
   BlockMatrix m{name,          static_cast<uint32_t>(t.type), t.dims[1], t.dims[0], 0,
                 t.data.data(), quants_file().dequantize(t)};
   m.row_bytes = cpu::block_row_bytes(m.type, m.cols);

@@ -6,7 +6,7 @@
 #include <span>
 
 #include "core/error.h"
-#include "model/gguf.h"
+#include "formats/gguf.h"
 #include "model/gguf_source.h"
 
 namespace {

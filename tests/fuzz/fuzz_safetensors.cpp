@@ -5,12 +5,12 @@
 #include <span>
 
 #include "core/error.h"
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const auto header =
-        kvdice::model::parse_safetensors_header(std::span<const uint8_t>(data, size), "fuzz.safetensors");
+        kvdice::formats::parse_safetensors_header(std::span<const uint8_t>(data, size), "fuzz.safetensors");
     for (const auto& entry : header.tensors) {
       // a validated entry must describe bytes inside the input
       if (entry.end < entry.begin || header.data_start + entry.end > size) __builtin_trap();

@@ -8,11 +8,13 @@
 #include "backend/backend.h"
 #include "core/json.h"
 #include "model/model.h"
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 #include "model/weights.h"
 
 namespace kvdice::model {
 namespace {
+
+using namespace kvdice::formats;
 
 const std::string kFixtures = KVDICE_FIXTURES_DIR;
 

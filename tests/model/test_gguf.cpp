@@ -7,10 +7,10 @@
 
 #include "core/error.h"
 #include "core/json.h"
-#include "model/gguf.h"
+#include "formats/gguf.h"
 #include "model/test_gguf_builder.h"
 
-namespace kvdice::model {
+namespace kvdice::formats {
 namespace {
 
 const std::string kDir = std::string(KVDICE_FIXTURES_DIR) + "/gguf/";
@@ -248,4 +248,4 @@ TEST(Gguf, OpenNamesMissingFile) {
 }
 
 }  // namespace
-}  // namespace kvdice::model
+}  // namespace kvdice::formats

@@ -9,9 +9,9 @@
 
 #include "core/error.h"
 #include "core/json.h"
-#include "model/gguf.h"
+#include "formats/gguf.h"
 
-namespace kvdice::model {
+namespace kvdice::formats {
 namespace {
 
 const std::string kDir = std::string(KVDICE_FIXTURES_DIR) + "/gguf/";
@@ -128,4 +128,4 @@ TEST(GgufDequant, TypeTable) {
 }
 
 }  // namespace
-}  // namespace kvdice::model
+}  // namespace kvdice::formats

@@ -1,4 +1,4 @@
-// Bad-input matrices for the checkpoint readers (issue 10): integers in config.json that would be
+// Bad-input matrices for the checkpoint readers (docs/hardening.md): integers in config.json that would be
 // narrowed or invented (class 2), files that contradict themselves (class 5), and GGUF metadata whose
 // value type is corrupt, which must be named as such, not as a plain truncation (class 6).
 #include <gtest/gtest.h>
@@ -11,13 +11,15 @@
 #include "core/json.h"
 #include "error_text.h"
 #include "model/config.h"
-#include "model/gguf.h"
-#include "model/safetensors.h"
+#include "formats/gguf.h"
+#include "formats/safetensors.h"
 #include "model/safetensors_writer.h"
 #include "model/test_gguf_builder.h"
 
 namespace kvdice::model {
 namespace {
+
+using namespace kvdice::formats;
 
 const std::string kFixtures = KVDICE_FIXTURES_DIR;
 

@@ -7,10 +7,10 @@
 #include <random>
 
 #include "core/error.h"
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 #include "model/safetensors_writer.h"
 
-namespace kvdice::model {
+namespace kvdice::formats {
 namespace {
 
 using namespace kvdice::st_test;
@@ -325,4 +325,4 @@ TEST_F(SafetensorsSourceTest, RejectsBadIndexFiles) {
 }
 
 }  // namespace
-}  // namespace kvdice::model
+}  // namespace kvdice::formats

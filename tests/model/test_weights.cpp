@@ -8,12 +8,14 @@
 
 #include "core/error.h"
 #include "model/config.h"
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 #include "model/safetensors_writer.h"
 #include "model/weights.h"
 
 namespace kvdice::model {
 namespace {
+
+using namespace kvdice::formats;
 
 using namespace kvdice::st_test;
 

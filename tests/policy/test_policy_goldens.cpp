@@ -74,7 +74,7 @@ TEST(PolicyGoldens, KeepSetsEqualTheNumpyReference) {
     EXPECT_EQ(kept, g["expected_keep"].get<std::vector<int>>()) << spec << " on case " << g["case"];
     seen.insert(std::string(policy->name()));
   }
-  // Every policy with a rule beyond "keep everything" has goldens (the random ones of issue 1 are
+  // Every policy with a rule beyond "keep everything" has goldens (the random ones are
   // pinned by test_random_policies' documented draw).
   for (const char* name : {"random_block_pp", "random_pp_rec", "snapkv", "snapkv_pp", "h2o", "h2o_pp", "vase",
                            "vase_pp", "rkv", "rkv_pp", "rkv_official"})

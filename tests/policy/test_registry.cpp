@@ -63,7 +63,7 @@ TEST(Registry, OptionsAreParsedDefaultedAndDescribed) {
   }
 }
 
-// Every evicting policy has a CUDA file (issue 7): launchers in a CUDA build, refused by name (with the
+// Every evicting policy has a CUDA file: launchers in a CUDA build, refused by name (with the
 // missing file named) without one.
 TEST(Registry, ScoringPoliciesWithCudaFiles) {
   for (const char* name : {"snapkv", "snapkv_pp", "rkv", "rkv_pp", "vase", "vase_pp", "triattention",

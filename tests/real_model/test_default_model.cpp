@@ -13,7 +13,7 @@
 #include "backend/backend.h"
 #include "core/json.h"
 #include "kv/sequence_kv.h"
-#include "model/gguf.h"
+#include "formats/gguf.h"
 #include "model/gguf_source.h"
 #include "model/model.h"
 #include "model/model_store.h"

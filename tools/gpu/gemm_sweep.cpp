@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
 #include "backend/cuda/cuda_gemm.h"
 #include "core/dtype.h"
 #include "core/error.h"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# TriAttention's cost on the GPU machine (issue 7): TriAttention refuses to run without statistics of
+# TriAttention's cost on the GPU machine: TriAttention refuses to run without statistics of
 # the same model, so this calibrates the random Qwen3-4B checkpoint first (kvdice calibrate runs on the
 # machine's CPU; TOKENS of the project's own docs, enough for timing, not a real calibration), then
 # times its eviction round (bench evict) and its fixed-load throughput beside random_pp. Results in

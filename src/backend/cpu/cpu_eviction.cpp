@@ -123,7 +123,7 @@ int64_t evict_sequence_host(const HostSequencePages& seq, const RoundParams& par
   std::vector<uint8_t> flags(static_cast<size_t>(len));
   const policy::SignalNeeds needs = policy.needs();
   HeadSignals signals;
-  // Whole-model scoring (TriAttention, issue 7): one score per (KV head, candidate) read from every
+  // Whole-model scoring (TriAttention): one score per (KV head, candidate) read from every
   // layer's keys before any layer is compacted, handed to each layer's selection.
   std::vector<double> round_score;
   const int n_kv_heads = seq.layers->empty() ? 0 : seq.layers->front().n_kv_heads;

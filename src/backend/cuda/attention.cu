@@ -14,7 +14,7 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "backend/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/dependent_launch.cuh"
 
@@ -366,7 +366,7 @@ void launch_for_head_dim(const AttentionArgs& args, const DecodeRope* rope, cuda
     return;
   }
   if (rope != nullptr)  // CudaBackend::rope_attention checks decode_attention_supports first
-    throw_cuda_error(cudaErrorInvalidValue, "fused RoPE attention on a step the decode kernel does not take",
+    kvdice::cuda::throw_cuda_error(cudaErrorInvalidValue, "fused RoPE attention on a step the decode kernel does not take",
                      __FILE__, __LINE__);
   constexpr size_t shared = AttentionShape<HD>::kSharedBytes;
   static const bool configured = [] {

@@ -13,7 +13,7 @@
 // ~2k slots made the op 6.8 ms of a 9.9 ms decode step of Qwen3-4B at batch 1.)
 #include <cuda_bf16.h>
 
-#include "backend/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/dependent_launch.cuh"
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "core/error.h"
@@ -218,13 +218,13 @@ class CudaBackend final : public Backend {
     const int code = *error_host_;
     if (code != 0) {
       *error_host_ = 0;
-      if (code == cuda::kErrorSelectionInput)
+      if (code == policy::kErrorSelectionInput)
         fail(
             "CUDA evict on device {}: a due row's budget, window, protected prompt or length was outside the "
             "policy's preconditions (need n_protected <= T - r <= length - r and length <= max_pages * "
             "page_slots)",
             device_);
-      if (code == cuda::kErrorLayersDiffer)
+      if (code == policy::kErrorLayersDiffer)
         fail(
             "CUDA evict on device {}: a policy with one keep-set for all layers (triattention) found layers "
             "holding different tokens in the same slots",
@@ -505,7 +505,7 @@ class CudaBackend final : public Backend {
         static_cast<size_t>(batch.n_seqs) * first.n_kv_heads * static_cast<size_t>(capacity);
     int chunk = static_cast<int>(std::clamp<size_t>(kKeepScratchBytes / std::max<size_t>(per_layer, 1), 1,
                                                     static_cast<size_t>(n_layers)));
-    // Scoring policies (issue 7): signals, options, statistics table and per-head scratch.
+    // Scoring policies: signals, options, statistics table and per-head scratch.
     const policy::CudaRoundScorer round_scorer = policy::cuda_round_scorer(policy.name());
     const policy::SignalNeeds needs = policy.needs();
     const bool reads_pool = needs.any() || round_scorer != nullptr;

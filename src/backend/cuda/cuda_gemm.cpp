@@ -5,7 +5,7 @@
 #include <tuple>
 #include <utility>
 
-#include "backend/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
 #include "core/error.h"
 #include "core/log.h"
 

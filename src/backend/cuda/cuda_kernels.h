@@ -170,9 +170,4 @@ void launch_compaction(const StepBatch& batch, const DeviceKvLayer* layers, int 
 // length = T and round += 1 for every due row (after all compaction launches of the call).
 void launch_finish_eviction(const StepBatch& batch, int policy_id, cudaStream_t stream);
 
-// Error codes the eviction kernels set in the backend's device-visible error word.
-inline constexpr int kErrorSelectionInput = 1;   // keep/protected/capacity outside the policy's preconditions
-inline constexpr int kErrorCompactionCount = 2;  // keep flags do not hold exactly T kept slots
-inline constexpr int kErrorLayersDiffer = 3;     // a whole-model keep-set met layers holding other tokens
-
 }  // namespace kvdice::backend::cuda

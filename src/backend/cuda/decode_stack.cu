@@ -33,7 +33,7 @@
 #include <optional>
 
 #include "backend/cuda/bf16_dot.cuh"
-#include "backend/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/rope.cuh"
 #include "backend/cuda/silu.cuh"
@@ -798,7 +798,7 @@ std::optional<DecodeStackPlan> plan_decode_stack(const DecodeStackShape& s, int 
       s.n_heads % s.n_kv_heads == 0 && kMaxGroup % (s.n_heads / s.n_kv_heads) == 0 && s.hidden % 8 == 0 &&
       s.intermediate % 8 == 0 && s.rotary_dim % 2 == 0 && s.rotary_dim <= s.head_dim && s.page_slots >= 1;
   if (!shape_ok) return std::nullopt;
-  return make_plan(s, dynamic_shared_limit(s.head_dim), device_sm_count());
+  return make_plan(s, dynamic_shared_limit(s.head_dim), kvdice::cuda::device_sm_count());
 }
 
 size_t decode_stack_scratch_bytes(const DecodeStackShape& s) {

@@ -12,7 +12,7 @@
 
 #include <utility>
 
-#include "backend/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
 
 namespace kvdice::backend::cuda {
 

@@ -7,7 +7,7 @@
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
-#include "backend/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "policy/cuda/selection_kernel.cuh"
 
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kThreads) compaction_kernel(CompactionArgs a) 
   __syncthreads();
   const int n_pairs = shared_count;
   if (n_pairs < 0) {
-    if (threadIdx.x == 0) atomicExch(a.error, kErrorCompactionCount);
+    if (threadIdx.x == 0) atomicExch(a.error, policy::kErrorCompactionCount);
     return;
   }
 

@@ -22,7 +22,7 @@
 #include <cuda_bf16.h>
 
 #include "backend/cuda/bf16_dot.cuh"
-#include "backend/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/dependent_launch.cuh"
 

@@ -20,7 +20,7 @@
 #include <cuda_bf16.h>
 
 #include "backend/cuda/bf16_dot.cuh"
-#include "backend/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/device_convert.cuh"
@@ -167,7 +167,7 @@ void launch_gemv_norm(const View& x, const View& norm, float eps, const View& w,
     return true;
   }();
   (void)configured;
-  const int sms = device_sm_count();
+  const int sms = kvdice::cuda::device_sm_count();
   // One wave: at most one CTA per SM, as many rows each as that takes.
   const int n_out = static_cast<int>(w.rows);
   const int rows_per_cta = (n_out + sms - 1) / sms;

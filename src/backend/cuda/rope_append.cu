@@ -6,7 +6,7 @@
 // rows x head groups so a single decode row still spreads over several SMs.
 #include <cuda_bf16.h>
 
-#include "backend/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/device_convert.cuh"

@@ -35,7 +35,7 @@
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
-#include "backend/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/sampling_rule.h"
 
@@ -76,7 +76,7 @@ struct ChunkPartial {
 // Enough chunks per row that a step's chunk CTAs fill the GPU, but no fewer than large batches use.
 // About two chunk CTAs per SM at small batches (the SM count queried once per process, like the
 // finish's cluster capacity).
-int chunk_ctas() { return 2 * device_sm_count(); }
+int chunk_ctas() { return 2 * kvdice::cuda::device_sm_count(); }
 
 int chunks_for(int n_seqs, int64_t vocab) {
   const int64_t wide = std::clamp<int64_t>((vocab + kTokensPerChunk - 1) / kTokensPerChunk, 1, kWideChunks);

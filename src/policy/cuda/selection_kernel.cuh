@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "backend/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
 #include "core/philox.h"
 #include "policy/cuda_selection.h"
 
@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kSelectionThreads) selection_kernel(CudaSelect
   // The CPU round checks these before selecting (cpu_eviction.cpp); here a violation flags an error
   // that the backend raises at the next synchronisation, and the head is left untouched.
   if (selection_input_invalid(args, h, len)) {
-    if (threadIdx.x == 0) atomicExch(args.error, 1);
+    if (threadIdx.x == 0) atomicExch(args.error, kErrorSelectionInput);
     return;
   }
   for (int slot = threadIdx.x; slot < h.n_candidates; slot += blockDim.x) keep[slot] = 0;

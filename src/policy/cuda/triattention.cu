@@ -11,7 +11,6 @@
 //   [bands] x (Re mean_d e^{i d ω_f}, Im mean_d e^{i d ω_f}, ω_f, s_f²).
 #include <cuda_bf16.h>
 
-#include "backend/cuda/cuda_kernels.h"
 #include "policy/cuda/scoring.cuh"
 
 namespace kvdice::policy {
@@ -36,7 +35,7 @@ __global__ void __launch_bounds__(cuda::kSelectionThreads) triattention_round_ke
   first.layer_begin = 0;
   const HeadSelect h = cuda::make_head_select(first, s, 0, head);
   if (cuda::selection_input_invalid(args, h, batch.length[s])) {
-    if (threadIdx.x == 0) atomicExch(args.error, backend::cuda::kErrorSelectionInput);
+    if (threadIdx.x == 0) atomicExch(args.error, kErrorSelectionInput);
     return;
   }
   const int n = h.n_candidates, pl = h.n_protected, d = args.head_dim, nf = d / 2;
@@ -60,7 +59,7 @@ __global__ void __launch_bounds__(cuda::kSelectionThreads) triattention_round_ke
   }
   __syncthreads();
   if (layers_differ != 0) {
-    if (threadIdx.x == 0) atomicExch(args.error, backend::cuda::kErrorLayersDiffer);
+    if (threadIdx.x == 0) atomicExch(args.error, kErrorLayersDiffer);
     return;
   }
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace kvdice::model {
+namespace kvdice::formats {
 
 // Values as stored in GGUF tensor infos (ggml_type); gaps are types ggml has retired.
 enum class GgmlType : uint32_t {
@@ -65,4 +65,4 @@ bool can_dequantize(GgmlType type);
 // an element count that is not a whole number of blocks or a size mismatch is an Error.
 void dequantize(GgmlType type, std::span<const uint8_t> bytes, std::span<float> out, const std::string& what);
 
-}  // namespace kvdice::model
+}  // namespace kvdice::formats

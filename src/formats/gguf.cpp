@@ -1,4 +1,4 @@
-#include "model/gguf.h"
+#include "formats/gguf.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 
-namespace kvdice::model {
+namespace kvdice::formats {
 namespace {
 
 constexpr uint32_t kMaxDims = 4;              // GGML_MAX_DIMS
@@ -533,8 +533,8 @@ const GgufTensor& GgufFile::tensor(std::string_view name) const {
 
 std::vector<float> GgufFile::dequantize(const GgufTensor& tensor) const {
   std::vector<float> out(static_cast<size_t>(tensor.n_elements));
-  model::dequantize(tensor.type, tensor.data, out, fmt::format("{}: tensor {}", where_, tensor.name));
+  formats::dequantize(tensor.type, tensor.data, out, fmt::format("{}: tensor {}", where_, tensor.name));
   return out;
 }
 
-}  // namespace kvdice::model
+}  // namespace kvdice::formats

@@ -1,8 +1,8 @@
-#include "backend/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
 
 #include "core/error.h"
 
-namespace kvdice::backend::cuda {
+namespace kvdice::cuda {
 namespace {
 
 int current_device_or_minus_one() {
@@ -33,4 +33,4 @@ int device_sm_count() {
   return count;
 }
 
-}  // namespace kvdice::backend::cuda
+}  // namespace kvdice::cuda

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "core/mapped_file.h"
-#include "model/tensor_source.h"
+#include "formats/tensor_source.h"
 
-namespace kvdice::model {
+namespace kvdice::formats {
 
 struct SafetensorsEntry {
   std::string name;
@@ -75,4 +75,4 @@ class SafetensorsSource : public TensorSource {
 
 std::unique_ptr<TensorSource> open_safetensors_dir(const std::filesystem::path& dir);
 
-}  // namespace kvdice::model
+}  // namespace kvdice::formats

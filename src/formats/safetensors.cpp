@@ -1,4 +1,4 @@
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 
 #include <algorithm>
 #include <bit>
@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "core/json.h"
 
-namespace kvdice::model {
+namespace kvdice::formats {
 namespace fs = std::filesystem;
 
 static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
@@ -313,4 +313,4 @@ std::unique_ptr<TensorSource> open_safetensors_dir(const fs::path& dir) {
   return std::make_unique<SafetensorsSource>(dir);
 }
 
-}  // namespace kvdice::model
+}  // namespace kvdice::formats

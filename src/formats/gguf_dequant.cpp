@@ -1,4 +1,4 @@
-#include "model/gguf_dequant.h"
+#include "formats/gguf_dequant.h"
 
 #include <array>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "core/gguf_scales.h"
 
-namespace kvdice::model {
+namespace kvdice::formats {
 namespace {
 
 constexpr int64_t kQK = 256;  // super-block size of the K-quants
@@ -319,4 +319,4 @@ void dequantize(GgmlType type, std::span<const uint8_t> bytes, std::span<float> 
   for (int64_t b = 0; b < n_blocks; ++b) fn(src + b * type_size, dst + b * block_size);
 }
 
-}  // namespace kvdice::model
+}  // namespace kvdice::formats

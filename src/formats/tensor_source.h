@@ -11,7 +11,7 @@
 
 #include "core/tensor.h"
 
-namespace kvdice::model {
+namespace kvdice::formats {
 
 struct TensorInfo {
   std::string name;
@@ -48,4 +48,4 @@ class TensorSource {
   virtual std::shared_ptr<const void> storage() const { return nullptr; }
 };
 
-}  // namespace kvdice::model
+}  // namespace kvdice::formats

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "core/mapped_file.h"
-#include "model/gguf_dequant.h"
+#include "formats/gguf_dequant.h"
 
-namespace kvdice::model {
+namespace kvdice::formats {
 
 // GGUF metadata value types, as numbered in the file.
 enum class GgufType : uint32_t {
@@ -122,4 +122,4 @@ class GgufFile {
   std::unordered_map<std::string, size_t> tensor_index_;
 };
 
-}  // namespace kvdice::model
+}  // namespace kvdice::formats
