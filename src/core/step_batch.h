@@ -3,8 +3,9 @@
 // contiguous token rows [seq_row_begin[s], seq_row_begin[s + 1]) of this step (one row per sequence in
 // a decode step, the prompt chunk in a prefill). The decode batch is persistent: the host writes a
 // sequence's fields only at admission and retirement, and the ops themselves advance lengths,
-// positions, sampled tokens and round counters, so a decode step needs no host data (engine/batch.h
-// owns the memory and the host mirror).
+// positions, sampled tokens and round counters, so a decode step needs no host data (backend/step_storage.h
+// owns the memory and the host mirror). It lives in core, below the policies, because their device
+// selections read it as much as the backend's ops do.
 #pragma once
 
 #include <cstdint>
