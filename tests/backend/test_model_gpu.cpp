@@ -197,6 +197,8 @@ engine::EngineConfig budgeted(const std::string& policy) {
   c.eviction_seed = 11;
   c.max_batch = 8;
   c.max_context = 512;
+  // A pool of what the test can use, not 90 % of the device: the GPU suites run side by side.
+  c.pool.kv_slots = int64_t{c.max_batch} * c.max_context;
   return c;
 }
 
@@ -384,6 +386,7 @@ TEST_P(CudaEngineRealShape, TeacherForcedRetentionLogsEqualTheCpu) {
     c.eviction_seed = 34;
     c.max_batch = 2 * static_cast<int>(policies.size());
     c.max_context = 2048;
+    c.pool.kv_slots = int64_t{c.max_batch} * c.max_context;
     engine::Engine eng(*m, *be, c);
     eng.set_round_observer([&](uint64_t id, const kv::RoundRecord& r) { logs[i][id].push_back(r); });
     for (size_t p = 0; p < policies.size(); ++p)

@@ -9,12 +9,15 @@
 #   bash tools/gpu/run-planted.sh
 #   ONLY='random|recency|streaming' JOBS=6 bash tools/gpu/run-planted.sh   # patches whose name matches
 # JOBS (6 processes at once; each CPU reference is one core, the GPU is shared), TIMEOUT (480 s a
-# process). A command runs at most 10 minutes there: split the campaign with ONLY into a few runs.
+# process), BUDGET (seconds from the start after which no new process starts; the patches left are
+# reported "not run", so the summary is always written). A command runs at most 10 minutes there: split
+# the campaign with ONLY into a few runs, or set BUDGET.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/kvdice-out}
 JOBS=${JOBS:-6}
 TIMEOUT=${TIMEOUT:-480}
+BUDGET=${BUDGET:-100000}
 ONLY=${ONLY:-.}
 P=.planted/bin
 CAMPAIGN=tools/gpu/planted/campaign.tsv  # the tree's: filters may change without rebuilding
@@ -37,14 +40,15 @@ while read -r name; do
 done < "$LOGS/selected.txt" > "$LOGS/jobs.txt"
 run_job() {  # binary patch
   local filter t
+  [ $(( $(date +%s) - T0 )) -ge "$BUDGET" ] && return 0  # no .rc: reported "not run"
   filter=$(awk -F'\t' -v n="$2" '$1 == n {print $4}' "$CAMPAIGN")
   t=$(date +%s)
   timeout "$TIMEOUT" "$P/test_backend_$1" --gtest_filter="$filter" > "$LOGS/$2.$1.log" 2>&1
   echo "$? $(( $(date +%s) - t ))" > "$LOGS/$2.$1.rc"
 }
 export -f run_job
-export P LOGS TIMEOUT CAMPAIGN
 T0=$(date +%s)
+export P LOGS TIMEOUT CAMPAIGN BUDGET T0
 xargs -a "$LOGS/jobs.txt" -P "$JOBS" -n 2 bash -c 'run_job "$1" "$2"' _
 
 failing() {  # log: the tests whose own result line says FAILED
@@ -55,8 +59,10 @@ echo "|---|---|---|---|---|" | tee -a "$SUMMARY"
 caught=0 missed=0 other=0
 while read -r name; do
   family=$(awk -F'\t' -v n="$name" '$1 == n {print $2}' "$CAMPAIGN")
-  if [ ! -f "$LOGS/$name.$name.rc" ]; then
+  if [ ! -x "$P/test_backend_$name" ]; then
     result="not built"; tests=""; secs=""; other=$((other + 1))
+  elif [ ! -f "$LOGS/$name.$name.rc" ] || [ ! -f "$LOGS/$name.base.rc" ]; then
+    result="not run (BUDGET)"; tests=""; secs=""; other=$((other + 1))
   else
     read -r rc secs < "$LOGS/$name.$name.rc"
     read -r base_rc _ < "$LOGS/$name.base.rc"

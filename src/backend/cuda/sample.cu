@@ -789,6 +789,7 @@ __global__ void __launch_bounds__(kFinishThreads)
   }
   __syncthreads();
   const unsigned long long count_positive = sh.totals;
+  __syncthreads();  // every thread has read totals before the top-p search below reuses it
 
   // Top-k: the k-th largest weight and the id cut among its ties.
   const bool cut_k = top_k > 0 && top_k < vocab && count_positive > static_cast<unsigned long long>(top_k);
