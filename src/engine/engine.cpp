@@ -56,6 +56,14 @@ double seconds_since(Clock::time_point start) {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 }  // namespace
 
+uint64_t DecodeShapes::intern(int rows, const std::vector<uint8_t>& used) {
+  std::vector<int32_t> shape{rows};
+  for (size_t p = 0; p < used.size(); ++p)
+    if (used[p]) shape.push_back(static_cast<int32_t>(p));
+  const auto [it, added] = ids_.try_emplace(std::move(shape), ids_.size());
+  return it->second;
+}
+
 kv::BudgetSpec effective_budget(const policy::EvictionPolicy& policy, kv::BudgetSpec budget) {
   if (!policy.evicts()) {
     budget.budget = 0;
@@ -160,6 +168,11 @@ int Engine::policy_index(const std::string& name) {
   auto policy = policy::make_policy(name);
   for (size_t i = 0; i < policies_.size(); ++i)
     if (policy::describe(*policies_[i]) == policy::describe(*policy)) return static_cast<int>(i);
+  if (policies_.size() >= static_cast<size_t>(kMaxPolicies))
+    throw PolicyTableFull(fmt::format(
+        "too many distinct KV policies: '{}' would be policy {} of this engine, which holds at most {} "
+        "(a policy is its name and options; budgets do not count): use a policy setting already in use",
+        quote_for_message(policy::describe(*policy)), policies_.size() + 1, kMaxPolicies));
   backend_.check_policy(*policy);
   policy->check_model(model_.fingerprint());
   const policy::SignalNeeds needs = policy->needs(), recorded = pool_->signals();
@@ -422,13 +435,11 @@ void Engine::decode() {
   std::vector<uint8_t> policy_used(policies_.size(), 0);
   for (const auto& seq : running_)
     policy_used[static_cast<size_t>(seq->policy)] |= seq->budget.bounded() ? 1 : 0;
-  // The step's launches depend only on the batch size and the policies in use: that is the shape's
-  // key. A shape runs eagerly once (scratch buffers grow then); from then on each of its recordings
+  // The step's launches depend only on the batch size and the set of policies in use: that is the
+  // shape, interned whole (never truncated to the first policies) into the graph key. A shape runs eagerly once (scratch buffers grow then); from then on each of its recordings
   // (one per host ring slot the step publishes its tokens into, or one without publishing) is made the
   // first time it is needed and replays after that. The two slots' graphs alternate step by step.
-  uint64_t key = static_cast<uint64_t>(n);
-  for (size_t p = 0; p < policies_.size() && p < 40; ++p)
-    key |= static_cast<uint64_t>(policy_used[p]) << (16 + p);
+  const uint64_t key = shape_ids_.intern(n, policy_used);
   StepShape& shape = step_shapes_[key];
   const int publish_slot = overlap ? next_slot_ : -1;
   const uint64_t graph_key = key | static_cast<uint64_t>(publish_slot + 1) << 62;

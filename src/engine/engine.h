@@ -18,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "backend/step_storage.h"
+#include "core/error.h"
 #include "engine/request.h"
 #include "kv/budget.h"
 #include "kv/eviction_round.h"
@@ -79,6 +80,32 @@ struct MemoryPlan {
   std::string kv_pool_rule;   // how the pool was sized
 };
 
+// Most distinct eviction policies (name and options: "random_block_pp:block=8" and ":block=16" are two)
+// one engine holds, its default included. Each request may bring its own policy; a policy stays in the
+// table for the engine's life (decode graphs name it by index), so the table is bounded and a request
+// that would add one past it is refused (PolicyTableFull).
+inline constexpr int kMaxPolicies = 64;
+
+// The refusal of a request whose policy would be the table's kMaxPolicies+1-th.
+class PolicyTableFull : public Error {
+ public:
+  using Error::Error;
+};
+
+// The decode-step shapes one engine has run, each interned to a small id: a shape is the batch size and
+// the whole, sorted set of policies (by index) that evict in the step. Two steps share an id exactly
+// when they launch the same kernels, so a graph recorded for one replays correctly for the other.
+class DecodeShapes {
+ public:
+  // The id of a step of `rows` rows in which policy p evicts where used[p] != 0; a new shape gets the
+  // next id (0, 1, ...).
+  uint64_t intern(int rows, const std::vector<uint8_t>& used);
+  size_t size() const { return ids_.size(); }
+
+ private:
+  std::map<std::vector<int32_t>, uint64_t> ids_;  // {rows, policy, policy, ...} -> id
+};
+
 // The budget a policy runs under: unbounded when it keeps everything; validated (Error) otherwise.
 kv::BudgetSpec effective_budget(const policy::EvictionPolicy& policy, kv::BudgetSpec budget);
 
@@ -128,6 +155,7 @@ class Engine {
 
  private:
   struct Sequence;
+  // The index of the request's policy in policies_, added when new; PolicyTableFull past kMaxPolicies.
   int policy_index(const std::string& name);
   void admit();
   // Prefills the next chunk of each sequence's prompt (their prompts together fit one chunk, or one
@@ -167,12 +195,13 @@ class Engine {
   std::unique_ptr<backend::StepStorage> prefill_batch_;
   MemoryPlan plan_;
   int max_pages_ = 0;
-  // Per decode-step shape (the graph key): eager runs so far (graph capture), and whether its forward
-  // ran fused (a replay runs what was recorded).
+  // Per decode-step shape (its DecodeShapes id is the graph key): eager runs so far (graph capture),
+  // and whether its forward ran fused (a replay runs what was recorded).
   struct StepShape {
     int runs = 0;
     bool fused = false;
   };
+  DecodeShapes shape_ids_;
   std::map<uint64_t, StepShape> step_shapes_;
   uint64_t next_id_ = 0;
   std::deque<std::unique_ptr<Sequence>> waiting_;

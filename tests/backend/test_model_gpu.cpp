@@ -1,7 +1,7 @@
 // End-to-end parity of the CUDA backend (run on the GPU machine; skipped without a GPU):
 // - whole-model logits of every committed fixture family on CUDA against the CPU reference;
 // - the engine on CUDA: a teacher-forced random_pp run whose retention logs equal the CPU's, and a
-//   mixed batch that equals each sequence run alone;
+//   mixed batch that equals each sequence run alone; decode graphs keyed by every policy in use;
 // - random-weight checkpoints of real shapes made on the GPU machine by tools/gpu/make_checkpoint.py,
 //   against transformers' bf16 logits (tools/gpu/golden_logits.py), when present under .gpu/.
 #include <gtest/gtest.h>
@@ -350,6 +350,69 @@ TEST(CudaEngine, ASecondEngineNeverReplaysTheFirstEnginesGraphs) {
   config.graphs = false;
   engine::Engine eager(*qwen3().model, *be, config);
   EXPECT_EQ(replayed, run_three(eager, "second ", 60, 7));
+}
+
+// A decode graph is keyed by the batch size and the whole set of policies in use. With more than 40
+// policies in the table, a step of two rows running {random_pp, policy index 43} must not replay the graph
+// recorded for two rows running {random_pp, full}: the replay would skip policy 43's eviction while the
+// host counts its rounds, and its sequence would outgrow its reservation into another's pages. Every
+// sequence's tokens, rounds, resident length and retention log must equal the same run without graphs.
+TEST(CudaEngine, GraphKeyCoversEveryPolicyInUsePastTheFortieth) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (or a build without CUDA)";
+  auto be = backend::make_backend({"cuda"});
+  struct Outcome {
+    std::vector<engine::GenerationResult> results;
+    std::vector<std::pair<uint64_t, std::vector<std::vector<std::vector<int32_t>>>>> rounds;  // (request, kept)
+  };
+  auto run = [&](bool graphs) {
+    engine::EngineConfig config = budgeted("random_pp");
+    config.graphs = graphs;
+    config.max_batch = 2;
+    engine::Engine eng(*qwen3().model, *be, config);
+    Outcome out;
+    eng.set_round_observer(
+        [&](uint64_t id, const kv::RoundRecord& r) { out.rounds.emplace_back(id, r.kept_positions); });
+    auto request = [&](const std::string& text, std::optional<std::string> policy, int max_new) {
+      engine::GenerationRequest r;
+      r.prompt = engine::encode_raw_prompt(qwen3(), text);
+      r.max_new_tokens = max_new;
+      r.sampling = {0.9f, 0.9f, 0, 31};
+      r.ignore_eos = true;
+      if (policy) r.kv = engine::KvSettings{*policy, kv::BudgetSpec{32, 8}};
+      return r;
+    };
+    // Policies 1..41 of the table (one token each: no decode step), then full as 42 and the policy
+    // under test as 43.
+    for (int k = 1; k <= 41; ++k)
+      eng.submit(request("filler", fmt::format("random_pp_rec:recent={}", k / 100.0), 1));
+    eng.run();
+    eng.submit(request("keep everything", "full", 90));
+    eng.submit(request("the default policy", std::nullopt, 90));
+    eng.run();  // records the graphs of two rows running {random_pp} (full never evicts)
+    eng.submit(request("the forty-third policy", "random_block_pp:block=4", 90));
+    eng.submit(request("the default policy again", std::nullopt, 90));
+    eng.run();  // two rows running {random_pp, random_block_pp:block=4}
+    out.results = eng.take_finished();
+    std::sort(out.results.begin(), out.results.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+    return out;
+  };
+  const Outcome eager = run(false), graphed = run(true);
+  ASSERT_EQ(eager.results.size(), 45u);
+  ASSERT_EQ(graphed.results.size(), eager.results.size());
+  for (size_t i = 41; i < eager.results.size(); ++i) {
+    const auto &a = eager.results[i], &b = graphed.results[i];
+    EXPECT_EQ(a.tokens, b.tokens) << "request " << i;
+    EXPECT_EQ(a.stats.eviction_rounds, b.stats.eviction_rounds) << "request " << i;
+    EXPECT_EQ(a.stats.final_resident_slots, b.stats.final_resident_slots) << "request " << i;
+    EXPECT_EQ(a.stats.peak_resident_slots, b.stats.peak_resident_slots) << "request " << i;
+  }
+  EXPECT_GT(eager.results[43].stats.eviction_rounds, 5) << "the forty-third policy must run rounds";
+  ASSERT_EQ(eager.rounds.size(), graphed.rounds.size());
+  for (size_t i = 0; i < eager.rounds.size(); ++i) {
+    EXPECT_EQ(eager.rounds[i].first, graphed.rounds[i].first) << "round " << i;
+    EXPECT_EQ(eager.rounds[i].second, graphed.rounds[i].second) << "round " << i << " of request "
+                                                                << eager.rounds[i].first;
+  }
 }
 
 // The engine at real shapes: random weights of a shape in configs/shapes/ cut to two layers (the KV
