@@ -144,6 +144,7 @@ bool pump_completion(EngineHost& host, Job& job, const ResponseContext& ctx,
   auto send = [&](const Json& j) { return write("data: " + dump(j) + "\n\n"); };
   std::string error;
   bool refused = false;  // the engine refused the settings: the client's error
+  std::string refusal_code;
 
   while (true) {
     std::vector<std::pair<std::vector<int>, bool>> fresh(n);  // tokens snapshot, finished
@@ -160,6 +161,7 @@ bool pump_completion(EngineHost& host, Job& job, const ResponseContext& ctx,
       job.cv.wait_for(lock, std::chrono::milliseconds(50), progressed);
       error = job.error;
       refused = job.refused;
+      refusal_code = job.refusal_code;
       for (size_t i = 0; i < n; ++i) {
         const auto& all = job.choices[i].tokens;
         const size_t from = std::min(texts[i].consumed, all.size());
@@ -203,7 +205,7 @@ bool pump_completion(EngineHost& host, Job& job, const ResponseContext& ctx,
     }
     if (!error.empty()) {
       host.cancel_all(job);
-      const Json err = refused ? error_json(400, error, "", "request_refused")
+      const Json err = refused ? error_json(400, error, "", refusal_code)
                                : error_json(503, error, "", "server_shutting_down");
       return ctx.stream ? send(err) && write("data: [DONE]\n\n") : write(dump(err));
     }

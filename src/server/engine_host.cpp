@@ -27,6 +27,7 @@ EngineHost::EngineHost(const model::Model& model, backend::Backend& backend, Hos
   if (backend_.is_cpu() && p.kv_slots == 0 && p.kv_memory_gib == 0) config.kv_slot_limit = kCpuDefaultKvSlots;
   engine_ = std::make_unique<engine::Engine>(model_, backend_, config);
   options_.kv_slots = engine_->memory_plan().kv_capacity_slots;
+  policies_.insert(policy::describe(engine_->policy()));
   engine_->set_token_callback([this](const engine::TokenEvent& ev) { on_token(ev); });
   thread_ = std::thread([this] { thread_main(); });
 }
@@ -77,6 +78,15 @@ void EngineHost::cancel_all(Job& job) {
 bool EngineHost::draining() const {
   std::lock_guard lock(mutex_);
   return draining_;
+}
+
+bool EngineHost::reserve_policy(const std::string& spec) {
+  const std::string described = policy::describe(*policy::make_policy(spec));
+  std::lock_guard lock(policies_mutex_);
+  if (policies_.count(described)) return true;
+  if (policies_.size() >= static_cast<size_t>(engine::kMaxPolicies)) return false;
+  policies_.insert(described);
+  return true;
 }
 
 int64_t EngineHost::queue_depth() const {
@@ -159,9 +169,9 @@ void EngineHost::admit_locked() {
     }
     if (running_ + n > options_.max_batch || reserved_slots_ + job->reserved_slots > options_.kv_slots) break;
     const int64_t per_choice = job->reserved_slots / n;
-    const kv::BudgetSpec spec =
-        engine::effective_budget(*policy::make_policy(job->kv.policy), job->kv.spec());
     try {
+      const kv::BudgetSpec spec =
+          engine::effective_budget(*policy::make_policy(job->kv.policy), job->kv.spec());
       for (int i = 0; i < n; ++i) {
         engine::GenerationRequest request = job->requests[static_cast<size_t>(i)];
         request.kv = engine::KvSettings{job->kv.policy, job->kv.spec()};
@@ -177,6 +187,7 @@ void EngineHost::admit_locked() {
       std::lock_guard jl(job->mutex);
       job->error = e.what();
       job->refused = true;
+      if (dynamic_cast<const engine::PolicyTableFull*>(&e) != nullptr) job->refusal_code = "too_many_policies";
       for (auto& c : job->choices) c.finished = true;
       job->cv.notify_all();
     }

@@ -50,6 +50,7 @@ struct Job {
   std::vector<ChoiceProgress> choices;
   std::string error;  // set when the engine failed or a drain ran out of time
   bool refused = false;  // the engine refused the request's settings (a client error, not a shutdown)
+  std::string refusal_code = "request_refused";  // the error code of a refusal
 };
 
 // Reserved slots the server admits at most on the CPU when no pool size is given.
@@ -87,6 +88,10 @@ class EngineHost {
   // Sequences of `reservation_slots` each that the pool holds together.
   int64_t sequences_that_fit(int64_t reservation_slots) const { return engine_->sequences_that_fit(reservation_slots); }
   int64_t queue_depth() const;
+  // Takes a place in the engine's policy table for `spec` (a valid policy spec) unless an equal policy
+  // (name and options) already holds one; false when the table is full (engine::kMaxPolicies). Safe
+  // from any thread; a place taken is never given back, as the engine never forgets a policy.
+  bool reserve_policy(const std::string& spec);
 
  private:
   struct Seq {
@@ -128,6 +133,8 @@ class EngineHost {
   bool stop_ = false;
   bool abort_all_ = false;  // drain timed out: drop what runs
   std::atomic<uint64_t> cancel_epoch_{0};
+  std::mutex policies_mutex_;
+  std::set<std::string> policies_;  // policy::describe of each policy the engine holds or will
   std::thread thread_;
 };
 

@@ -119,12 +119,17 @@ KvSettings parse_kv(const Json& v, KvSettings kv) {
                   fmt::format("unknown field '{}' in 'kv' (policy, budget, window, long_prompt)", key));
     }
   }
+  // An unknown name lists the known ones; a known policy with a bad option says which option is bad.
+  const std::vector<std::string> names = policy::policy_names();
+  const std::string name = kv.policy.substr(0, kv.policy.find(':'));
+  if (std::find(names.begin(), names.end(), name) == names.end())
+    bad_request("kv.policy", fmt::format("unknown policy '{}'; known: {}", quote_for_message(name, 200),
+                                         fmt::join(names, ", ")));
   std::unique_ptr<policy::EvictionPolicy> policy;
   try {
     policy = policy::make_policy(kv.policy);
-  } catch (const Error&) {
-    bad_request("kv.policy", fmt::format("unknown policy '{}'; known: {}", kv.policy,
-                                         fmt::join(policy::policy_names(), ", ")));
+  } catch (const Error& e) {
+    bad_request("kv.policy", fmt::format("'kv.policy': {}", e.what()));
   }
   if (!policy->evicts()) {
     kv.budget = 0;  // full attention keeps everything; its budget is meaningless

@@ -337,6 +337,14 @@ void Server::Impl::completion(const httplib::Request&, const std::string& text, 
                       options.engine.kv_slots),
           "max_tokens", "kv_reservation_too_large");
 
+    // The engine holds at most engine::kMaxPolicies distinct policies, each for its life.
+    if (!host.reserve_policy(r.kv.policy))
+      throw ApiError(400,
+                     fmt::format("too many distinct KV policies: this server holds at most {} (a policy is its "
+                                 "name and options; budgets do not count) and '{}' would be one more; use a "
+                                 "policy setting already in use",
+                                 engine::kMaxPolicies, quote_for_message(r.kv.policy, 200)),
+                     "kv.policy", "too_many_policies");
     auto job = std::make_shared<Job>();
     job->kv = r.kv;
     job->reserved_slots = total;

@@ -1,4 +1,5 @@
 """Request limits that hold however a request is framed, and server flags refused before listening."""
+import json
 import socket
 import subprocess
 
@@ -55,3 +56,46 @@ def test_temperature_outside_the_sampling_rule_gets_400_and_the_server_lives(sta
     status, _, _ = s.post("/v1/completions", b'{"model": "tiny-qwen3", "prompt": "hi", "max_tokens": 2}',
                           headers={"Content-Type": "application/json"})
     assert status == 200 and s.proc.poll() is None
+
+
+def _completion(s, kv, max_tokens=1):
+    body = {"model": "tiny-qwen3", "prompt": "policy table", "max_tokens": max_tokens, "kv": kv}
+    status, _, text = s.post("/v1/completions", body)
+    return status, json.loads(text)
+
+
+def test_policy_table_is_bounded_with_a_clear_400(start_server):
+    """The engine holds at most 64 distinct policies (name and options; the server's default is one):
+    the 65th gets 400 too_many_policies naming kv.policy, and policies already held still serve."""
+    s = start_server("--policy", "full")
+    spec = lambda k: "random_pp_rec:recent=%g" % (k / 100)
+    for k in range(1, 64):
+        status, body = _completion(s, {"policy": spec(k), "budget": 32, "window": 8})
+        assert status == 200 and "choices" in body, (k, status, body)
+    # A budget does not make a policy distinct: still one of the 64.
+    status, body = _completion(s, {"policy": spec(5), "budget": 64, "window": 8})
+    assert status == 200 and "choices" in body, body
+    status, body = _completion(s, {"policy": spec(64), "budget": 32, "window": 8})
+    assert status == 400, body
+    assert body["error"]["code"] == "too_many_policies" and body["error"]["param"] == "kv.policy", body
+    assert "at most 64" in body["error"]["message"], body
+    for kv in ({"policy": spec(1), "budget": 32, "window": 8}, {"policy": "full"}):
+        status, body = _completion(s, kv)
+        assert status == 200 and "choices" in body, (kv, body)
+    assert s.proc.poll() is None
+
+
+@pytest.mark.parametrize("policy,says,never", [
+    ("vase:pool=0", "option pool=0 outside [1, 99]", "unknown policy"),
+    ("vase:pool=x", "option pool='x' is not an integer", "unknown policy"),
+    ("vase:poool=4", "unknown option(s) poool", "unknown policy"),
+    ("random_pp:block=4", "takes no options", "unknown policy"),
+    ("random_block_pp:block", "is not key=value", "unknown policy"),
+    ("no_such_policy:block=4", "unknown policy 'no_such_policy'", "option"),
+])
+def test_bad_policy_option_is_named_as_such(start_server, policy, says, never):
+    s = start_server("--policy", "full")
+    status, body = _completion(s, {"policy": policy, "budget": 32, "window": 8})
+    assert status == 400, body
+    message = body["error"]["message"]
+    assert body["error"]["param"] == "kv.policy" and says in message and never not in message, message
