@@ -178,6 +178,7 @@ CompletionRequest parse_completion_request(const Json& body, Endpoint endpoint, 
     } else if (key == "max_tokens" || key == "max_completion_tokens") {
       if (v.is_null()) continue;
       r.max_tokens = static_cast<int>(get_integer(v, key, 1, INT32_MAX));
+      r.max_tokens_field = key;
     } else if (key == "temperature") {
       if (!v.is_null()) {
         // OpenAI's range, then the engine's own rule (0 < t < 1e-3 overflows the logits' quotients).

@@ -44,6 +44,7 @@ struct CompletionRequest {
   bool parse_special = true;                     // completions: special-token text becomes special tokens
   bool enable_thinking = true;                   // chat_template_kwargs.enable_thinking (Qwen3)
   std::optional<int> max_tokens;                 // absent: as many as fit, capped by the server default
+  std::string max_tokens_field = "max_tokens";   // the field it came in (max_completion_tokens too)
   float temperature = 1.0f;
   float top_p = 1.0f;
   int top_k = 0;

@@ -311,7 +311,7 @@ void Server::Impl::completion(const httplib::Request&, const std::string& text, 
             fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
                         "tokens ({} in the prompt, {} in the completion)",
                         context, static_cast<int64_t>(prompt_len) + *r.max_tokens, prompt_len, *r.max_tokens),
-            "max_tokens", "context_length_exceeded");
+            r.max_tokens_field, "context_length_exceeded");
       max_tokens = *r.max_tokens;
     }
     const kv::BudgetSpec spec = r.kv.spec();
@@ -335,7 +335,7 @@ void Server::Impl::completion(const httplib::Request&, const std::string& text, 
                           ? fmt::format("max(prompt {}, T {}) + r {}", prompt_len, spec.budget, spec.window)
                           : fmt::format("prompt {} + max_tokens {}", prompt_len, max_tokens),
                       options.engine.kv_slots),
-          "max_tokens", "kv_reservation_too_large");
+          r.max_tokens ? r.max_tokens_field : std::string("max_tokens"), "kv_reservation_too_large");
 
     // The engine holds at most engine::kMaxPolicies distinct policies, each for its life.
     if (!host.reserve_policy(r.kv.policy))
