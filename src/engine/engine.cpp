@@ -436,9 +436,10 @@ void Engine::decode() {
   for (const auto& seq : running_)
     policy_used[static_cast<size_t>(seq->policy)] |= seq->budget.bounded() ? 1 : 0;
   // The step's launches depend only on the batch size and the set of policies in use: that is the
-  // shape, interned whole (never truncated to the first policies) into the graph key. A shape runs eagerly once (scratch buffers grow then); from then on each of its recordings
-  // (one per host ring slot the step publishes its tokens into, or one without publishing) is made the
-  // first time it is needed and replays after that. The two slots' graphs alternate step by step.
+  // shape, interned whole (never truncated to the first policies) into the graph key. A shape runs
+  // eagerly once (scratch buffers grow then); from then on each of its recordings (one per host ring
+  // slot the step publishes its tokens into, or one without publishing) is made the first time it is
+  // needed and replays after that. The two slots' graphs alternate step by step.
   const uint64_t key = shape_ids_.intern(n, policy_used);
   StepShape& shape = step_shapes_[key];
   const int publish_slot = overlap ? next_slot_ : -1;
