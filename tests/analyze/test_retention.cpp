@@ -355,6 +355,7 @@ TEST(Retention, BadInputFailsClearly) {
     return (dir / name).string();
   };
   const std::string truncated = write("truncated.jsonl", text.substr(0, text.size() - 7));
+  const std::string no_newline = write("no_newline.jsonl", text.substr(0, text.size() - 1));
   Json h = Json::parse(text.substr(0, text.find('\n')));
   h["version"] = 2;
   const std::string version = write("version.jsonl", h.dump() + "\n" + text.substr(text.find('\n') + 1));
@@ -368,7 +369,8 @@ TEST(Retention, BadInputFailsClearly) {
       "shape.jsonl", text.substr(0, text.find('\n') + 1) +
                          R"({"sequence":0,"prompt_len":2,"round":0,"at_token":10,"kept_positions":[[[0,1,3]]]})"
                          "\n");
-  expect_failure({"analyze", "retention", truncated}, "truncated");
+  expect_failure({"analyze", "retention", truncated}, "line 2: truncated");
+  expect_failure({"analyze", "retention", no_newline}, "line 2: truncated (the last line has no newline");
   expect_failure({"analyze", "retention", version}, "version 2; this kvdice reads version 1");
   expect_failure({"analyze", "retention", legacy}, "not a retention log header");
   expect_failure({"analyze", "retention", empty}, "empty (no header line)");
