@@ -55,7 +55,9 @@ void RetentionLogWriter::begin(engine::Engine& engine, const std::string& source
   });
 }
 
-void RetentionLogWriter::note_prompt(uint64_t sequence, int prompt_len) { prompt_len_[sequence] = prompt_len; }
+void RetentionLogWriter::note_prompt(uint64_t sequence, int prompt_len) {
+  prompt_len_[sequence] = prompt_len;
+}
 
 void RetentionLogWriter::commit() { file_.commit(); }
 
@@ -75,7 +77,8 @@ RetentionLogHeader parse_header(const Json& j, const std::string& where) {
   if (!j.is_object() || !j.contains("format"))
     fail("{}: not a retention log header (no \"format\"; logs from before version 1 have none)", where);
   const auto format = field<std::string>(j, "format", where);
-  if (format != kRetentionLogFormat) fail("{}: format \"{}\", expected \"{}\"", where, format, kRetentionLogFormat);
+  if (format != kRetentionLogFormat)
+    fail("{}: format \"{}\", expected \"{}\"", where, format, kRetentionLogFormat);
   const int version = field<int>(j, "version", where);
   if (version != kRetentionLogVersion)
     fail("{}: retention log version {}; this kvdice reads version {}", where, version, kRetentionLogVersion);
@@ -113,7 +116,8 @@ RetentionRound parse_round(const Json& j, const RetentionLogHeader& h, const std
         if (p[i] < 0 || p[i] >= r.at_token)
           fail("{}: layer {} head {}: position {} outside [0, at_token {})", where, l, k, p[i], r.at_token);
         if (i > 0 && p[i] <= p[i - 1])
-          fail("{}: layer {} head {}: positions not strictly ascending ({} after {})", where, l, k, p[i], p[i - 1]);
+          fail("{}: layer {} head {}: positions not strictly ascending ({} after {})", where, l, k, p[i],
+               p[i - 1]);
       }
     }
   }

@@ -70,12 +70,14 @@ std::pair<const int32_t*, const int32_t*> generated_part(const std::vector<int32
   return {first, kept.data() + kept.size()};
 }
 
-double coverage_entropy(const int32_t* first, const int32_t* last, int prompt_len, int64_t generated, int bins) {
+double coverage_entropy(const int32_t* first, const int32_t* last, int prompt_len, int64_t generated,
+                        int bins) {
   const int64_t b = std::min<int64_t>(bins, generated);
   const int64_t n = last - first;
   if (b < 2 || n == 0) return kNaN;
   std::vector<int64_t> counts(b, 0);
-  for (const int32_t* p = first; p != last; ++p) ++counts[(static_cast<int64_t>(*p) - prompt_len) * b / generated];
+  for (const int32_t* p = first; p != last; ++p)
+    ++counts[(static_cast<int64_t>(*p) - prompt_len) * b / generated];
   double h = 0;
   for (int64_t c : counts)
     if (c > 0) h -= (static_cast<double>(c) / n) * std::log(static_cast<double>(c) / n);
@@ -94,7 +96,9 @@ std::string csv_field(const std::string& s) {
   for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
   return out + "\"";
 }
-std::string layer_label(int layer) { return layer == -1 ? "sites" : layer == -2 ? "mean" : std::to_string(layer); }
+std::string layer_label(int layer) {
+  return layer == -1 ? "sites" : layer == -2 ? "mean" : std::to_string(layer);
+}
 std::string age_label(const AgeBinStats& a) {
   return a.hi < 0 ? fmt::format("{}+", a.lo) : fmt::format("{}-{}", a.lo, a.hi);
 }
@@ -110,7 +114,8 @@ std::vector<HeadSite> parse_head_sites(const std::string& text) {
     const int64_t l = parse_int(parts[0], "--heads layer"), h = parse_int(parts[1], "--heads head");
     if (l < 0 || h < 0 || l > std::numeric_limits<int>::max() || h > std::numeric_limits<int>::max())
       fail("--heads: '{}' has a negative or huge index", item);
-    if (!seen.insert({static_cast<int>(l), static_cast<int>(h)}).second) fail("--heads: '{}' given twice", item);
+    if (!seen.insert({static_cast<int>(l), static_cast<int>(h)}).second)
+      fail("--heads: '{}' given twice", item);
     sites.push_back({static_cast<int>(l), static_cast<int>(h)});
   }
   return sites;
@@ -206,7 +211,8 @@ RetentionStats analyze_retention(const std::string& log, const RetentionSection&
       // Age = n - p; bin b holds ages [edge_b, edge_{b+1}), i.e. positions (n - edge_{b+1}, n - edge_b].
       for (size_t b = 0; b < n_bins; ++b) {
         const int64_t lo_age = options.age_edges[b];
-        const int64_t hi_age = b + 1 < n_bins ? options.age_edges[b + 1] : std::numeric_limits<int64_t>::max();
+        const int64_t hi_age =
+            b + 1 < n_bins ? options.age_edges[b + 1] : std::numeric_limits<int64_t>::max();
         const int64_t p_hi = n - lo_age;  // inclusive
         const int64_t p_lo = std::max<int64_t>(pl, hi_age > n ? 0 : n - hi_age + 1);
         if (p_hi < p_lo) continue;
@@ -273,26 +279,28 @@ RetentionStats analyze_retention(const std::string& log, const RetentionSection&
       }
       AgeBinStats m = out.per_age[b];
       m.layer = -2;
-      m.per_head = per_head.get(), m.union_ = uni.get(), m.ceiling = ceiling.get(), m.ceiling_h = ceiling_h.get(),
-      m.deficit = deficit.get();
+      m.per_head = per_head.get(), m.union_ = uni.get(), m.ceiling = ceiling.get(),
+      m.ceiling_h = ceiling_h.get(), m.deficit = deficit.get();
       out.per_age.push_back(m);
     }
   }
   return out;
 }
 
-std::string retention_markdown(const std::vector<RetentionStats>& stats, const RetentionStatsOptions& options) {
+std::string retention_markdown(const std::vector<RetentionStats>& stats,
+                               const RetentionStatsOptions& options) {
   std::string md;
   for (const RetentionStats& s : stats) {
     const auto& h = s.header;
-    md += fmt::format("## {} — {} policy {}{}, T={} r={}, {} layers x {} KV heads\n\n", s.log, h.source, h.policy,
-                      h.policy_options.empty() ? "" : " (" + h.policy_options + ")", h.budget, h.window,
-                      h.layers, h.kv_heads);
+    md += fmt::format("## {} — {} policy {}{}, T={} r={}, {} layers x {} KV heads\n\n", s.log, h.source,
+                      h.policy, h.policy_options.empty() ? "" : " (" + h.policy_options + ")", h.budget,
+                      h.window, h.layers, h.kv_heads);
     md += fmt::format("Model {}; {} sequences, {} round records{}.\n\n", h.model, s.sequences, s.rounds,
                       options.sites.empty() ? "" : "; statistics over the chosen (layer, head) sites only");
     md += "### Per round\n\n";
-    md += "| round | layer | sequences | length | generated | union kept | per-head kept | coverage entropy | "
-          "Jaccard | prompt union | prompt per-head |\n";
+    md +=
+        "| round | layer | sequences | length | generated | union kept | per-head kept | coverage entropy | "
+        "Jaccard | prompt union | prompt per-head |\n";
     md += "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     for (const auto& r : s.per_round)
       md += fmt::format("| {} | {} | {} | {:.1f} | {:.1f} | {} | {} | {} | {} | {} | {} |\n", r.round,
@@ -300,12 +308,14 @@ std::string retention_markdown(const std::vector<RetentionStats>& stats, const R
                         number(r.per_head_fraction), number(r.coverage_entropy), number(r.jaccard),
                         number(r.prompt_union), number(r.prompt_per_head));
     md += "\n### Survival by age (generated positions, pooled over rounds and sequences)\n\n";
-    md += "| layer | age | positions | heads | per-head s | union | ceiling 1-prod(1-s_h) | 1-(1-s)^H | deficit |\n";
+    md +=
+        "| layer | age | positions | heads | per-head s | union | ceiling 1-prod(1-s_h) | 1-(1-s)^H | "
+        "deficit |\n";
     md += "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     for (const auto& a : s.per_age)
-      md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", layer_label(a.layer), age_label(a),
-                        a.positions, a.heads, number(a.per_head), number(a.union_), number(a.ceiling),
-                        number(a.ceiling_h), number(a.deficit));
+      md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", layer_label(a.layer),
+                        age_label(a), a.positions, a.heads, number(a.per_head), number(a.union_),
+                        number(a.ceiling), number(a.ceiling_h), number(a.deficit));
     md += "\n";
   }
   return md;
@@ -326,9 +336,9 @@ std::string retention_csv(const std::vector<RetentionStats>& stats) {
                          csv_number(r.prompt_per_head));
     for (const auto& a : s.per_age)
       csv += fmt::format("{},age,,{},,,,{},{},,,,,{},{},{},{},{},{},{}\n", prefix, layer_label(a.layer),
-                         csv_number(a.union_), csv_number(a.per_head), a.lo, a.hi < 0 ? "" : std::to_string(a.hi),
-                         a.positions, a.heads, csv_number(a.ceiling), csv_number(a.ceiling_h),
-                         csv_number(a.deficit));
+                         csv_number(a.union_), csv_number(a.per_head), a.lo,
+                         a.hi < 0 ? "" : std::to_string(a.hi), a.positions, a.heads, csv_number(a.ceiling),
+                         csv_number(a.ceiling_h), csv_number(a.deficit));
   }
   return csv;
 }

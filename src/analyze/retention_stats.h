@@ -71,7 +71,8 @@ std::vector<int64_t> parse_age_edges(const std::string& text);
 RetentionStats analyze_retention(const std::string& log, const RetentionSection& section,
                                  const RetentionStatsOptions& options);
 
-std::string retention_markdown(const std::vector<RetentionStats>& stats, const RetentionStatsOptions& options);
+std::string retention_markdown(const std::vector<RetentionStats>& stats,
+                               const RetentionStatsOptions& options);
 std::string retention_csv(const std::vector<RetentionStats>& stats);
 
 }  // namespace kvdice::analyze

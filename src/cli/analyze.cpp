@@ -57,9 +57,10 @@ void add_analyze_command(CLI::App& app) {
                   "Only these (layer, KV head) sites, as L:H,L:H,...; their union is taken across layers");
   cmd->add_option("--format", r->format, "md (markdown tables) or csv")->check(CLI::IsMember({"md", "csv"}));
   cmd->add_option("--out,-o", r->out, "Output file (default stdout)");
-  cmd->add_option("--age-bins", r->age_bins,
-                  "Lower edges of the age bins, strictly increasing (default 128,256,512,1024,2048,4096,8192; "
-                  "the last bin is open)");
+  cmd->add_option(
+      "--age-bins", r->age_bins,
+      "Lower edges of the age bins, strictly increasing (default 128,256,512,1024,2048,4096,8192; "
+      "the last bin is open)");
   add_int_option(cmd, "--position-bins", r->position_bins, 2, 1 << 20,
                  "Equal-width bins over the generated positions for the coverage entropy");
   cmd->callback([r, cmd] { run_analyze_retention(*r, cmd); });

@@ -27,7 +27,8 @@ using Kept = std::vector<std::vector<std::vector<int32_t>>>;
 const std::string kModel = std::string(KVDICE_FIXTURES_DIR) + "/qwen3";
 
 fs::path temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("kvdice_analyze_" + name + "_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("kvdice_analyze_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -64,7 +65,8 @@ const AgeBinStats& age_row(const RetentionStats& s, int layer, int64_t lo) {
 // Two heads, prompt of 2, length 10: every statistic worked out by hand.
 TEST(Retention, HandWorkedExample) {
   const fs::path dir = temp_dir("hand");
-  const auto path = write_log(dir / "log.jsonl", header(1, 2), {{0, 2, 0, 10, {{{0, 1, 3, 5, 8, 9}, {0, 1, 4, 5, 7, 9}}}}});
+  const auto path =
+      write_log(dir / "log.jsonl", header(1, 2), {{0, 2, 0, 10, {{{0, 1, 3, 5, 8, 9}, {0, 1, 4, 5, 7, 9}}}}});
   const auto sections = read_retention_log(path);
   ASSERT_EQ(sections.size(), 1u);
   RetentionStatsOptions o;
@@ -169,7 +171,8 @@ TEST(Retention, RandomLogsMatchAnIndependentCount) {
     }
     for (size_t b = 0; b < bins; ++b) {
       double mean = 0, miss = 1;
-      for (int h = 0; h < heads; ++h) mean += kept[h][b] / total[b] / heads, miss *= 1 - kept[h][b] / total[b];
+      for (int h = 0; h < heads; ++h)
+        mean += kept[h][b] / total[b] / heads, miss *= 1 - kept[h][b] / total[b];
       const auto& row = age_row(s, layer, o.age_edges[b]);
       EXPECT_EQ(row.positions, static_cast<int64_t>(total[b]));
       EXPECT_NEAR(row.per_head, mean, 1e-12);
@@ -200,8 +203,8 @@ TEST(Retention, EverythingKeptGivesSurvivalOne) {
   const fs::path dir = temp_dir("full");
   std::vector<int32_t> all(276);  // 256 generated: 16 equal position bins
   for (int i = 0; i < 276; ++i) all[i] = i;
-  const auto sections =
-      read_retention_log(write_log(dir / "log.jsonl", header(2, 3), {{0, 20, 0, 276, Kept(2, {all, all, all})}}));
+  const auto sections = read_retention_log(
+      write_log(dir / "log.jsonl", header(2, 3), {{0, 20, 0, 276, Kept(2, {all, all, all})}}));
   RetentionStatsOptions o;
   o.age_edges = {1, 128, 256};
   const RetentionStats s = analyze_retention("log", sections[0], o);
@@ -242,16 +245,18 @@ std::vector<std::map<std::string, std::string>> parse_csv(const std::string& tex
   return rows;
 }
 
-std::vector<std::map<std::string, std::string>> generate_and_analyze(const fs::path& dir, const std::string& policy) {
+std::vector<std::map<std::string, std::string>> generate_and_analyze(const fs::path& dir,
+                                                                     const std::string& policy) {
   const std::string log = (dir / (policy + ".jsonl")).string();
   const CommandResult g =
-      run_kvdice({"generate", "--model", kModel, "-p", "retention", "--policy", policy, "--budget", "64", "--window",
-                  "16", "-n", "1000", "--ignore-eos", "--backend", "cpu", "--threads", "1", "-q", "--retention-log",
-                  log});
+      run_kvdice({"generate", "--model",         kModel,      "-p",       "retention", "--policy",
+                  policy,     "--budget",        "64",        "--window", "16",        "-n",
+                  "1000",     "--ignore-eos",    "--backend", "cpu",      "--threads", "1",
+                  "-q",       "--retention-log", log});
   EXPECT_EQ(g.exit_code, 0) << g.err;
   const std::string out = (dir / (policy + ".csv")).string();
-  const CommandResult a =
-      run_kvdice({"analyze", "retention", log, "--format", "csv", "--out", out, "--age-bins", "16,32,64,128,256"});
+  const CommandResult a = run_kvdice(
+      {"analyze", "retention", log, "--format", "csv", "--out", out, "--age-bins", "16,32,64,128,256"});
   EXPECT_EQ(a.exit_code, 0) << a.err;
   std::ifstream in(out);
   std::stringstream text;
@@ -303,11 +308,33 @@ std::string analyze_md(const std::string& log) {
 TEST(Retention, EvalRunAndProbeWriteLogs) {
   const fs::path dir = temp_dir("eval_probe");
   const std::string eval_log = (dir / "eval.jsonl").string();
-  const CommandResult e = run_kvdice(
-      {"eval", "run", "--model", kModel, "--task", "math500", "--dataset",
-       std::string(KVDICE_FIXTURES_DIR) + "/eval/arithmetic.jsonl", "--results", (dir / "res").string(), "--policy",
-       "random_pp", "--budget", "80", "--window", "16", "--max-new-tokens", "120", "--limit", "2", "--runs", "2",
-       "--threads", "1", "-q", "--retention-log", eval_log});
+  const CommandResult e = run_kvdice({"eval",
+                                      "run",
+                                      "--model",
+                                      kModel,
+                                      "--task",
+                                      "math500",
+                                      "--dataset",
+                                      std::string(KVDICE_FIXTURES_DIR) + "/eval/arithmetic.jsonl",
+                                      "--results",
+                                      (dir / "res").string(),
+                                      "--policy",
+                                      "random_pp",
+                                      "--budget",
+                                      "80",
+                                      "--window",
+                                      "16",
+                                      "--max-new-tokens",
+                                      "120",
+                                      "--limit",
+                                      "2",
+                                      "--runs",
+                                      "2",
+                                      "--threads",
+                                      "1",
+                                      "-q",
+                                      "--retention-log",
+                                      eval_log});
   ASSERT_EQ(e.exit_code, 0) << e.err;
   const auto eval_sections = read_retention_log(eval_log);
   ASSERT_EQ(eval_sections.size(), 1u);
@@ -319,9 +346,11 @@ TEST(Retention, EvalRunAndProbeWriteLogs) {
   EXPECT_NE(analyze_md(eval_log).find("eval run policy random_pp"), std::string::npos);
 
   const std::string probe_log = (dir / "probe.jsonl").string();
-  const CommandResult p = run_kvdice({"probe", "passcode", "--model", kModel, "--policies", "full,random_pp,recency_pp",
-                                      "--budget", "64", "--window", "8", "--rounds", "3", "--instances", "2",
-                                      "--backend", "cpu", "--threads", "1", "--retention-log", probe_log});
+  const CommandResult p = run_kvdice(
+      {"probe",           "passcode", "--model",   kModel, "--policies", "full,random_pp,recency_pp",
+       "--budget",        "64",       "--window",  "8",    "--rounds",   "3",
+       "--instances",     "2",        "--backend", "cpu",  "--threads",  "1",
+       "--retention-log", probe_log});
   ASSERT_EQ(p.exit_code, 0) << p.err;
   const auto probe_sections = read_retention_log(probe_log);
   ASSERT_EQ(probe_sections.size(), 2u);  // full never evicts
@@ -342,7 +371,8 @@ void expect_failure(const std::vector<std::string>& args, const std::string& mes
 
 TEST(Retention, BadInputFailsClearly) {
   const fs::path dir = temp_dir("bad");
-  const std::string good = write_log(dir / "good.jsonl", header(1, 2), {{0, 2, 0, 10, {{{0, 1, 3}, {0, 1, 4}}}}});
+  const std::string good =
+      write_log(dir / "good.jsonl", header(1, 2), {{0, 2, 0, 10, {{{0, 1, 3}, {0, 1, 4}}}}});
   std::string text;
   {
     std::ifstream in(good);
@@ -362,13 +392,15 @@ TEST(Retention, BadInputFailsClearly) {
   const std::string legacy = write("legacy.jsonl", text.substr(text.find('\n') + 1));
   const std::string empty = write("empty.jsonl", "");
   const std::string unsorted = write(
-      "unsorted.jsonl", text.substr(0, text.find('\n') + 1) +
-                            R"({"sequence":0,"prompt_len":2,"round":0,"at_token":10,"kept_positions":[[[0,3,1],[0,1,4]]]})"
-                            "\n");
-  const std::string shape = write(
-      "shape.jsonl", text.substr(0, text.find('\n') + 1) +
-                         R"({"sequence":0,"prompt_len":2,"round":0,"at_token":10,"kept_positions":[[[0,1,3]]]})"
-                         "\n");
+      "unsorted.jsonl",
+      text.substr(0, text.find('\n') + 1) +
+          R"({"sequence":0,"prompt_len":2,"round":0,"at_token":10,"kept_positions":[[[0,3,1],[0,1,4]]]})"
+          "\n");
+  const std::string shape =
+      write("shape.jsonl",
+            text.substr(0, text.find('\n') + 1) +
+                R"({"sequence":0,"prompt_len":2,"round":0,"at_token":10,"kept_positions":[[[0,1,3]]]})"
+                "\n");
   expect_failure({"analyze", "retention", truncated}, "line 2: truncated");
   expect_failure({"analyze", "retention", no_newline}, "line 2: truncated (the last line has no newline");
   expect_failure({"analyze", "retention", version}, "version 2; this kvdice reads version 1");
@@ -389,12 +421,14 @@ TEST(Retention, BadInputFailsClearly) {
   const CommandResult lost = run_kvdice({"analyze", "retention", good}, {}, "/dev/full");
   EXPECT_NE(lost.exit_code, 0);
   // A run that cannot log says so before it decodes anything.
-  expect_failure({"eval", "run", "--model", kModel, "--task", "math500", "--dataset",
-                  std::string(KVDICE_FIXTURES_DIR) + "/eval/arithmetic.jsonl", "--results", (dir / "res").string(),
-                  "--policy", "full", "--limit", "1", "--runs", "1", "-q", "--retention-log", (dir / "x").string()},
-                 "never evicts");
-  expect_failure({"probe", "passcode", "--model", kModel, "--policies", "full", "--retention-log", (dir / "y").string()},
-                 "none of the policies evicts");
+  expect_failure(
+      {"eval", "run", "--model", kModel, "--task", "math500", "--dataset",
+       std::string(KVDICE_FIXTURES_DIR) + "/eval/arithmetic.jsonl", "--results", (dir / "res").string(),
+       "--policy", "full", "--limit", "1", "--runs", "1", "-q", "--retention-log", (dir / "x").string()},
+      "never evicts");
+  expect_failure(
+      {"probe", "passcode", "--model", kModel, "--policies", "full", "--retention-log", (dir / "y").string()},
+      "none of the policies evicts");
   fs::remove_all(dir);
 }
 
