@@ -244,9 +244,10 @@ void add_generate_command(CLI::App& app) {
   add_kv_pool_flags(cmd, o->pool);
   cmd->add_flag("--json", o->json, "Print one JSON record (or an array) instead of text");
   cmd->add_flag("--quiet,-q", o->quiet, "Only the generated text and the final statistics");
-  cmd->add_option("--retention-log", o->retention_log,
-                  "Write a retention log: a header, then one JSON line per eviction round with the kept absolute "
-                  "positions per [layer][KV head] (docs/mechanism.md)");
+  cmd->add_option(
+      "--retention-log", o->retention_log,
+      "Write a retention log: a header, then one JSON line per eviction round with the kept absolute "
+      "positions per [layer][KV head] (docs/mechanism.md)");
   cmd->callback([o, cmd] { run_generate(*o, *cmd); });
 }
 
