@@ -1,6 +1,7 @@
 #include "analyze/retention_log.h"
 
 #include <fstream>
+#include <optional>
 
 #include "core/error.h"
 #include "core/json.h"
@@ -126,10 +127,12 @@ RetentionRound parse_round(const Json& j, const RetentionLogHeader& h, const std
 
 }  // namespace
 
-std::vector<RetentionSection> read_retention_log(const std::filesystem::path& path) {
+void read_retention_log(const std::filesystem::path& path,
+                        const std::function<void(const RetentionLogHeader&)>& on_header,
+                        const std::function<void(const RetentionRound&)>& on_round) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("cannot open retention log {}", path.string());
-  std::vector<RetentionSection> sections;
+  std::optional<RetentionLogHeader> header;
   std::string line;
   int64_t n = 0;
   while (std::getline(in, line)) {
@@ -144,14 +147,25 @@ std::vector<RetentionSection> read_retention_log(const std::filesystem::path& pa
       fail("{}: not valid JSON (truncated or corrupt)", where);
     }
     if (j.is_object() && j.contains("format")) {
-      sections.push_back({parse_header(j, where), {}});
+      header = parse_header(j, where);
+      on_header(*header);
     } else {
-      if (sections.empty()) parse_header(j, where);  // fails: a log starts with its header
-      sections.back().rounds.push_back(parse_round(j, sections.back().header, where));
+      if (!header) parse_header(j, where);  // fails: a log starts with its header
+      on_round(parse_round(j, *header, where));
     }
   }
   if (in.bad()) fail("{}: read error", path.string());
-  if (sections.empty()) fail("{}: empty (no header line)", path.string());
+  if (!header) fail("{}: empty (no header line)", path.string());
+}
+
+std::vector<RetentionSection> read_retention_log(const std::filesystem::path& path) {
+  std::vector<RetentionSection> sections;
+  read_retention_log(
+      path,
+      [&](const RetentionLogHeader& h) {
+        sections.push_back({h, {}});
+      },
+      [&](const RetentionRound& r) { sections.back().rounds.push_back(r); });
   return sections;
 }
 

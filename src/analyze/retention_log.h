@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -72,5 +73,9 @@ std::string retention_round_line(uint64_t sequence, int prompt_len, const kv::Ro
 // Reads and validates a whole log: header format and version, every round's shape against its
 // header, positions sorted, unique and below at_token. Any problem fails naming the file and line.
 std::vector<RetentionSection> read_retention_log(const std::filesystem::path& path);
+// The same checks, streaming: `on_header` at each section's header, `on_round` for each of its rounds.
+void read_retention_log(const std::filesystem::path& path,
+                        const std::function<void(const RetentionLogHeader&)>& on_header,
+                        const std::function<void(const RetentionRound&)>& on_round);
 
 }  // namespace kvdice::analyze

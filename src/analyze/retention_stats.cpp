@@ -133,15 +133,34 @@ std::vector<int64_t> parse_age_edges(const std::string& text) {
   return edges;
 }
 
-RetentionStats analyze_retention(const std::string& log, const RetentionSection& section,
-                                 const RetentionStatsOptions& options) {
-  const RetentionLogHeader& h = section.header;
+struct RetentionAnalyzer::State {
+  std::string log;
+  RetentionLogHeader header;
+  RetentionStatsOptions options;
+  std::vector<Group> groups;
+  std::vector<std::map<uint32_t, RoundAccumulator>> per_round;
+  std::vector<AgeAccumulator> ages;
+  std::set<uint64_t> sequences;
+  std::vector<int32_t> count;  // per position: how many of the group's sites keep it
+  int rounds = 0;
+};
+
+RetentionAnalyzer::RetentionAnalyzer(std::string log, const RetentionLogHeader& header,
+                                     const RetentionStatsOptions& options)
+    : state_(std::make_unique<State>()) {
+  state_->log = std::move(log);
+  state_->header = header;
+  state_->options = options;
+  const std::string& log_name = state_->log;
+  auto& groups = state_->groups;
+  auto& per_round = state_->per_round;
+  auto& ages = state_->ages;
+  const RetentionLogHeader& h = header;
   if (options.age_edges.empty()) fail("no age bins");
   for (size_t i = 0; i < options.age_edges.size(); ++i)
     if (options.age_edges[i] < 1 || (i > 0 && options.age_edges[i] <= options.age_edges[i - 1]))
       fail("age bin edges must be >= 1 and strictly increasing");
   if (options.position_bins < 1) fail("position bins must be >= 1, got {}", options.position_bins);
-  std::vector<Group> groups;
   if (options.sites.empty()) {
     for (int l = 0; l < h.layers; ++l) {
       Group g{l, {}};
@@ -151,87 +170,102 @@ RetentionStats analyze_retention(const std::string& log, const RetentionSection&
   } else {
     for (const HeadSite& s : options.sites)
       if (s.layer >= h.layers || s.head >= h.kv_heads)
-        fail("{}: --heads {}:{} is out of range: the log has {} layers of {} KV heads", log, s.layer, s.head,
-             h.layers, h.kv_heads);
+        fail("{}: --heads {}:{} is out of range: the log has {} layers of {} KV heads", log_name, s.layer,
+             s.head, h.layers, h.kv_heads);
     groups.push_back({-1, options.sites});
   }
   const size_t n_bins = options.age_edges.size();
-  std::vector<std::map<uint32_t, RoundAccumulator>> per_round(groups.size());
-  std::vector<AgeAccumulator> ages(groups.size());
+  per_round.resize(groups.size());
+  ages.resize(groups.size());
   for (size_t g = 0; g < groups.size(); ++g) {
     ages[g].total.assign(n_bins, 0);
     ages[g].union_.assign(n_bins, 0);
     ages[g].kept.assign(groups[g].sites.size(), std::vector<int64_t>(n_bins, 0));
   }
-  std::set<uint64_t> sequences;
-  std::vector<int32_t> count;  // per position: how many of the group's sites keep it
-  for (const RetentionRound& r : section.rounds) {
-    sequences.insert(r.sequence);
-    const int64_t n = r.at_token, pl = r.prompt_len, gen = n - pl;
-    for (size_t g = 0; g < groups.size(); ++g) {
-      const auto& sites = groups[g].sites;
-      count.assign(static_cast<size_t>(n), 0);
-      RoundAccumulator& acc = per_round[g][r.round];
-      Mean per_head, entropy, jaccard, prompt_per_head;
-      std::vector<std::pair<const int32_t*, const int32_t*>> gens;
-      for (const HeadSite& s : sites) {
-        const auto& kept = r.kept[s.layer][s.head];
-        for (int32_t p : kept) ++count[p];
-        const auto part = generated_part(kept, static_cast<int>(pl));
-        gens.push_back(part);
-        const int64_t n_gen = part.second - part.first;
-        per_head.add(gen > 0 ? static_cast<double>(n_gen) / gen : kNaN);
-        entropy.add(gen > 0 ? coverage_entropy(part.first, part.second, static_cast<int>(pl), gen,
-                                               options.position_bins)
-                            : kNaN);
-        prompt_per_head.add(pl > 0 ? static_cast<double>(kept.size() - n_gen) / pl : kNaN);
+}
+
+RetentionAnalyzer::~RetentionAnalyzer() = default;
+RetentionAnalyzer::RetentionAnalyzer(RetentionAnalyzer&&) noexcept = default;
+
+void RetentionAnalyzer::add(const RetentionRound& r) {
+  const RetentionStatsOptions& options = state_->options;
+  const auto& groups = state_->groups;
+  auto& per_round = state_->per_round;
+  auto& ages = state_->ages;
+  auto& count = state_->count;
+  const size_t n_bins = options.age_edges.size();
+  ++state_->rounds;
+  state_->sequences.insert(r.sequence);
+  const int64_t n = r.at_token, pl = r.prompt_len, gen = n - pl;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto& sites = groups[g].sites;
+    count.assign(static_cast<size_t>(n), 0);
+    RoundAccumulator& acc = per_round[g][r.round];
+    Mean per_head, entropy, jaccard, prompt_per_head;
+    std::vector<std::pair<const int32_t*, const int32_t*>> gens;
+    for (const HeadSite& s : sites) {
+      const auto& kept = r.kept[s.layer][s.head];
+      for (int32_t p : kept) ++count[p];
+      const auto part = generated_part(kept, static_cast<int>(pl));
+      gens.push_back(part);
+      const int64_t n_gen = part.second - part.first;
+      per_head.add(gen > 0 ? static_cast<double>(n_gen) / gen : kNaN);
+      entropy.add(gen > 0 ? coverage_entropy(part.first, part.second, static_cast<int>(pl), gen,
+                                             options.position_bins)
+                          : kNaN);
+      prompt_per_head.add(pl > 0 ? static_cast<double>(kept.size() - n_gen) / pl : kNaN);
+    }
+    for (size_t i = 0; i < gens.size(); ++i) {
+      for (size_t j = i + 1; j < gens.size(); ++j) {
+        std::vector<int32_t> both;
+        std::set_intersection(gens[i].first, gens[i].second, gens[j].first, gens[j].second,
+                              std::back_inserter(both));
+        const int64_t inter = static_cast<int64_t>(both.size());
+        const int64_t uni = (gens[i].second - gens[i].first) + (gens[j].second - gens[j].first) - inter;
+        if (uni > 0) jaccard.add(static_cast<double>(inter) / uni);
       }
-      for (size_t i = 0; i < gens.size(); ++i) {
-        for (size_t j = i + 1; j < gens.size(); ++j) {
-          std::vector<int32_t> both;
-          std::set_intersection(gens[i].first, gens[i].second, gens[j].first, gens[j].second,
-                                std::back_inserter(both));
-          const int64_t inter = static_cast<int64_t>(both.size());
-          const int64_t uni = (gens[i].second - gens[i].first) + (gens[j].second - gens[j].first) - inter;
-          if (uni > 0) jaccard.add(static_cast<double>(inter) / uni);
-        }
-      }
-      int64_t union_gen = 0, union_prompt = 0;
-      for (int64_t p = 0; p < n; ++p)
-        if (count[p] > 0) ++(p < pl ? union_prompt : union_gen);
-      ++acc.sequences;
-      acc.length.add(static_cast<double>(n));
-      acc.generated.add(static_cast<double>(gen));
-      acc.union_fraction.add(gen > 0 ? static_cast<double>(union_gen) / gen : kNaN);
-      acc.per_head.add(per_head.get());
-      acc.entropy.add(entropy.get());
-      acc.jaccard.add(jaccard.get());
-      acc.prompt_union.add(pl > 0 ? static_cast<double>(union_prompt) / pl : kNaN);
-      acc.prompt_per_head.add(prompt_per_head.get());
-      // Age = n - p; bin b holds ages [edge_b, edge_{b+1}), i.e. positions (n - edge_{b+1}, n - edge_b].
-      for (size_t b = 0; b < n_bins; ++b) {
-        const int64_t lo_age = options.age_edges[b];
-        const int64_t hi_age =
-            b + 1 < n_bins ? options.age_edges[b + 1] : std::numeric_limits<int64_t>::max();
-        const int64_t p_hi = n - lo_age;  // inclusive
-        const int64_t p_lo = std::max<int64_t>(pl, hi_age > n ? 0 : n - hi_age + 1);
-        if (p_hi < p_lo) continue;
-        ages[g].total[b] += p_hi - p_lo + 1;
-        for (int64_t p = p_lo; p <= p_hi; ++p) ages[g].union_[b] += count[p] > 0;
-        for (size_t s = 0; s < sites.size(); ++s) {
-          const auto [first, last] = gens[s];
-          ages[g].kept[s][b] += std::upper_bound(first, last, static_cast<int32_t>(p_hi)) -
-                                std::lower_bound(first, last, static_cast<int32_t>(p_lo));
-        }
+    }
+    int64_t union_gen = 0, union_prompt = 0;
+    for (int64_t p = 0; p < n; ++p)
+      if (count[p] > 0) ++(p < pl ? union_prompt : union_gen);
+    ++acc.sequences;
+    acc.length.add(static_cast<double>(n));
+    acc.generated.add(static_cast<double>(gen));
+    acc.union_fraction.add(gen > 0 ? static_cast<double>(union_gen) / gen : kNaN);
+    acc.per_head.add(per_head.get());
+    acc.entropy.add(entropy.get());
+    acc.jaccard.add(jaccard.get());
+    acc.prompt_union.add(pl > 0 ? static_cast<double>(union_prompt) / pl : kNaN);
+    acc.prompt_per_head.add(prompt_per_head.get());
+    // Age = n - p; bin b holds ages [edge_b, edge_{b+1}), i.e. positions (n - edge_{b+1}, n - edge_b].
+    for (size_t b = 0; b < n_bins; ++b) {
+      const int64_t lo_age = options.age_edges[b];
+      const int64_t hi_age = b + 1 < n_bins ? options.age_edges[b + 1] : std::numeric_limits<int64_t>::max();
+      const int64_t p_hi = n - lo_age;  // inclusive
+      const int64_t p_lo = std::max<int64_t>(pl, hi_age > n ? 0 : n - hi_age + 1);
+      if (p_hi < p_lo) continue;
+      ages[g].total[b] += p_hi - p_lo + 1;
+      for (int64_t p = p_lo; p <= p_hi; ++p) ages[g].union_[b] += count[p] > 0;
+      for (size_t s = 0; s < sites.size(); ++s) {
+        const auto [first, last] = gens[s];
+        ages[g].kept[s][b] += std::upper_bound(first, last, static_cast<int32_t>(p_hi)) -
+                              std::lower_bound(first, last, static_cast<int32_t>(p_lo));
       }
     }
   }
+}
 
+RetentionStats RetentionAnalyzer::finish() const {
+  const RetentionStatsOptions& options = state_->options;
+  const auto& groups = state_->groups;
+  const auto& per_round = state_->per_round;
+  const auto& ages = state_->ages;
+  const size_t n_bins = options.age_edges.size();
   RetentionStats out;
-  out.log = log;
-  out.header = h;
-  out.sequences = static_cast<int>(sequences.size());
-  out.rounds = static_cast<int>(section.rounds.size());
+  out.log = state_->log;
+  out.header = state_->header;
+  out.sequences = static_cast<int>(state_->sequences.size());
+  out.rounds = state_->rounds;
   std::map<uint32_t, std::vector<RoundGroupStats>> rows;
   for (size_t g = 0; g < groups.size(); ++g) {
     for (const auto& [round, a] : per_round[g]) {
@@ -284,6 +318,24 @@ RetentionStats analyze_retention(const std::string& log, const RetentionSection&
       out.per_age.push_back(m);
     }
   }
+  return out;
+}
+
+RetentionStats analyze_retention(const std::string& log, const RetentionSection& section,
+                                 const RetentionStatsOptions& options) {
+  RetentionAnalyzer analyzer(log, section.header, options);
+  for (const RetentionRound& r : section.rounds) analyzer.add(r);
+  return analyzer.finish();
+}
+
+std::vector<RetentionStats> analyze_retention_log(const std::string& log,
+                                                  const RetentionStatsOptions& options) {
+  std::vector<RetentionAnalyzer> sections;
+  read_retention_log(
+      log, [&](const RetentionLogHeader& header) { sections.emplace_back(log, header, options); },
+      [&](const RetentionRound& round) { sections.back().add(round); });
+  std::vector<RetentionStats> out;
+  for (const auto& s : sections) out.push_back(s.finish());
   return out;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -68,8 +69,26 @@ std::vector<HeadSite> parse_head_sites(const std::string& text);
 // Parses "128,256,..." and checks the edges are >= 1 and strictly increasing.
 std::vector<int64_t> parse_age_edges(const std::string& text);
 
+// Accumulates one section's rounds as they are read, so a log far larger than memory can be analysed.
+class RetentionAnalyzer {
+ public:
+  // Fails when a --heads site is outside the header's shape or the options are malformed.
+  RetentionAnalyzer(std::string log, const RetentionLogHeader& header, const RetentionStatsOptions& options);
+  ~RetentionAnalyzer();
+  RetentionAnalyzer(RetentionAnalyzer&&) noexcept;
+  void add(const RetentionRound& round);
+  RetentionStats finish() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 RetentionStats analyze_retention(const std::string& log, const RetentionSection& section,
                                  const RetentionStatsOptions& options);
+// Streams a log file: one RetentionStats per section, rounds never held all at once.
+std::vector<RetentionStats> analyze_retention_log(const std::string& log,
+                                                  const RetentionStatsOptions& options);
 
 std::string retention_markdown(const std::vector<RetentionStats>& stats,
                                const RetentionStatsOptions& options);

@@ -29,10 +29,8 @@ void run_analyze_retention(const RetentionFlags& f, const CLI::App* cmd) {
   if (given(cmd, "--age-bins")) options.age_edges = analyze::parse_age_edges(f.age_bins);
   options.position_bins = f.position_bins;
   std::vector<analyze::RetentionStats> stats;
-  for (const std::string& log : f.logs) {
-    const auto sections = analyze::read_retention_log(log);
-    for (const auto& section : sections) stats.push_back(analyze::analyze_retention(log, section, options));
-  }
+  for (const std::string& log : f.logs)
+    for (auto& s : analyze::analyze_retention_log(log, options)) stats.push_back(std::move(s));
   const std::string text =
       f.format == "csv" ? analyze::retention_csv(stats) : analyze::retention_markdown(stats, options);
   if (f.out.empty()) {
