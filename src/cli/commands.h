@@ -16,5 +16,6 @@ void add_stats_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_data_command(CLI::App& app);
+void add_analyze_command(CLI::App& app);
 
 }  // namespace kvdice::cli

@@ -214,6 +214,8 @@ void add_eval_command(CLI::App& app) {
   add_int_option(run, "--threads", r->options.threads, 0, kMaxThreads, "CPU threads (0 = all)");
   add_kv_pool_flags(run, r->options.pool);
   run->add_flag("--quiet,-q", r->quiet, "No progress line");
+  run->add_option("--retention-log", r->options.retention_log,
+                  "Write a retention log of the sequences decoded now (format: docs/mechanism.md)");
   run->add_option("--shard", r->shard, "i/N: only the (problem, run) pairs with stream id = i mod N");
   run->callback([r, run] { run_eval_run(*r, run); });
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <optional>
 
+#include "analyze/retention_log.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/model_options.h"
@@ -113,6 +114,7 @@ void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
   engine::Engine eng(*bundle.model, *backend, config);
 
   std::vector<int> stop_ids = bundle.generation.eos_ids;
+  std::vector<std::pair<uint64_t, int>> prompt_lens;  // engine id, prompt tokens
   for (const std::string& text : texts) {
     std::vector<int> ids;
     if (o.chat) {
@@ -132,7 +134,7 @@ void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
       req.sampling = sampling;
       req.stop_ids = stop_ids;
       req.ignore_eos = o.ignore_eos;
-      eng.submit(std::move(req));
+      prompt_lens.emplace_back(eng.submit(std::move(req)), static_cast<int>(ids.size()));
     }
   }
   const int n_sequences = static_cast<int>(texts.size()) * o.samples;
@@ -142,17 +144,11 @@ void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
                bundle.format, backend->name(), policy::describe(eng.policy()), eng.budget().describe());
   }
   // Written to a temporary name and renamed when the run ends: a reader never sees half a log.
-  std::optional<AtomicFile> retention;
+  std::optional<analyze::RetentionLogWriter> retention;
   if (!o.retention_log.empty()) {
     retention.emplace(o.retention_log);
-    eng.set_round_observer([&retention](uint64_t id, const kv::RoundRecord& record) {
-      retention->write(Json{{"sequence", id},
-                            {"round", record.round},
-                            {"at_token", record.at_token},
-                            {"kept_positions", record.kept_positions}}
-                           .dump() +
-                       "\n");
-    });
+    retention->begin(eng, "generate", bundle.source, bundle.model->config());
+    for (const auto& [id, prompt_len] : prompt_lens) retention->note_prompt(id, prompt_len);
   }
   tokenizer::StreamDecoder decoder(*bundle.tokenizer);
   const auto start = std::chrono::steady_clock::now();
@@ -248,8 +244,10 @@ void add_generate_command(CLI::App& app) {
   add_kv_pool_flags(cmd, o->pool);
   cmd->add_flag("--json", o->json, "Print one JSON record (or an array) instead of text");
   cmd->add_flag("--quiet,-q", o->quiet, "Only the generated text and the final statistics");
-  cmd->add_option("--retention-log", o->retention_log,
-                  "Write one JSON line per eviction round: kept absolute positions per [layer][KV head]");
+  cmd->add_option(
+      "--retention-log", o->retention_log,
+      "Write a retention log: a header, then one JSON line per eviction round with the kept absolute "
+      "positions per [layer][KV head] (docs/mechanism.md)");
   cmd->callback([o, cmd] { run_generate(*o, *cmd); });
 }
 

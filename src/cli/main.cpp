@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   kvdice::cli::add_calibrate_command(app);
   kvdice::cli::add_bench_command(app);
   kvdice::cli::add_data_command(app);
+  kvdice::cli::add_analyze_command(app);
   try {
     app.parse(argc, argv);
     // Output that never reached its destination (stdout on a full disk) is a failure, not a success.

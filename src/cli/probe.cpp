@@ -80,6 +80,8 @@ void add_probe_command(CLI::App& app) {
   cmd->add_flag("--no-think", o->no_think, "Qwen3: thinking off");
   add_backend_flags(cmd, o->backend);
   add_kv_pool_flags(cmd, o->config.pool);
+  cmd->add_option("--retention-log", o->config.retention_log,
+                  "Write a retention log, one section per evicting policy (format: docs/mechanism.md)");
   cmd->add_option("--json-out", o->json_out, "Also write the results as JSON to this file");
   cmd->callback([o] { run_passcode(*o); });
 }

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "analyze/retention_log.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/model_bundle.h"
@@ -81,6 +82,8 @@ EvalRunSummary run_eval(const EvalRunOptions& o, const EvalLog& log) {
   if (o.max_batch < 1) fail("--max-batch must be >= 1 (got {})", o.max_batch);
 
   const bool evicts = policy::make_policy(o.policy)->evicts();
+  if (!o.retention_log.empty() && !evicts)
+    fail("--retention-log has nothing to log with policy '{}', which never evicts", o.policy);
   engine::EngineConfig config;
   config.policy = o.policy;
   config.eviction_seed = o.seed;
@@ -177,6 +180,11 @@ EvalRunSummary run_eval(const EvalRunOptions& o, const EvalLog& log) {
                   evicts ? task.budget : 0, evicts ? task.window : 0, temperature));
 
   engine::Engine eng(*bundle.model, *backend, config);
+  std::optional<analyze::RetentionLogWriter> retention;
+  if (!o.retention_log.empty()) {
+    retention.emplace(o.retention_log);
+    retention->begin(eng, "eval run", bundle.source, bundle.model->config());
+  }
   std::map<uint64_t, std::pair<int, int>> pending;  // engine id -> (problem, run)
   for (int p = 0; p < n_problems; ++p) {
     std::vector<int> ids;
@@ -199,7 +207,10 @@ EvalRunSummary run_eval(const EvalRunOptions& o, const EvalLog& log) {
       req.sampling = sampling;
       req.stop_ids = bundle.generation.eos_ids;
       req.stream_id = static_cast<uint64_t>(p) * task.runs + run;
-      pending[eng.submit(std::move(req))] = {p, run};
+      const int prompt_len = static_cast<int>(req.prompt.size());
+      const uint64_t id = eng.submit(std::move(req));
+      if (retention) retention->note_prompt(id, prompt_len);
+      pending[id] = {p, run};
     }
   }
 
@@ -250,6 +261,7 @@ EvalRunSummary run_eval(const EvalRunOptions& o, const EvalLog& log) {
     }
   }
   summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (retention) retention->commit();
   return summary;
 }
 

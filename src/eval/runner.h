@@ -40,6 +40,8 @@ struct EvalRunOptions {
   kv::PoolRequest pool;   // the engine's KV pool size (kv/pool_sizing.h)
   bool progress = false;  // a live progress line on stderr
   ShardSpec shard;        // decode only this shard's (problem, run) pairs; not part of the manifest
+  // When set, the retention log of the sequences decoded now (docs/mechanism.md); not part of the manifest.
+  std::filesystem::path retention_log;
   // Asked between steps; when it returns true the run stops with an Error (what was committed stays,
   // and running the cell again resumes it). Python's Ctrl-C comes in here.
   std::function<bool()> interrupted;

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
+#include "analyze/retention_log.h"
 #include "core/error.h"
 #include "core/philox.h"
 #include "engine/engine.h"
@@ -69,7 +71,10 @@ void validate_passcode_config(const PasscodeConfig& config) {
          config.rounds, config.window, config.budget, filler_tokens + config.budget, kMaxForcedTokens);
   }
   if (config.policies.empty()) fail("--policies is empty");
-  for (const std::string& policy : config.policies) policy::make_policy(policy);
+  bool any_evicts = false;
+  for (const std::string& policy : config.policies) any_evicts |= policy::make_policy(policy)->evicts();
+  if (!config.retention_log.empty() && !any_evicts)
+    fail("--retention-log has nothing to log: none of the policies evicts");
 }
 
 std::vector<PasscodeInstance> build_passcode_instances(const engine::ModelBundle& bundle,
@@ -157,6 +162,8 @@ std::vector<PasscodePolicyResult> run_passcode_probe(
     const std::function<void(const PasscodePolicyResult&)>& on_policy_done) {
   const std::vector<PasscodeInstance> instances = build_passcode_instances(bundle, config);
   std::vector<PasscodePolicyResult> results;
+  std::optional<analyze::RetentionLogWriter> retention;  // one section per evicting policy
+  if (!config.retention_log.empty()) retention.emplace(config.retention_log);
   for (const std::string& policy : config.policies) {
     engine::EngineConfig ec;
     ec.budget = {config.budget, config.window, kv::LongPromptRule::Error};
@@ -165,11 +172,14 @@ std::vector<PasscodePolicyResult> run_passcode_probe(
     ec.max_batch = config.instances;
     ec.pool = config.pool;
     engine::Engine eng(*bundle.model, backend, ec);
+    const bool logged = retention && eng.policy().evicts();
+    if (logged) retention->begin(eng, "probe passcode", bundle.source, bundle.model->config());
     for (const PasscodeInstance& inst : instances) {
       engine::GenerationRequest req;
       req.prompt = inst.prompt;
       req.forced_tokens = inst.forced;
-      eng.submit(std::move(req));
+      const uint64_t id = eng.submit(std::move(req));
+      if (logged) retention->note_prompt(id, static_cast<int>(inst.prompt.size()));
     }
     eng.run();
     auto finished = eng.take_finished();
@@ -197,6 +207,7 @@ std::vector<PasscodePolicyResult> run_passcode_probe(
     if (on_policy_done) on_policy_done(r);
     results.push_back(std::move(r));
   }
+  if (retention) retention->commit();
   return results;
 }
 

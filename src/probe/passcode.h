@@ -29,6 +29,7 @@ struct PasscodeConfig {
   bool enable_thinking = true;
   std::string chat_template;  // override; empty = detect
   kv::PoolRequest pool;       // the engine's KV pool size (kv/pool_sizing.h)
+  std::string retention_log;  // when set, a retention log with one section per evicting policy
 };
 
 struct PasscodeInstance {

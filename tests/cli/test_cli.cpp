@@ -135,10 +135,17 @@ TEST(Cli, RetentionLogRecordsEveryRound) {
   const int prompt = result["stats"]["prompt_tokens"];
   std::ifstream in(log);
   std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  const Json header = Json::parse(line);  // format, version, policy, budget, shape
+  EXPECT_EQ(header["format"], "kvdice-retention");
+  EXPECT_EQ(header["version"], 1);
+  EXPECT_EQ(header["layers"], 2);
+  EXPECT_EQ(header["kv_heads"], 2);
   int rounds = 0;
   while (std::getline(in, line)) {
     const Json rec = Json::parse(line);
     EXPECT_EQ(rec["round"].get<int>(), rounds);
+    EXPECT_EQ(rec["prompt_len"].get<int>(), prompt);
     const auto& kept = rec["kept_positions"];
     ASSERT_EQ(kept.size(), 2u);     // layers of the fixture
     ASSERT_EQ(kept[0].size(), 2u);  // KV heads

@@ -22,7 +22,8 @@ def cli_generate(tmp_path, prompt, *flags):
          "--json", "--retention-log", str(log), *flags],
         check=True, capture_output=True, text=True,
     )
-    rounds = [json.loads(line) for line in log.read_text().splitlines()]
+    header, *rounds = [json.loads(line) for line in log.read_text().splitlines()]
+    assert header["format"] == "kvdice-retention" and header["version"] == 1
     return json.loads(out.stdout), rounds
 
 
