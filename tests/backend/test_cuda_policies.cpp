@@ -18,6 +18,7 @@
 #include <random>
 #include <sstream>
 
+#include "backend/eviction_rows.h"
 #include "backend/op_harness.h"
 #include "core/error.h"
 #include "policy/cuda_selection.h"
@@ -36,9 +37,7 @@ struct Shape {
   int n_layers, n_kv, group, head_dim;
 };
 
-struct Row {
-  int budget, window, length, appended, n_protected;
-};
+using Row = EvictionRow;
 
 // Both pools' contents: candidates hold unique older positions in scrambled slot order (as after
 // earlier rounds), the window the newest r positions in order; positions are shared by all layers
@@ -88,7 +87,7 @@ struct ScoringWorld {
       for (int g = 0; g < s.n_kv; ++g) {
         std::vector<int32_t> slot_positions;
         for (int l = 0; l < s.n_layers; ++l) {
-          if (l == 0 || !same_positions_in_layers) slot_positions = draw_positions(r, rng);
+          if (l == 0 || !same_positions_in_layers) slot_positions = draw_slot_positions(r, rng);
           for (int slot = 0; slot < r.length; ++slot)
             pos[l][index(s_, g, slot)] = slot_positions[size_t(slot)];
         }
@@ -102,18 +101,6 @@ struct ScoringWorld {
             for (int c = 0; c < s.head_dim; ++c) ring[l][at + c] = normal(rng);
           }
     }
-  }
-  static std::vector<int32_t> draw_positions(const Row& r, std::mt19937_64& rng) {
-    std::vector<int32_t> older(size_t(r.appended - r.window - r.n_protected));
-    std::iota(older.begin(), older.end(), r.n_protected);
-    std::shuffle(older.begin(), older.end(), rng);
-    std::vector<int32_t> p(size_t(r.length));
-    const int n_cand = r.length - r.window;
-    for (int slot = 0; slot < r.length; ++slot)
-      p[size_t(slot)] = slot < r.n_protected ? slot
-                        : slot < n_cand      ? older[size_t(slot - r.n_protected)]
-                                             : r.appended - (r.length - slot);
-    return p;
   }
   size_t index(int s, int g, int slot) const {
     const int page = h.page_table[size_t(s) * h.max_pages + slot / kPageSlots];

@@ -26,6 +26,7 @@
 #include <set>
 #include <sstream>
 
+#include "backend/eviction_rows.h"
 #include "backend/op_harness.h"
 #include "core/philox.h"
 #include "model/random_weights.h"
@@ -54,9 +55,7 @@ const RealShape kQwen3_4b{"qwen3-4b", 3, 8, 4, 128, 1e6};
 const RealShape kDefaultModel{"qwen2.5-0.5b", 4, 2, 7, 64, 1e6};
 const RealShape kPhi4{"phi-4", 2, 10, 4, 128, 250000};
 
-struct Row {
-  int budget, window, length, appended, n_protected;
-};
+using Row = EvictionRow;
 
 // The rows of every shape; `protects`: the policy pins the prompt (pl slots, capped at K_sel - 1).
 std::vector<Row> real_rows(bool protects) {
@@ -141,7 +140,7 @@ struct RealWorld {
       for (int g = 0; g < s.n_kv; ++g) {
         std::vector<int32_t> slot_positions;
         for (int l = 0; l < s.n_layers; ++l) {
-          if (l == 0 || !shared_layers) slot_positions = draw_positions(r, rng);
+          if (l == 0 || !shared_layers) slot_positions = draw_slot_positions(r, rng);
           for (int slot = 0; slot < r.length; ++slot) pos[l][index(q, g, slot)] = slot_positions[size_t(slot)];
         }
       }
@@ -156,18 +155,6 @@ struct RealWorld {
                 ring[l][at + c] = hashed_unit(seed * 131 + 10 * l + 5, at + c);
             }
     }
-  }
-  static std::vector<int32_t> draw_positions(const Row& r, std::mt19937_64& rng) {
-    std::vector<int32_t> older(size_t(r.appended - r.window - r.n_protected));
-    std::iota(older.begin(), older.end(), r.n_protected);
-    std::shuffle(older.begin(), older.end(), rng);
-    std::vector<int32_t> p(size_t(r.length));
-    const int n_cand = r.length - r.window;
-    for (int slot = 0; slot < r.length; ++slot)
-      p[size_t(slot)] = slot < r.n_protected ? slot
-                        : slot < n_cand      ? older[size_t(slot - r.n_protected)]
-                                             : r.appended - (r.length - slot);
-    return p;
   }
   size_t index(int q, int g, int slot) const {
     const int page = h.page_table[size_t(q) * h.max_pages + slot / kPageSlots];
