@@ -161,3 +161,45 @@ def test_serve_flags_are_refused_by_the_other_protocols(tmp_path):
     proc = subprocess.run([BINARY, "bench", "throughput", "--model", FIXTURE, "--request-rate", "4"],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode != 0 and "--request-rate is a flag of bench serve" in proc.stderr
+
+
+def test_timeouts_are_counted(tmp_path):
+    srv = RunningServer("--max-batch", "1")
+    try:
+        proc, run = bench(tmp_path, "--url", srv.base, "--num-requests", "4", "--input-len", "8",
+                          "--output-len", "1000", "--prompt-vocab", "700", "--timeout", "0.05",
+                          "--warmup-tokens", "0")
+    finally:
+        srv.stop()
+    assert proc.returncode != 0
+    m = run["results"][0]["metrics"]
+    assert m["errors"].get("timeout", 0) >= 3, m["errors"]
+    assert "failed with timeout" in proc.stderr
+
+
+def test_a_server_killed_mid_stream_gives_truncated_streams(tmp_path):
+    import signal
+    import time
+    srv = RunningServer("--max-batch", "1")
+    out = tmp_path / "serve.json"
+    client = subprocess.Popen(
+        [BINARY, "bench", "serve", "--url", srv.base, "--num-requests", "6", "--input-len", "8",
+         "--output-len", "1900", "--prompt-vocab", "700", "--warmup-tokens", "0", "--json-out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Kill the server once the first stream is under way (its generated-token counter moves).
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            if srv.metric("kvdice_generated_tokens_total") > 50:
+                break
+        except Exception:
+            pass
+        time.sleep(0.01)
+    srv.proc.send_signal(signal.SIGKILL)
+    srv.proc.wait()
+    _, err = client.communicate(timeout=60)
+    assert client.returncode != 0
+    m = json.loads(out.read_text())["runs"][-1]["results"][0]["metrics"]
+    assert m["errors"].get("truncated_stream", 0) >= 1, m["errors"]
+    assert sum(m["errors"].values()) + m["completed"] == 6
+    assert "truncated_stream" in err
