@@ -252,9 +252,13 @@ class ResponseReader {
   int64_t chunk_left_ = 0;
 };
 
+// A request to send; its prompt is drawn when it is sent (random_prompt is keyed by seed and index),
+// so a long run holds no prompts in memory.
 struct RequestPlan {
   int index = 0;
-  std::vector<int> prompt;
+  int prompt_len = 0;
+  int vocab = 0;
+  uint64_t prompt_key = 0;
   int output_len = 0;
   double scheduled = 0.0;
 };
@@ -270,7 +274,7 @@ struct ClientConfig {
 };
 
 std::string request_text(const ClientConfig& c, const RequestPlan& plan) {
-  Json body{{"prompt", plan.prompt},
+  Json body{{"prompt", random_prompt(plan.vocab, plan.prompt_len, c.seed, plan.prompt_key)},
             {"max_tokens", plan.output_len},
             {"ignore_eos", true},
             {"stream", true},
@@ -303,9 +307,10 @@ std::string chunk_text(const Json& choice) {
 // Sends one request and reads its event stream; fills `rec` (times relative to `origin`).
 void run_request(const ClientConfig& c, const RequestPlan& plan, Clock::time_point origin, RequestRecord& rec) {
   rec.index = plan.index;
-  rec.prompt_len = static_cast<int>(plan.prompt.size());
+  rec.prompt_len = plan.prompt_len;
   rec.output_len = plan.output_len;
   rec.scheduled = plan.scheduled;
+  const std::string request = request_text(c, plan);  // built before the clock starts, as vLLM's payload
   const Clock::time_point start = Clock::now();
   rec.sent = seconds_between(origin, start);
   const auto deadline = start + std::chrono::microseconds(static_cast<int64_t>(c.timeout_s * 1e6));
@@ -321,7 +326,7 @@ void run_request(const ClientConfig& c, const RequestPlan& plan, Clock::time_poi
     f->detail += " (" + c.target.base + ")";
     return failed(*f);
   }
-  if (auto f = conn.send_all(request_text(c, plan))) return failed(*f);
+  if (auto f = conn.send_all(request)) return failed(*f);
 
   ResponseReader reader;
   std::string raw, body, events;
@@ -711,7 +716,9 @@ Json run_serve_bench(const BenchOptions& o, const ServeBenchOptions& s) {
   for (int i = 0; i < s.num_requests; ++i) {
     RequestPlan& p = plans[static_cast<size_t>(i)];
     p.index = i;
-    p.prompt = random_prompt(vocab, draw(o.prompt_len), o.seed, static_cast<uint64_t>(i));
+    p.prompt_len = draw(o.prompt_len);
+    p.vocab = vocab;
+    p.prompt_key = static_cast<uint64_t>(i);
     p.output_len = draw(o.output_len);
     p.scheduled = arrivals[static_cast<size_t>(i)];
   }
@@ -723,7 +730,9 @@ Json run_serve_bench(const BenchOptions& o, const ServeBenchOptions& s) {
   if (o.warmup_tokens > 0) {
     RequestPlan w;
     w.index = -1;
-    w.prompt = random_prompt(vocab, o.prompt_len, o.seed, uint64_t{1} << 40);
+    w.prompt_len = o.prompt_len;
+    w.vocab = vocab;
+    w.prompt_key = uint64_t{1} << 40;
     w.output_len = std::min(o.warmup_tokens, o.output_len);
     RequestRecord r;
     run_request(client, w, Clock::now(), r);
