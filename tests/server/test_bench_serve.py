@@ -29,6 +29,14 @@ def closed_port():
     return port
 
 
+def linear_percentile(values, q):
+    v = sorted(values)
+    rank = q / 100 * (len(v) - 1)
+    lo = int(rank)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (rank - lo) * (v[hi] - v[lo])
+
+
 def test_in_process_run_records_every_metric_and_validates(tmp_path):
     proc, run = bench(tmp_path, "--model", FIXTURE, "--backend", "cpu", "--threads", "1",
                       "--num-requests", "6", "--input-len", "12", "--output-len", "24", "--save-detailed")
@@ -64,6 +72,13 @@ def test_in_process_run_records_every_metric_and_validates(tmp_path):
         assert len(r["itl_ms"]) == r["text_chunks"] - 1
     tpots = sorted((r["e2e_ms"] - r["ttft_ms"]) / 23 for r in run["requests"])
     assert m["tpot"]["mean_ms"] == pytest.approx(sum(tpots) / 6)
+    # Percentiles interpolate linearly between ranks (numpy's default, vLLM's report).
+    for name, key in (("ttft", "ttft_ms"), ("e2el", "e2e_ms")):
+        values = [r[key] for r in run["requests"]]
+        for q in (50, 90, 99):
+            assert m[name][f"p{q}_ms"] == pytest.approx(linear_percentile(values, q)), (name, q)
+    itl = [g for r in run["requests"] for g in r["itl_ms"]]
+    assert m["itl"]["count"] == len(itl) and m["itl"]["p90_ms"] == pytest.approx(linear_percentile(itl, 90))
 
 
 def test_poisson_arrivals_keep_the_rate_and_exponential_gaps(tmp_path):
