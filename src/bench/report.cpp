@@ -72,6 +72,19 @@ std::vector<std::pair<std::string, std::string>> headline(const Json& run) {
                      fmt_number(Json(run.value("bandwidth_gb_s", 0.0))),
                      fmt_number(Json(run.value("peak_memory_bytes", int64_t{0}) / 1073741824.0), 2),
                      fmt_number(m["eviction_rounds_total"])));
+    } else if (m.contains("ttft") && m.contains("request_throughput")) {
+      int64_t errors = 0;
+      for (const auto& [kind, count] : m["errors"].items()) errors += count.get<int64_t>();
+      out.emplace_back(
+          label, fmt::format("{} req/s, {} output tok/s ({} total), TTFT p50 {} ms p99 {} ms, TPOT p50 {} ms, "
+                             "ITL p50 {} ms p99 {} ms, E2E p50 {} ms; {} of {} done, {} errors",
+                             fmt_number(m["request_throughput"], 2), fmt_number(m["output_tok_s"]),
+                             fmt_number(m["total_tok_s"]), fmt_number(m["ttft"]["p50_ms"]),
+                             fmt_number(m["ttft"]["p99_ms"]), fmt_number(m["tpot"]["p50_ms"], 2),
+                             fmt_number(m["itl"]["p50_ms"], 2), fmt_number(m["itl"]["p99_ms"], 2),
+                             fmt_number(m["e2el"]["p50_ms"]), fmt_number(m["completed"]),
+                             fmt_number(Json(m["completed"].get<int64_t>() + m["failed"].get<int64_t>())),
+                             errors));
     } else if (m.contains("round_ms_model")) {
       const bool per_call = m.value("round_ms_layer_from", std::string("one-layer evict call")) ==
                             "one-layer evict call";

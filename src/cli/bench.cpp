@@ -1,10 +1,12 @@
-// kvdice bench throughput|capacity|evict|latency: the benchmark protocols of src/bench (docs/benchmarks.md).
+// kvdice bench throughput|capacity|evict|latency|serve: the benchmark protocols of src/bench (docs/benchmarks.md).
 #include <fmt/core.h>
 
+#include <cmath>
 #include <memory>
 
 #include "bench/protocols.h"
 #include "bench/report.h"
+#include "bench/serve_bench.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/model_options.h"
@@ -17,7 +19,42 @@ struct BenchFlags {
   bench::BenchOptions options;
   std::string model;
   int bandwidth_mib = 1024;
+  bench::ServeBenchOptions serve;
+  std::string request_rate = "inf";
 };
+
+// Flags that only `serve` reads, and flags of the other protocols that `serve` does not read: either
+// given to the wrong protocol is an error, never silently ignored.
+const char* const kServeOnlyFlags[] = {"--url",         "--api-key",          "--served-model",
+                                       "--num-requests", "--request-rate",     "--max-concurrency",
+                                       "--range-ratio",  "--prompt-vocab",     "--timeout",
+                                       "--max-batch",    "--max-queue",        "--save-detailed"};
+const char* const kNotServeFlags[] = {"--requests", "--no-graphs",
+                                      "--fused-decode", "--memory-gib",     "--batches",       "--policies",
+                                      "--repeats",     "--short-context",  "--long-context",  "--bandwidth-mib",
+                                      "--budget-convention", "--prefill-chunk"};
+
+void check_protocol_flags(const std::string& protocol, const CLI::App& cmd) {
+  const bool serve = protocol == "serve";
+  for (const char* flag : kServeOnlyFlags)
+    if (!serve && given(&cmd, flag)) fail("{} is a flag of bench serve, not of bench {}", flag, protocol);
+  if (serve)
+    for (const char* flag : kNotServeFlags)
+      if (given(&cmd, flag))
+        fail("{} is not a flag of bench serve (it measures a server: see kvdice bench --help)", flag);
+}
+
+// --request-rate: requests per second, or inf (every request at time 0).
+CLI::Validator request_rate_check() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (text == "inf") return "";
+        std::string copy = text;
+        const std::string problem = number_in(1e-6, 1e9)(copy);
+        return problem.empty() ? "" : "a number of requests per second in [1e-06, 1e9], or inf";
+      },
+      "RATE|inf");
+}
 
 // A protocol's defaults where the user gave no value: the paper's settings, or --quick's (each
 // protocol well under a minute on an H200 with the Qwen3-4B shape).
@@ -46,6 +83,10 @@ void apply_defaults(bench::BenchOptions& o, const CLI::App& cmd) {
     set("--prompt-len", o.prompt_len, 128, 128);
     set("--budget", o.budget, 1024, 512);
     set("--repeats", o.repeats, 20, 5);
+  } else if (o.protocol == "serve") {
+    // vLLM's random dataset: 1k in, 128 out, 1000 prompts.
+    set("--prompt-len", o.prompt_len, 1024, 128);
+    set("--output-len", o.output_len, 128, 32);
   } else if (o.protocol == "latency") {
     if (unset("--policy")) o.policy = "full";
     set("--output-len", o.output_len, 512, 128);
@@ -53,8 +94,44 @@ void apply_defaults(bench::BenchOptions& o, const CLI::App& cmd) {
   }
 }
 
+void run_serve(BenchFlags& f, const CLI::App& cmd) {
+  bench::BenchOptions& o = f.options;
+  bench::ServeBenchOptions& s = f.serve;
+  if (!s.url.empty() && (!f.model.empty() || o.random_weights))
+    fail("give --url (a running server) or --model (started here), not both");
+  if (o.random_weights || !o.config_path.empty())
+    fail("bench serve starts kvdice serve, which needs a tokenizer: give --model DIR (a checkpoint; "
+         "tools/gpu/make_checkpoint.py writes random weights of a real shape with one), or --url");
+  if (s.url.empty() && f.model.empty()) fail("bench serve needs --model PATH|default (started here) or --url http://HOST:PORT");
+  if (!s.url.empty())
+    for (const char* flag : {"--max-batch", "--max-queue", "--policy", "--budget", "--window", "--backend"})
+      if (given(&cmd, flag)) fail("{} configures the server bench serve starts; with --url the server has its own", flag);
+  s.request_rate = f.request_rate == "inf" ? INFINITY : std::stod(f.request_rate);
+  if (!given(&cmd, "--num-requests") && o.quick) {
+    const bool cpu = o.backend.name == "cpu" || (o.backend.name == "auto" && !backend::cuda_available());
+    s.num_requests = cpu && s.url.empty() ? 8 : 64;
+  }
+  if (!f.model.empty()) o.model_path = resolve_model_argument(f.model).string();
+  const Json run = bench::run_serve_bench(o, s);
+  if (!o.json_out.empty()) bench::append_json_run(o.json_out, run);
+  if (!o.markdown_out.empty()) bench::append_markdown_row(o.markdown_out, run);
+  fmt::print("kvdice bench serve: {} on {}\n{}", run["model"].get<std::string>(), run["device"].get<std::string>(),
+             bench::summary_text(run));
+  if (o.json_out.empty()) fmt::print("{}\n", run.dump(2));
+  if (!run["validation"]["ok"].get<bool>()) {
+    std::string problems;
+    for (const Json& p : run["validation"]["problems"]) problems += "\n  " + p.get<std::string>();
+    fail("bench serve validation FAILED (the run is recorded with validation.ok = false):{}", problems);
+  }
+}
+
 void run(BenchFlags& f, const CLI::App& cmd) {
   bench::BenchOptions& o = f.options;
+  check_protocol_flags(o.protocol, cmd);
+  if (o.protocol == "serve") {
+    apply_defaults(o, cmd);
+    return run_serve(f, cmd);
+  }
   if (!f.model.empty() && o.random_weights) fail("give --model or --random-weights --config FILE, not both");
   if (!o.config_path.empty() && !o.random_weights)
     fail("--config is the shape for --random-weights; add --random-weights");
@@ -81,10 +158,10 @@ void run(BenchFlags& f, const CLI::App& cmd) {
 void add_bench_command(CLI::App& app) {
   auto f = std::make_shared<BenchFlags>();
   bench::BenchOptions& o = f->options;
-  CLI::App* cmd = app.add_subcommand("bench", "Benchmark protocols: throughput, capacity, evict, latency");
-  cmd->add_option("protocol", o.protocol, "throughput | capacity | evict | latency")
+  CLI::App* cmd = app.add_subcommand("bench", "Benchmark protocols: throughput, capacity, evict, latency, serve");
+  cmd->add_option("protocol", o.protocol, "throughput | capacity | evict | latency | serve")
       ->required()
-      ->check(CLI::IsMember({"throughput", "capacity", "evict", "latency"}));
+      ->check(CLI::IsMember({"throughput", "capacity", "evict", "latency", "serve"}));
   cmd->add_option("--model,-m", f->model,
                   "HF checkpoint directory, .gguf file, or a known model name ('default')");
   cmd->add_flag("--random-weights", o.random_weights,
@@ -99,7 +176,7 @@ void add_bench_command(CLI::App& app) {
       "Run one-row decode steps through the fused decoder stack (CUDA; experimental, slower so far); "
       "latency then measures it and the op-by-op path side by side");
   add_int_option(cmd, "--requests", o.requests, 1, kMaxBatch, "throughput: requests, all in one batch");
-  add_int_option(cmd, "--prompt-len", o.prompt_len, 1, kMaxTokens, "Prompt tokens per request (random ids)");
+  add_int_option(cmd, "--prompt-len,--input-len", o.prompt_len, 1, kMaxTokens, "Prompt tokens per request (random ids)");
   add_int_option(cmd, "--output-len", o.output_len, 1, kMaxTokens,
                  "Tokens each request generates (EOS ignored)");
   cmd->add_option("--policy", o.policy, "Eviction policy (name[:key=value,...]); 'full' keeps everything");
@@ -129,6 +206,27 @@ void add_bench_command(CLI::App& app) {
   add_int_option(cmd, "--long-context", o.long_context, 1, kMaxTokens, "latency: long prompt length");
   add_int_option(cmd, "--bandwidth-mib", f->bandwidth_mib, 1, 1 << 16,
                  "Copy-bandwidth probe buffer (MiB; CUDA uses at least 1024; two such buffers are allocated)");
+  bench::ServeBenchOptions& s = f->serve;
+  cmd->add_option("--url", s.url, "serve: a running OpenAI-compatible server, http://HOST:PORT (default: start kvdice serve here)");
+  cmd->add_option("--api-key", s.api_key, "serve: sent as 'Authorization: Bearer KEY' (the server started here requires it)");
+  cmd->add_option("--served-model", s.served_model, "serve: the request's \"model\" (default: 'default' here, none with --url)");
+  add_int_option(cmd, "--num-requests", s.num_requests, 1, 1000000, "serve: requests sent (default 1000)");
+  cmd->add_option("--request-rate", f->request_rate,
+                  "serve: Poisson arrivals at this many requests/s, or inf: all at once (default inf)")
+      ->check(request_rate_check());
+  add_int_option(cmd, "--max-concurrency", s.max_concurrency, 1, 1000000,
+                 "serve: requests in flight at most (default: no cap)");
+  add_number_option(cmd, "--range-ratio", s.range_ratio, 0.0, 0.999,
+                    "serve: prompt and output lengths uniform in [len (1 - ratio), len (1 + ratio)] (default 0)");
+  add_int_option(cmd, "--prompt-vocab", s.prompt_vocab, 1, 1 << 24,
+                 "serve: prompt ids uniform in [0, N) (default: the model's vocabulary; 1000 with --url)");
+  add_number_option(cmd, "--timeout", s.timeout_s, 0.001, 86400, "serve: seconds a request may take (default 600)");
+  add_int_option(cmd, "--max-batch", s.max_batch, 1, kMaxBatch,
+                 "serve: the started server's --max-batch (default kvdice serve's)");
+  add_int_option(cmd, "--max-queue", s.max_queue, 1, 1 << 20,
+                 "serve: the started server's --max-queue (default --num-requests: no 429 from the load)");
+  cmd->add_flag("--save-detailed", s.save_detailed,
+                "serve: record every request (times, ITL gaps, tokens, error) in the JSON run");
   cmd->add_option("--json-out", o.json_out, "Append the run to this JSON file ({\"runs\": [...]})");
   cmd->add_option("--markdown-out", o.markdown_out, "Append one markdown table row per run to this file");
   cmd->callback([f, cmd] { run(*f, *cmd); });
