@@ -405,7 +405,9 @@ std::vector<UpstreamRecord> read_upstream(const std::filesystem::path& path, Sou
     return records;
   }
   const size_t first = bytes.find_first_not_of(" \t\r\n");
-  if (first != std::string::npos && bytes[first] == '[') {  // a JSON array of records
+  // MATH-500 and HumanEval are published as JSONL only; the others also come as JSON arrays.
+  const bool jsonl_only = format == SourceFormat::Math500 || format == SourceFormat::HumanEval;
+  if (!jsonl_only && first != std::string::npos && bytes[first] == '[') {  // a JSON array of records
     const Json array = parse_json_text(bytes, name);
     for (size_t k = 0; k < array.size(); ++k) {
       const std::string where = fmt::format("{}: element {}", name, k + 1);
