@@ -1,0 +1,61 @@
+// kvdice's math grader against Hugging Face's math-verify on a committed corpus of hard cases
+// (tests/fixtures/eval/math_verify_pairs.jsonl: a completion, the gold answer, the class, and the
+// verdict math-verify 0.9.0 gave, recorded by tests/eval/make_math_verify_pairs.py). The test
+// grades each completion as `eval grade` does (the last \boxed{} or \fbox{}, then math_equal), prints
+// the agreement per class and every disagreement, and fails when the agreement drops below the
+// count reached when the corpus was committed: a grader change that loses agreement must either be
+// reverted or argued in docs/eval.md and the floor lowered with it.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+
+#include <fmt/core.h>
+
+#include "core/json.h"
+#include "eval/math_answer.h"
+
+namespace kvdice::eval {
+namespace {
+
+// Agreements when the corpus was committed (167 pairs); the disagreements are argued in docs/eval.md.
+constexpr int kAgreementFloor = 153;
+
+bool kvdice_verdict(const std::string& completion, const std::string& gold) {
+  const auto boxed = last_boxed(completion);
+  return boxed && math_equal(*boxed, gold, 5.0).equal;
+}
+
+TEST(MathVerifyAgreement, AgreementPerClassDoesNotDrop) {
+  std::ifstream in(std::string(KVDICE_FIXTURES_DIR) + "/eval/math_verify_pairs.jsonl");
+  ASSERT_TRUE(in);
+  std::map<std::string, std::pair<int, int>> per_class;  // class -> (agree, total)
+  std::string line, disagreements;
+  int agree = 0, total = 0;
+  while (std::getline(in, line)) {
+    const Json pair = Json::parse(line);
+    const std::string cls = pair["class"], completion = pair["completion"], gold = pair["gold"];
+    const bool reference = pair["math_verify"], ours = kvdice_verdict(completion, gold);
+    auto& [a, t] = per_class[cls];
+    ++t;
+    ++total;
+    if (ours == reference) {
+      ++a;
+      ++agree;
+    } else {
+      const auto boxed = last_boxed(completion);
+      disagreements += fmt::format("  [{}] {} vs gold {}: math-verify {}, kvdice {}\n", cls,
+                                   boxed ? "\\boxed{" + *boxed + "}" : "(no box) " + completion, gold,
+                                   reference ? "equal" : "different", ours ? "equal" : "different");
+    }
+  }
+  std::string table = "class: agree/total\n";
+  for (const auto& [cls, counts] : per_class) table += fmt::format("  {}: {}/{}\n", cls, counts.first, counts.second);
+  std::cout << table << fmt::format("agreement {}/{} = {:.1f}%\ndisagreements:\n{}", agree, total,
+                                    100.0 * agree / total, disagreements);
+  EXPECT_GE(total, 150);
+  EXPECT_GE(agree, kAgreementFloor) << "the math grader agrees with math-verify less often than before";
+}
+
+}  // namespace
+}  // namespace kvdice::eval
