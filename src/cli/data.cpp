@@ -38,17 +38,21 @@ void add_data_command(CLI::App& app) {
   auto f = std::make_shared<ConvertFlags>();
   CLI::App* convert = data->add_subcommand(
       "convert", "Convert upstream files (math500, humaneval, aime, hmmt, gpqa, livecodebench)");
-  convert->add_option("--format", f->format,
-                      "math500 | humaneval | aime | hmmt | gpqa (gpqa_diamond.csv) | livecodebench "
-                      "(code_generation_lite test*.jsonl)")
+  convert
+      ->add_option("--format", f->format,
+                   "math500 | humaneval | aime | hmmt | gpqa (gpqa_diamond.csv) | livecodebench "
+                   "(code_generation_lite test*.jsonl)")
       ->required();
   convert->add_option("--in", f->inputs, "Upstream file (JSONL, JSON array, or CSV for gpqa); repeat to pool")
       ->required();
-  convert->add_option("--out,-o", f->output, "kvdice dataset (JSONL); <out>.manifest.json beside it")->required();
-  convert->add_option("--sha256", f->sha256, "Refuse an input unless it has this sha256 (one per --in, in order)");
+  convert->add_option("--out,-o", f->output, "kvdice dataset (JSONL); <out>.manifest.json beside it")
+      ->required();
+  convert->add_option("--sha256", f->sha256,
+                      "Refuse an input unless it has this sha256 (one per --in, in order)");
   convert->add_option("--seed", f->seed, "gpqa: seed of the choice order (default 0)");
   convert->add_flag("--no-shuffle", f->no_shuffle, "gpqa: keep the correct answer first, as (A)");
-  convert->add_option("--difficulty", f->difficulty, "livecodebench: keep only easy, medium or hard problems");
+  convert->add_option("--difficulty", f->difficulty,
+                      "livecodebench: keep only easy, medium or hard problems");
   convert->callback([f] { run_convert(*f); });
 }
 

@@ -37,13 +37,14 @@ const Json& require(const Json& object, const std::string& where, const char* fi
   const Json& value = object[field];
   const bool ok = kind == Kind::String ? value.is_string() : value.is_number_integer();
   if (!ok)
-    fail("{}: field \"{}\" must be {} (got {})", where, field, kind == Kind::String ? "a string" : "an integer",
-         type_name(value));
+    fail("{}: field \"{}\" must be {} (got {})", where, field,
+         kind == Kind::String ? "a string" : "an integer", type_name(value));
   return value;
 }
 
 // The first of `names` present in `object`: a non-empty string. Error naming the first name.
-std::string require_text(const Json& object, const std::string& where, std::initializer_list<const char*> names) {
+std::string require_text(const Json& object, const std::string& where,
+                         std::initializer_list<const char*> names) {
   for (const char* name : names) {
     if (!object.contains(name)) continue;
     const Json& v = object[name];
@@ -53,7 +54,8 @@ std::string require_text(const Json& object, const std::string& where, std::init
     return v.get<std::string>();
   }
   std::string others;
-  for (auto it = names.begin() + 1; it != names.end(); ++it) others += std::string(others.empty() ? "" : ", ") + *it;
+  for (auto it = names.begin() + 1; it != names.end(); ++it)
+    others += std::string(others.empty() ? "" : ", ") + *it;
   fail("{}: field \"{}\" is missing{}", where, *names.begin(), others.empty() ? "" : " (nor " + others + ")");
 }
 
@@ -80,8 +82,11 @@ Json convert_math500(const Json& in, const std::string& where) {
   for (const char* field : {"problem", "solution", "answer", "subject", "unique_id"})
     require(in, where, field, Kind::String);
   require(in, where, "level", Kind::Integer);
-  return Json{{"id", in["unique_id"]},   {"problem", in["problem"]}, {"answer", in["answer"]},
-              {"subject", in["subject"]}, {"level", in["level"]}};
+  return Json{{"id", in["unique_id"]},
+              {"problem", in["problem"]},
+              {"answer", in["answer"]},
+              {"subject", in["subject"]},
+              {"level", in["level"]}};
 }
 
 // Import lines of the prompt: a completion that restates only the function still needs them.
@@ -124,7 +129,8 @@ std::string aime_answer(const Json& in, const std::string& where) {
     value = v.get<long long>();
   } else if (v.is_string()) {
     const std::string t = trim(v.get<std::string>());
-    if (!t.empty() && t.size() <= 3 && std::all_of(t.begin(), t.end(), ::isdigit)) value = std::stoll(t);
+    if (!t.empty() && t.size() <= 3 && std::all_of(t.begin(), t.end(), ::isdigit))
+      value = std::stoll(t);
     else
       fail("{}: field \"{}\" must be an AIME answer, an integer 0-999 (got \"{}\")", where, field,
            v.get<std::string>());
@@ -137,7 +143,8 @@ std::string aime_answer(const Json& in, const std::string& where) {
 }
 
 Json convert_aime(const Json& in, const std::string& where, const std::string& id) {
-  Json out{{"id", id}, {"problem", require_text(in, where, kQuestionFields)}, {"answer", aime_answer(in, where)}};
+  Json out{
+      {"id", id}, {"problem", require_text(in, where, kQuestionFields)}, {"answer", aime_answer(in, where)}};
   if (in.contains("url") && in["url"].is_string()) out["url"] = in["url"];
   return out;
 }
@@ -164,7 +171,8 @@ std::string hmmt_answer(const Json& in, const std::string& where) {
 }
 
 Json convert_hmmt(const Json& in, const std::string& where, const std::string& id) {
-  Json out{{"id", id}, {"problem", require_text(in, where, kQuestionFields)}, {"answer", hmmt_answer(in, where)}};
+  Json out{
+      {"id", id}, {"problem", require_text(in, where, kQuestionFields)}, {"answer", hmmt_answer(in, where)}};
   if (in.contains("problem_type")) {
     const Json& t = in["problem_type"];
     if (!t.is_array() || !std::all_of(t.begin(), t.end(), [](const Json& x) { return x.is_string(); }))
@@ -193,7 +201,10 @@ Json convert_gpqa(const Json& in, const std::string& where, const ConvertOptions
     text += fmt::format("\n({}) {}", letter, upstream[order[i]]);
     if (order[i] == 0) answer = letter;
   }
-  Json out{{"id", record_id}, {"question", text}, {"answer", std::string(1, answer)}, {"choices", choices},
+  Json out{{"id", record_id},
+           {"question", text},
+           {"answer", std::string(1, answer)},
+           {"choices", choices},
            {"choice_order", order}};
   for (const auto& [field, name] : {std::pair{"Subdomain", "subdomain"}, {"High-level domain", "domain"}})
     if (in.contains(field)) out[name] = in[field];
@@ -210,7 +221,8 @@ constexpr const char* kLcbWithStarter =
     "You will use the following starter code to write the solution to the problem and enclose your code "
     "within delimiters.";
 constexpr const char* kLcbWithoutStarter =
-    "Read the inputs from stdin solve the problem and write the answer to stdout (do not directly test on the "
+    "Read the inputs from stdin solve the problem and write the answer to stdout (do not directly test on "
+    "the "
     "sample inputs). Enclose your code within delimiters as follows. Ensure that when the python program "
     "runs, it reads the inputs, runs the algorithm and writes output to STDOUT.";
 
@@ -286,12 +298,23 @@ std::string unpickle_str(std::string_view p, const std::string& where) {
     need(1);
     const unsigned char op = static_cast<unsigned char>(p[i++]);
     switch (op) {
-      case 0x80: le(1); break;          // PROTO
-      case 0x95: le(8); break;          // FRAME
-      case 0x94: break;                 // MEMOIZE
-      case 'q': le(1); break;           // BINPUT
-      case 'r': le(4); break;           // LONG_BINPUT
-      case 0x8c: case 'X': case 0x8d: { // SHORT_BINUNICODE, BINUNICODE, BINUNICODE8
+      case 0x80:
+        le(1);
+        break;  // PROTO
+      case 0x95:
+        le(8);
+        break;  // FRAME
+      case 0x94:
+        break;  // MEMOIZE
+      case 'q':
+        le(1);
+        break;  // BINPUT
+      case 'r':
+        le(4);
+        break;  // LONG_BINPUT
+      case 0x8c:
+      case 'X':
+      case 0x8d: {  // SHORT_BINUNICODE, BINUNICODE, BINUNICODE8
         if (value) fail("{}: pickle holds more than one object; kvdice reads a single pickled str", where);
         const uint64_t n = le(op == 0x8c ? 1 : op == 'X' ? 4 : 8);
         need(n);
@@ -303,9 +326,10 @@ std::string unpickle_str(std::string_view p, const std::string& where) {
         if (!value) fail("{}: pickle holds no str", where);
         return *value;
       default:
-        fail("{}: pickle opcode 0x{:02x} at byte {} is not supported: kvdice reads only a pickled str "
-             "(protocols 2-5), which is what LiveCodeBench publishes",
-             where, op, i - 1);
+        fail(
+            "{}: pickle opcode 0x{:02x} at byte {} is not supported: kvdice reads only a pickled str "
+            "(protocols 2-5), which is what LiveCodeBench publishes",
+            where, op, i - 1);
     }
   }
 }
@@ -326,7 +350,8 @@ std::pair<Json, std::string> lcb_tests(const std::string& text, const std::strin
     if (!list[k].is_object()) fail("{}: must be an object", at);
     for (const char* f : {"input", "output", "testtype"}) require(list[k], at, f, Kind::String);
     const std::string t = list[k]["testtype"];
-    if (t != "stdin" && t != "functional") fail("{}: testtype must be stdin or functional (got \"{}\")", at, t);
+    if (t != "stdin" && t != "functional")
+      fail("{}: testtype must be stdin or functional (got \"{}\")", at, t);
     if (!type.empty() && t != type) fail("{}: testtype {} mixed with {}", at, t, type);
     type = t;
     out.push_back(Json{{"input", list[k]["input"]}, {"output", list[k]["output"]}});
@@ -344,10 +369,10 @@ Json convert_lcb(const Json& in, const std::string& where) {
   auto [pub, pub_type] = lcb_tests(in["public_test_cases"], where + ": field \"public_test_cases\"");
   const std::string priv_text = in["private_test_cases"];
   const std::string priv_where = where + ": field \"private_test_cases\"";
-  const std::string priv_json = trim(priv_text).starts_with("[")
-                                    ? priv_text
-                                    : unpickle_str(zlib_inflate(base64_decode(priv_text, priv_where), priv_where),
-                                                   priv_where);
+  const std::string priv_json =
+      trim(priv_text).starts_with("[")
+          ? priv_text
+          : unpickle_str(zlib_inflate(base64_decode(priv_text, priv_where), priv_where), priv_where);
   auto [priv, priv_type] = lcb_tests(priv_json, priv_where);
   const std::string type = pub_type.empty() ? priv_type : pub_type;
   if (!pub_type.empty() && !priv_type.empty() && pub_type != priv_type)
@@ -360,7 +385,8 @@ Json convert_lcb(const Json& in, const std::string& where) {
     fail("{}: field \"metadata\" is not valid JSON: {}", where, e.what());
   }
   const std::string starter = in["starter_code"];
-  std::string prompt = std::string(kLcbIntro) + "Question: " + in["question_content"].get<std::string>() + "\n\n";
+  std::string prompt =
+      std::string(kLcbIntro) + "Question: " + in["question_content"].get<std::string>() + "\n\n";
   prompt += starter.empty() ? std::string(kLcbWithoutStarter) + "\n```python\n# YOUR CODE HERE\n```\n\n"
                             : std::string(kLcbWithStarter) + "\n```python\n" + starter + "\n```\n\n";
   Json tests = pub;
@@ -395,9 +421,10 @@ std::vector<UpstreamRecord> read_upstream(const std::filesystem::path& path, Sou
   if (!std::filesystem::exists(path, ec)) fail("cannot read {}: no such file", name);
   const std::string bytes = read_regular_file(path, kMaxUpstreamBytes);
   if (bytes.starts_with("PAR1") || path.extension() == ".parquet")
-    fail("{} is Parquet, which kvdice does not read; convert it to JSONL first: python3 -c \"import pandas as "
-         "pd; pd.read_parquet('{}').to_json('{}.jsonl', orient='records', lines=True, force_ascii=False)\"",
-         name, name, path.stem().string());
+    fail(
+        "{} is Parquet, which kvdice does not read; convert it to JSONL first: python3 -c \"import pandas as "
+        "pd; pd.read_parquet('{}').to_json('{}.jsonl', orient='records', lines=True, force_ascii=False)\"",
+        name, name, path.stem().string());
   std::vector<UpstreamRecord> records;
   if (format == SourceFormat::Gpqa) {
     for (auto& [line, object] : parse_csv(bytes, name))
@@ -440,13 +467,18 @@ std::vector<UpstreamRecord> read_upstream(const std::filesystem::path& path, Sou
 
 const char* source_description(SourceFormat f) {
   switch (f) {
-    case SourceFormat::Math500: return "Hugging Face HuggingFaceH4/MATH-500 test.jsonl";
-    case SourceFormat::HumanEval: return "openai/human-eval HumanEval.jsonl";
+    case SourceFormat::Math500:
+      return "Hugging Face HuggingFaceH4/MATH-500 test.jsonl";
+    case SourceFormat::HumanEval:
+      return "openai/human-eval HumanEval.jsonl";
     case SourceFormat::Aime:
       return "AIME problems (AI-MO/aimo-validation-aime, opencompass/AIME2025, MathArena/aime_2025 exports)";
-    case SourceFormat::Hmmt: return "MathArena/hmmt_feb_2025 (or another MathArena competition) export";
-    case SourceFormat::Gpqa: return "GPQA (idavidrein/gpqa) gpqa_diamond.csv";
-    case SourceFormat::LiveCodeBench: return "livecodebench/code_generation_lite test*.jsonl";
+    case SourceFormat::Hmmt:
+      return "MathArena/hmmt_feb_2025 (or another MathArena competition) export";
+    case SourceFormat::Gpqa:
+      return "GPQA (idavidrein/gpqa) gpqa_diamond.csv";
+    case SourceFormat::LiveCodeBench:
+      return "livecodebench/code_generation_lite test*.jsonl";
   }
   return "";
 }
@@ -454,12 +486,18 @@ const char* source_description(SourceFormat f) {
 // The task preset (docs/eval.md) whose grader the dataset needs.
 const char* task_for(SourceFormat f) {
   switch (f) {
-    case SourceFormat::Math500: return "math500";
-    case SourceFormat::HumanEval: return "humaneval (a task file with grader code)";
-    case SourceFormat::Aime: return "aime";
-    case SourceFormat::Hmmt: return "hmmt";
-    case SourceFormat::Gpqa: return "gpqa";
-    case SourceFormat::LiveCodeBench: return "livecodebench";
+    case SourceFormat::Math500:
+      return "math500";
+    case SourceFormat::HumanEval:
+      return "humaneval (a task file with grader code)";
+    case SourceFormat::Aime:
+      return "aime";
+    case SourceFormat::Hmmt:
+      return "hmmt";
+    case SourceFormat::Gpqa:
+      return "gpqa";
+    case SourceFormat::LiveCodeBench:
+      return "livecodebench";
   }
   return "";
 }
@@ -554,20 +592,26 @@ std::vector<int> gpqa_choice_order(uint64_t seed, const std::string& record_id) 
 }
 
 SourceFormat source_format_from_name(const std::string& name) {
-  for (SourceFormat f : {SourceFormat::Math500, SourceFormat::HumanEval, SourceFormat::Aime, SourceFormat::Hmmt,
-                         SourceFormat::Gpqa, SourceFormat::LiveCodeBench})
+  for (SourceFormat f : {SourceFormat::Math500, SourceFormat::HumanEval, SourceFormat::Aime,
+                         SourceFormat::Hmmt, SourceFormat::Gpqa, SourceFormat::LiveCodeBench})
     if (name == source_format_name(f)) return f;
   fail("--format must be math500, humaneval, aime, hmmt, gpqa or livecodebench (got '{}')", name);
 }
 
 const char* source_format_name(SourceFormat f) {
   switch (f) {
-    case SourceFormat::Math500: return "math500";
-    case SourceFormat::HumanEval: return "humaneval";
-    case SourceFormat::Aime: return "aime";
-    case SourceFormat::Hmmt: return "hmmt";
-    case SourceFormat::Gpqa: return "gpqa";
-    case SourceFormat::LiveCodeBench: return "livecodebench";
+    case SourceFormat::Math500:
+      return "math500";
+    case SourceFormat::HumanEval:
+      return "humaneval";
+    case SourceFormat::Aime:
+      return "aime";
+    case SourceFormat::Hmmt:
+      return "hmmt";
+    case SourceFormat::Gpqa:
+      return "gpqa";
+    case SourceFormat::LiveCodeBench:
+      return "livecodebench";
   }
   return "";
 }
@@ -577,7 +621,8 @@ ConvertSummary convert_dataset(const ConvertOptions& o) {
   if (!o.expected_sha256.empty() && o.expected_sha256.size() != o.inputs.size())
     fail("--sha256 given {} times for {} inputs: give one per --in, in order", o.expected_sha256.size(),
          o.inputs.size());
-  if (o.difficulty && o.format != SourceFormat::LiveCodeBench) fail("--difficulty applies to livecodebench only");
+  if (o.difficulty && o.format != SourceFormat::LiveCodeBench)
+    fail("--difficulty applies to livecodebench only");
   if (o.difficulty && *o.difficulty != "easy" && *o.difficulty != "medium" && *o.difficulty != "hard")
     fail("--difficulty must be easy, medium or hard (got '{}')", *o.difficulty);
   ConvertSummary summary;
@@ -598,16 +643,23 @@ ConvertSummary convert_dataset(const ConvertOptions& o) {
     for (const auto& r : records) {
       Json out;
       switch (o.format) {
-        case SourceFormat::Math500: out = convert_math500(r.object, r.where); break;
-        case SourceFormat::HumanEval: out = convert_humaneval(r.object, r.where); break;
+        case SourceFormat::Math500:
+          out = convert_math500(r.object, r.where);
+          break;
+        case SourceFormat::HumanEval:
+          out = convert_humaneval(r.object, r.where);
+          break;
         case SourceFormat::Aime:
         case SourceFormat::Hmmt: {
-          const std::string id = stem + "/" + optional_id(r.object, kIdFields).value_or(std::to_string(r.position));
+          const std::string id =
+              stem + "/" + optional_id(r.object, kIdFields).value_or(std::to_string(r.position));
           out = o.format == SourceFormat::Aime ? convert_aime(r.object, r.where, id)
                                                : convert_hmmt(r.object, r.where, id);
           break;
         }
-        case SourceFormat::Gpqa: out = convert_gpqa(r.object, r.where, o); break;
+        case SourceFormat::Gpqa:
+          out = convert_gpqa(r.object, r.where, o);
+          break;
         case SourceFormat::LiveCodeBench:
           out = convert_lcb(r.object, r.where);
           if (o.difficulty && out["difficulty"] != *o.difficulty) continue;
@@ -619,7 +671,8 @@ ConvertSummary convert_dataset(const ConvertOptions& o) {
       ++kept;
     }
     if (records.empty()) fail("{} holds no problems", path.string());
-    inputs.push_back(Json{{"path", path.string()}, {"sha256", sha}, {"records", records.size()}, {"problems", kept}});
+    inputs.push_back(
+        Json{{"path", path.string()}, {"sha256", sha}, {"records", records.size()}, {"problems", kept}});
     summary.problems += kept;
   }
   if (summary.problems == 0) fail("no problem is left after --difficulty {}", o.difficulty.value_or(""));
@@ -635,9 +688,9 @@ ConvertSummary convert_dataset(const ConvertOptions& o) {
                    {"problems", summary.problems},
                    {"dataset_sha256", sha256_hex(converted)}};
   if (o.format == SourceFormat::Gpqa)
-    manifest["choices"] = o.shuffle_choices
-                              ? Json{{"order", "sha256(\"<seed>:<Record ID>\") Fisher-Yates"}, {"seed", o.choice_seed}}
-                              : Json{{"order", "upstream: the correct answer is (A)"}};
+    manifest["choices"] = o.shuffle_choices ? Json{{"order", "sha256(\"<seed>:<Record ID>\") Fisher-Yates"},
+                                                   {"seed", o.choice_seed}}
+                                            : Json{{"order", "upstream: the correct answer is (A)"}};
   if (o.difficulty) manifest["difficulty"] = *o.difficulty;
   write_file_atomically(summary.manifest, manifest.dump(2) + "\n");
   return summary;

@@ -171,8 +171,10 @@ void strip_trailing_unit_text(std::string& s) {
     const std::string tail = s.substr(end);
     if (!tail.empty() && tail != "^2" && tail != "^3" && tail != "^{2}" && tail != "^{3}") continue;
     const std::string word = s.substr(at + cmd.size(), end - at - cmd.size() - 1);
-    const bool letters = word.find_first_not_of(" ") != std::string::npos &&
-                         std::all_of(word.begin(), word.end(), [](char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == ' '; });
+    const bool letters =
+        word.find_first_not_of(" ") != std::string::npos && std::all_of(word.begin(), word.end(), [](char c) {
+          return std::isalpha(static_cast<unsigned char>(c)) || c == ' ';
+        });
     const std::string value = trim(std::string_view(s).substr(0, at));
     if (!letters || value.empty()) continue;
     if (!std::isdigit(static_cast<unsigned char>(value.back())) && value.back() != '}') continue;
@@ -259,10 +261,12 @@ std::string normalize_math_answer(std::string_view answer) {
       s = trim(s.substr(eq + 1));
   }
   // "x \in [2, 5]": a one- or two-letter variable said to lie in the answer (not "\infty").
-  if (const size_t in = s.find("\\in"); in != std::string::npos && in + 3 <= s.size() &&
-                                          (in + 3 == s.size() || !std::isalpha(static_cast<unsigned char>(s[in + 3])))) {
+  if (const size_t in = s.find("\\in");
+      in != std::string::npos && in + 3 <= s.size() &&
+      (in + 3 == s.size() || !std::isalpha(static_cast<unsigned char>(s[in + 3])))) {
     const std::string lhs = trim(std::string_view(s).substr(0, in));
-    if (!lhs.empty() && lhs.size() <= 2 && std::all_of(lhs.begin(), lhs.end(), ::isalpha)) s = trim(s.substr(in + 3));
+    if (!lhs.empty() && lhs.size() <= 2 && std::all_of(lhs.begin(), lhs.end(), ::isalpha))
+      s = trim(s.substr(in + 3));
   }
   while (!s.empty() && (s.back() == '.' || s.back() == ' ')) s.pop_back();
   replace_all(s, " ", "");
@@ -405,7 +409,9 @@ char compare_in_child(const std::string& a_text, const std::string& b_text) {
       const GiNaC::numeric n = GiNaC::ex_to<GiNaC::numeric>(value);
       const double magnitude = std::abs(std::complex<double>(n.real().to_double(), n.imag().to_double()));
       const GiNaC::ex bv = b.evalf();
-      const double scale = GiNaC::is_a<GiNaC::numeric>(bv) ? std::max(1.0, std::abs(GiNaC::ex_to<GiNaC::numeric>(bv).to_double())) : 1.0;
+      const double scale = GiNaC::is_a<GiNaC::numeric>(bv)
+                               ? std::max(1.0, std::abs(GiNaC::ex_to<GiNaC::numeric>(bv).to_double()))
+                               : 1.0;
       return magnitude <= 5e-7 * scale ? 'E' : 'D';
     }
     const double points[][3] = {{0.5, 1.7, 2.3}, {1.3, 0.7, 3.1}, {2.9, 1.1, 0.3}};
@@ -503,17 +509,19 @@ MathVerdict math_equal(std::string_view predicted, std::string_view gold, double
     if (gl && gl->size() > 1) {
       const auto p_set = set_body(p);
       const bool p_bracketed = p.size() >= 2 && is_open(p.front()) && is_close(p.back());
-      if (p_bracketed || (g_set.has_value() != p_set.has_value() && !g_bare)) return {false, "set"};
-      auto pl = split_top_level(p_set ? *p_set : p, ',');
-      if (!pl || pl->size() != gl->size()) return {false, "list length"};
-      std::vector<bool> used(pl->size(), false);
-      for (const auto& want : *gl) {
-        bool found = false;
-        for (size_t i = 0; i < pl->size() && !found; ++i)
-          if (!used[i] && math_equal((*pl)[i], want, symbolic_timeout_s).equal) used[i] = found = true;
-        if (!found) return {false, "list"};
+      // A parenthesised prediction for a bare list is compared in order below, as before.
+      if (!p_bracketed) {
+        auto pl = split_top_level(p_set ? *p_set : p, ',');
+        if (!pl || pl->size() != gl->size()) return {false, "list length"};
+        std::vector<bool> used(pl->size(), false);
+        for (const auto& want : *gl) {
+          bool found = false;
+          for (size_t i = 0; i < pl->size() && !found; ++i)
+            if (!used[i] && math_equal((*pl)[i], want, symbolic_timeout_s).equal) used[i] = found = true;
+          if (!found) return {false, "list"};
+        }
+        return {true, "list"};
       }
-      return {true, "list"};
     }
   }
   auto gparts = split_top_level(

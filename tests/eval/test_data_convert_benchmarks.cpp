@@ -82,7 +82,8 @@ TEST(DataConvertBenchmarks, GpqaShufflesChoicesBySeedAndRecordsTheOrder) {
   EXPECT_EQ(d.problems[1].id, "recJuDsRH6MDPJtMB");
   EXPECT_NE(d.problems[1].question.find("product 1.\n\n1 was treated"), std::string::npos);
   EXPECT_EQ(d.problems[1].raw["subdomain"], "Organic Chemistry");
-  EXPECT_EQ(eval::gpqa_choice_order(0, "recJuDsRH6MDPJtMB"), d.problems[1].raw["choice_order"].get<std::vector<int>>());
+  EXPECT_EQ(eval::gpqa_choice_order(0, "recJuDsRH6MDPJtMB"),
+            d.problems[1].raw["choice_order"].get<std::vector<int>>());
   // The order is a permutation, depends on the seed, and over many records puts the correct answer
   // under every letter about equally often.
   int differs = 0, under[4] = {0, 0, 0, 0};
@@ -129,12 +130,16 @@ TEST(DataConvertBenchmarks, LiveCodeBenchDecodesPrivateTestsAndGradesThem) {
   EXPECT_EQ(functional.raw["tests"].size(), 2u);
   EXPECT_NE(functional.question.find("class Solution:"), std::string::npos);
   const std::string two_sum =
-      "```python\nfrom typing import List\nclass Solution:\n    def twoSum(self, nums: List[int], target: int) -> "
-      "List[int]:\n        seen = {}\n        for i, x in enumerate(nums):\n            if target - x in seen:\n"
+      "```python\nfrom typing import List\nclass Solution:\n    def twoSum(self, nums: List[int], target: "
+      "int) -> "
+      "List[int]:\n        seen = {}\n        for i, x in enumerate(nums):\n            if target - x in "
+      "seen:\n"
       "                return [seen[target - x], i]\n            seen[x] = i\n```";
   EXPECT_EQ(eval::grade_code(two_sum, functional.raw, options).score, 1.0);
 
-  ASSERT_EQ(convert(tmp, {"--format", "livecodebench", "--in", in, "--difficulty", "medium"}, "m.jsonl").exit_code, 0);
+  ASSERT_EQ(
+      convert(tmp, {"--format", "livecodebench", "--in", in, "--difficulty", "medium"}, "m.jsonl").exit_code,
+      0);
   const auto medium = eval::load_dataset(tmp.path / "m.jsonl", false);
   ASSERT_EQ(medium.problems.size(), 1u);
   EXPECT_EQ(medium.problems[0].id, "9999");
@@ -170,29 +175,42 @@ TEST(DataConvertBenchmarks, WrongShapeIsRefusedNamingLineAndField) {
        "in.jsonl:1: field \"answer\" must be an AIME answer, an integer 0-999 (got \"\\frac{1}{2}\")"},
       {"aime", "in.jsonl", "{\"problem\": \"p\", \"answer\": 1000}\n",
        "in.jsonl:1: field \"answer\" must be an AIME answer, an integer 0-999 (got 1000)"},
-      {"aime", "in.jsonl", "{\"answer\": \"5\"}\n", "in.jsonl:1: field \"problem\" is missing (nor question, Problem"},
-      {"aime", "in.jsonl", "{\"id\": 3, \"problem\": \"p\", \"answer\": \"1\"}\n{\"id\": 3, \"problem\": \"q\", \"answer\": \"2\"}\n",
+      {"aime", "in.jsonl", "{\"answer\": \"5\"}\n",
+       "in.jsonl:1: field \"problem\" is missing (nor question, Problem"},
+      {"aime", "in.jsonl",
+       "{\"id\": 3, \"problem\": \"p\", \"answer\": \"1\"}\n{\"id\": 3, \"problem\": \"q\", \"answer\": "
+       "\"2\"}\n",
        "in.jsonl:2: duplicate id \"in/3\""},
-      {"aime", "in.json", "[{\"problem\": \"p\", \"answer\": 5}, 7]", "in.json: element 2: each element must be a JSON object"},
+      {"aime", "in.json", "[{\"problem\": \"p\", \"answer\": 5}, 7]",
+       "in.json: element 2: each element must be a JSON object"},
       {"hmmt", "in.jsonl", "{\"problem_idx\": 1, \"problem\": \"p\", \"answer\": \"\\\\frac{1}{2\"}\n",
        "in.jsonl:1: field \"answer\" has unbalanced braces"},
-      {"hmmt", "in.jsonl", "{\"problem_idx\": 1, \"problem\": \"p\", \"answer\": \"  \"}\n", "in.jsonl:1: field \"answer\" is empty"},
-      {"hmmt", "in.jsonl", "{\"problem_idx\": 1, \"problem\": \"p\", \"answer\": \"2\", \"problem_type\": \"Algebra\"}\n",
+      {"hmmt", "in.jsonl", "{\"problem_idx\": 1, \"problem\": \"p\", \"answer\": \"  \"}\n",
+       "in.jsonl:1: field \"answer\" is empty"},
+      {"hmmt", "in.jsonl",
+       "{\"problem_idx\": 1, \"problem\": \"p\", \"answer\": \"2\", \"problem_type\": \"Algebra\"}\n",
        "in.jsonl:1: field \"problem_type\" must be a list of strings (got a string)"},
-      {"hmmt", "in.parquet", "PAR1\x15\x04", "is Parquet, which kvdice does not read; convert it to JSONL first: python3"},
-      {"gpqa", "in.csv", replace(gpqa, "Incorrect Answer 3", "Wrong 3"), "in.csv:2: field \"Incorrect Answer 3\" is missing"},
+      {"hmmt", "in.parquet", "PAR1\x15\x04",
+       "is Parquet, which kvdice does not read; convert it to JSONL first: python3"},
+      {"gpqa", "in.csv", replace(gpqa, "Incorrect Answer 3", "Wrong 3"),
+       "in.csv:2: field \"Incorrect Answer 3\" is missing"},
       {"gpqa", "in.csv", gpqa + "\"unclosed,x\n", "a quoted field is not closed by the end of the file"},
       {"gpqa", "in.csv", gpqa + "a,b\n", "in.csv:12: 2 fields, the header has 11"},
       {"gpqa", "in.csv", gpqa + gpqa.substr(gpqa.find('\n') + 1), "duplicate id \"recgwkhevf3YE2Wx2\""},
-      {"livecodebench", "in.jsonl", replace(lcb_first, "\"testtype\\\": \\\"stdin\\\"", "\"testtype\\\": \\\"file\\\""),
+      {"livecodebench", "in.jsonl",
+       replace(lcb_first, "\"testtype\\\": \\\"stdin\\\"", "\"testtype\\\": \\\"file\\\""),
        "in.jsonl:1: field \"public_test_cases\" test 0: testtype must be stdin or functional (got \"file\")"},
-      {"livecodebench", "in.jsonl", replace(lcb_first, "\"private_test_cases\": \"", "\"private_test_cases\": \"!"),
+      {"livecodebench", "in.jsonl",
+       replace(lcb_first, "\"private_test_cases\": \"", "\"private_test_cases\": \"!"),
        "in.jsonl:1: field \"private_test_cases\": not base64 (character '!')"},
-      {"livecodebench", "in.jsonl", replace(lcb_first, "\"private_test_cases\": \"", "\"private_test_cases\": \"QUJD"),
+      {"livecodebench", "in.jsonl",
+       replace(lcb_first, "\"private_test_cases\": \"", "\"private_test_cases\": \"QUJD"),
        "in.jsonl:1: field \"private_test_cases\": not zlib data"},
-      {"livecodebench", "in.jsonl", replace(lcb_first, "\"difficulty\": \"easy\"", "\"difficulty\": \"Easy\""),
+      {"livecodebench", "in.jsonl",
+       replace(lcb_first, "\"difficulty\": \"easy\"", "\"difficulty\": \"Easy\""),
        "in.jsonl:1: field \"difficulty\" must be easy, medium or hard (got \"Easy\")"},
-      {"livecodebench", "in.jsonl", replace(lcb.substr(lcb.find('\n') + 1), "{\\\"func_name\\\": \\\"twoSum\\\"}", "{}"),
+      {"livecodebench", "in.jsonl",
+       replace(lcb.substr(lcb.find('\n') + 1), "{\\\"func_name\\\": \\\"twoSum\\\"}", "{}"),
        "in.jsonl:1: functional tests need \"func_name\" in field \"metadata\""},
       {"livecodebench", "in.jsonl", lcb_first + lcb_first, "in.jsonl:2: duplicate id \"abc999_a\""},
       {"livecodebench", "in.jsonl", replace(lcb_first, "\"question_id\": \"abc999_a\", ", ""),
@@ -210,17 +228,19 @@ TEST(DataConvertBenchmarks, WrongShapeIsRefusedNamingLineAndField) {
   // Flag mistakes: a pin count that does not match the inputs, a pin that does not match, a filter
   // for another format.
   const std::string a = kData + "/aime2025-I.jsonl";
-  EXPECT_NE(convert(tmp, {"--format", "aime", "--in", a, "--in", a, "--sha256", std::string(64, '0')}).err.find(
-                "--sha256 given 1 times for 2 inputs"),
+  EXPECT_NE(convert(tmp, {"--format", "aime", "--in", a, "--in", a, "--sha256", std::string(64, '0')})
+                .err.find("--sha256 given 1 times for 2 inputs"),
             std::string::npos);
-  EXPECT_NE(convert(tmp, {"--format", "aime", "--in", a, "--sha256", std::string(64, '0')}).err.find("not the pinned"),
+  EXPECT_NE(convert(tmp, {"--format", "aime", "--in", a, "--sha256", std::string(64, '0')})
+                .err.find("not the pinned"),
             std::string::npos);
-  EXPECT_NE(convert(tmp, {"--format", "aime", "--in", a, "--difficulty", "hard"}).err.find(
-                "--difficulty applies to livecodebench only"),
+  EXPECT_NE(convert(tmp, {"--format", "aime", "--in", a, "--difficulty", "hard"})
+                .err.find("--difficulty applies to livecodebench only"),
             std::string::npos);
   // Pooling a file with itself repeats every id.
-  EXPECT_NE(convert(tmp, {"--format", "aime", "--in", a, "--in", a}).err.find("duplicate id \"aime2025-I/1\""),
-            std::string::npos);
+  EXPECT_NE(
+      convert(tmp, {"--format", "aime", "--in", a, "--in", a}).err.find("duplicate id \"aime2025-I/1\""),
+      std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(tmp.path / "out.jsonl"));
 }
 

@@ -5,12 +5,11 @@
 // the agreement per class and every disagreement, and fails when the agreement drops below the
 // count reached when the corpus was committed: a grader change that loses agreement must either be
 // reverted or argued in docs/eval.md and the floor lowered with it.
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <map>
-
-#include <fmt/core.h>
 
 #include "core/json.h"
 #include "eval/math_answer.h"
@@ -50,9 +49,11 @@ TEST(MathVerifyAgreement, AgreementPerClassDoesNotDrop) {
     }
   }
   std::string table = "class: agree/total\n";
-  for (const auto& [cls, counts] : per_class) table += fmt::format("  {}: {}/{}\n", cls, counts.first, counts.second);
-  std::cout << table << fmt::format("agreement {}/{} = {:.1f}%\ndisagreements:\n{}", agree, total,
-                                    100.0 * agree / total, disagreements);
+  for (const auto& [cls, counts] : per_class)
+    table += fmt::format("  {}: {}/{}\n", cls, counts.first, counts.second);
+  std::cout << table
+            << fmt::format("agreement {}/{} = {:.1f}%\ndisagreements:\n{}", agree, total,
+                           100.0 * agree / total, disagreements);
   EXPECT_GE(total, 150);
   EXPECT_GE(agree, kAgreementFloor) << "the math grader agrees with math-verify less often than before";
 }
