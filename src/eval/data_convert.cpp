@@ -285,7 +285,7 @@ std::string unpickle_str(std::string_view p, const std::string& where) {
   size_t i = 0;
   std::optional<std::string> value;
   auto need = [&](size_t n) {
-    if (i + n > p.size()) fail("{}: pickle ends early at byte {}", where, i);
+    if (n > p.size() - i) fail("{}: pickle ends early at byte {}", where, i);
   };
   auto le = [&](size_t n) {
     need(n);
@@ -298,20 +298,20 @@ std::string unpickle_str(std::string_view p, const std::string& where) {
     need(1);
     const unsigned char op = static_cast<unsigned char>(p[i++]);
     switch (op) {
-      case 0x80:
+      case 0x80:  // PROTO
         le(1);
-        break;  // PROTO
-      case 0x95:
+        break;
+      case 0x95:  // FRAME
         le(8);
-        break;  // FRAME
-      case 0x94:
-        break;  // MEMOIZE
-      case 'q':
+        break;
+      case 0x94:  // MEMOIZE
+        break;
+      case 'q':  // BINPUT
         le(1);
-        break;  // BINPUT
-      case 'r':
+        break;
+      case 'r':  // LONG_BINPUT
         le(4);
-        break;  // LONG_BINPUT
+        break;
       case 0x8c:
       case 'X':
       case 0x8d: {  // SHORT_BINUNICODE, BINUNICODE, BINUNICODE8

@@ -145,6 +145,25 @@ TEST(DataConvertBenchmarks, LiveCodeBenchDecodesPrivateTestsAndGradesThem) {
   EXPECT_EQ(medium.problems[0].id, "9999");
 }
 
+TEST(DataConvertBenchmarks, PackedTestsDecodeUnderEveryPickleProtocol) {
+  // base64(zlib(pickle.dumps(text, protocol=p))) for p = 2..5 of one 354-byte JSON text (over 255
+  // bytes, so BINUNICODE with a 4-byte length, and FRAME/MEMOIZE from protocol 4 on).
+  const std::string text = "[{\"input\": \"" + [] {
+    std::string s;
+    for (int i = 0; i < 150; ++i) s += "7 ";
+    return s;
+  }() + "\", \"output\": \"1050\", \"testtype\": \"stdin\"}]";
+  ASSERT_EQ(text.size(), 354u);
+  for (const char* packed :
+       {"eJxrYIpIYmRgiK5WyswrKC1RslJQMlcYhcRCJR0FpfzSEmjIGRqYGoBESlKLS0oqC1JBYsUlKZl5SrWxhQx6AAuDRRA=",
+        "eJxrYI5IYmRgiK5WyswrKC1RslJQMlcYhcRCJR0FpfzSEmjIGRqYGoBESlKLS0oqC1JBYsUlKZl5SrWxhQx6AAzuRRE=",
+        "eJxrYJmaycgABhFJQEZ0tVJmXkFpiZKVgpK5wigkFirpKCjll5ZAQ87QwNQAJFKSWlxSUlmQChIrLknJzFOqjZ2iBwA+mkY0",
+        "eJxrYJ2aycgABhFJQEZ0tVJmXkFpiZKVgpK5wigkFirpKCjll5ZAQ87QwNQAJFKSWlxSUlmQChIrLknJzFOqjZ2iBwBADUY1"})
+    EXPECT_EQ(eval::decode_lcb_tests(packed, "f:1"), text) << packed;
+  EXPECT_EQ(eval::decode_lcb_tests("eJxrYIpgYmBgiI4tZNADAA5gAjQ=", "f:1"), "[]");  // protocol 2, short
+  EXPECT_EQ(eval::decode_lcb_tests(" [] ", "f:1"), " [] ");                        // plain JSON as is
+}
+
 TEST(DataConvertBenchmarks, PickleBeyondAStrIsRefused) {
   // zlib+base64 of pickle.dumps(["x"]) (a list, protocol 4): only a pickled str is read.
   const std::string packed = "eJxrYJnKwQABsVN6GCumJOoBACMNBDs=";
