@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "eval/data_convert.h"
 
 namespace kvdice::cli {
@@ -49,7 +50,7 @@ void add_data_command(CLI::App& app) {
       ->required();
   convert->add_option("--sha256", f->sha256,
                       "Refuse an input unless it has this sha256 (one per --in, in order)");
-  convert->add_option("--seed", f->seed, "gpqa: seed of the choice order (default 0)");
+  add_seed_option(convert, "--seed", f->seed, "gpqa: seed of the choice order (default 0)");
   convert->add_flag("--no-shuffle", f->no_shuffle, "gpqa: keep the correct answer first, as (A)");
   convert->add_option("--difficulty", f->difficulty,
                       "livecodebench: keep only easy, medium or hard problems");

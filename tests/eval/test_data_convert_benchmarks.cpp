@@ -256,6 +256,10 @@ TEST(DataConvertBenchmarks, WrongShapeIsRefusedNamingLineAndField) {
   EXPECT_NE(convert(tmp, {"--format", "aime", "--in", a, "--difficulty", "hard"})
                 .err.find("--difficulty applies to livecodebench only"),
             std::string::npos);
+  const auto negative =
+      convert(tmp, {"--format", "gpqa", "--in", kData + "/gpqa_diamond_upstream.csv", "--seed", "-1"});
+  EXPECT_NE(negative.exit_code, 0);
+  EXPECT_NE(negative.err.find("--seed: -1 is outside"), std::string::npos) << negative.err;
   // Pooling a file with itself repeats every id.
   EXPECT_NE(
       convert(tmp, {"--format", "aime", "--in", a, "--in", a}).err.find("duplicate id \"aime2025-I/1\""),
