@@ -46,6 +46,16 @@ TEST(DataConvertBenchmarks, AimePoolsFilesWithStableIdsAndIntegerAnswers) {
   ASSERT_EQ(m["inputs"].size(), 2u);
   EXPECT_EQ(m["inputs"][1]["problems"], 2);  // per-file counts: a 29-problem AIME25 file shows here
   EXPECT_EQ(m["inputs"][1]["sha256"], eval::sha256_of_file(b));
+  // Answers written with leading zeros or as JSON integers become the plain integer's digits.
+  std::ofstream(tmp.path / "zeros.jsonl") << "{\"problem\": \"p\", \"answer\": \" 025 \"}\n"
+                                          << "{\"problem\": \"q\", \"answer\": 7}\n";
+  ASSERT_EQ(
+      convert(tmp, {"--format", "aime", "--in", (tmp.path / "zeros.jsonl").string()}, "z.jsonl").exit_code,
+      0);
+  const auto zeros = eval::load_dataset(tmp.path / "z.jsonl", true);
+  EXPECT_EQ(zeros.problems[0].answer, "25");
+  EXPECT_EQ(zeros.problems[1].answer, "7");
+  EXPECT_EQ(zeros.problems[1].id, "zeros/2");
   // Converting again gives the same bytes.
   const auto again = convert(tmp, {"--format", "aime", "--in", a, "--in", b}, "again.jsonl");
   ASSERT_EQ(again.exit_code, 0) << again.err;
