@@ -230,6 +230,9 @@ std::string normalize_math_answer(std::string_view answer) {
                    {"\\$", ""},
                    {"$", ""},
                    {"\\%", "%"}});
+  // "1 \text{ and } 2": two answers.
+  for (std::string_view sep : {"\\text{ and }", "\\text{and}", "\\text{ and}", "\\text{and }"})
+    replace_all(s, sep, ",");
   strip_trailing_unit_text(s);
   for (std::string_view cmd : {"\\text", "\\textbf", "\\mathrm", "\\mathbf", "\\mbox", "\\textnormal"})
     unwrap_command(s, cmd);
@@ -468,7 +471,8 @@ SymbolicResult symbolic_equal(const std::string& a_ginac, const std::string& b_g
 }
 
 MathVerdict math_equal(std::string_view predicted, std::string_view gold, double symbolic_timeout_s) {
-  const std::string p = normalize_math_answer(predicted), g = normalize_math_answer(gold);
+  std::string p = normalize_math_answer(predicted);
+  const std::string g = normalize_math_answer(gold);
   if (p.empty()) return {false, "empty"};
   if (p == g) return {true, "string"};
   if (is_choice_letter(g) && is_choice_letter(p)) {
@@ -502,6 +506,16 @@ MathVerdict math_equal(std::string_view predicted, std::string_view gold, double
     if (s.size() >= 4 && s.starts_with("\\{") && s.ends_with("\\}")) return s.substr(2, s.size() - 4);
     return std::nullopt;
   };
+  // "\pm 2" or "1\pm\sqrt{2}" against two answers: the two signs.
+  if (const size_t pm = p.find("\\pm"); pm != std::string::npos &&
+                                        p.find("\\pm", pm + 1) == std::string::npos &&
+                                        p.find(',') == std::string::npos) {
+    const auto two = split_top_level(g, ',');
+    if (two && two->size() == 2) {
+      const std::string a = p.substr(0, pm), b = p.substr(pm + 3);
+      p = a.empty() ? b + ",-" + b : a + "+" + b + "," + a + "-" + b;
+    }
+  }
   const auto g_set = set_body(g);
   const bool g_bare = !g_set && !(g.size() >= 2 && is_open(g.front()) && is_close(g.back()));
   if (g_set || g_bare) {

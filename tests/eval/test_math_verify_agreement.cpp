@@ -18,7 +18,7 @@ namespace kvdice::eval {
 namespace {
 
 // Agreements when the corpus was committed (167 pairs); the disagreements are argued in docs/eval.md.
-constexpr int kAgreementFloor = 153;
+constexpr int kAgreementFloor = 155;
 
 bool kvdice_verdict(const std::string& completion, const std::string& gold) {
   const auto boxed = last_boxed(completion);
