@@ -8,7 +8,10 @@ and strict=True. kvdice's grader never produces these verdicts; tests/eval/test_
 compares it with them. Many pairs follow math-verify's own regression tests (tests/test_all.py);
 the rest cover the classes that break graders. Rerun after editing PAIRS:
 
-    python3 tests/eval/make_math_verify_pairs.py > tests/fixtures/eval/math_verify_pairs.jsonl
+    python3 tests/eval/make_math_verify_pairs.py > pairs.jsonl
+
+then add the Qwen2.5-Math grader's verdicts with tests/eval/add_qwen_math_verdicts.py (its own
+environment) and write the result to tests/fixtures/eval/math_verify_pairs.jsonl.
 """
 import json
 import sys
