@@ -4,7 +4,7 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config python3 python3-pip
       libopenblas-dev libpcre2-dev nlohmann-json3-dev libcli11-dev libutf8proc-dev libfmt-dev
       libgtest-dev libcpp-httplib-dev libssl-dev clang libclang-rt-14-dev
-      libsqlite3-dev libginac-dev libseccomp-dev libplplot-dev plplot-driver-cairo prometheus-cpp-dev)
+      libsqlite3-dev zlib1g-dev libginac-dev libseccomp-dev libplplot-dev plplot-driver-cairo prometheus-cpp-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

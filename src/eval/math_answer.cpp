@@ -160,6 +160,29 @@ std::string choice_letter(std::string_view s) {
   return t.size() == 3 ? t.substr(1, 1) : t;
 }
 
+// "5\text{cm}", "\frac{1}{3} \text{meters}", "12\text{m}^2": a unit in a text wrapper after a value
+// is dropped (a text answer alone, "\text{east}", stays).
+void strip_trailing_unit_text(std::string& s) {
+  for (std::string_view cmd : {"\\text{", "\\mbox{", "\\textnormal{", "\\mathrm{"}) {
+    const size_t at = s.rfind(cmd);
+    if (at == std::string::npos || at == 0) continue;
+    const size_t end = match_brace(s, at + cmd.size() - 1);
+    if (end == std::string::npos) continue;
+    const std::string tail = s.substr(end);
+    if (!tail.empty() && tail != "^2" && tail != "^3" && tail != "^{2}" && tail != "^{3}") continue;
+    const std::string word = s.substr(at + cmd.size(), end - at - cmd.size() - 1);
+    const bool letters =
+        word.find_first_not_of(" ") != std::string::npos && std::all_of(word.begin(), word.end(), [](char c) {
+          return std::isalpha(static_cast<unsigned char>(c)) || c == ' ';
+        });
+    const std::string value = trim(std::string_view(s).substr(0, at));
+    if (!letters || value.empty()) continue;
+    if (!std::isdigit(static_cast<unsigned char>(value.back())) && value.back() != '}') continue;
+    s = value;
+    return;
+  }
+}
+
 }  // namespace
 
 std::optional<std::string> last_boxed(std::string_view text) {
@@ -198,6 +221,8 @@ std::string normalize_math_answer(std::string_view answer) {
     s.erase(i, 2);
   }
   replace_each(s, {{"dfrac", "frac"},
+                   {"cfrac", "frac"},
+                   {"{,}", ","},
                    {"tfrac", "frac"},
                    {"^{\\circ}", ""},
                    {"^\\circ", ""},
@@ -205,6 +230,10 @@ std::string normalize_math_answer(std::string_view answer) {
                    {"\\$", ""},
                    {"$", ""},
                    {"\\%", "%"}});
+  // "1 \text{ and } 2": two answers.
+  for (std::string_view sep : {"\\text{ and }", "\\text{and}", "\\text{ and}", "\\text{and }"})
+    replace_all(s, sep, ",");
+  strip_trailing_unit_text(s);
   for (std::string_view cmd : {"\\text", "\\textbf", "\\mathrm", "\\mathbf", "\\mbox", "\\textnormal"})
     unwrap_command(s, cmd);
   s = trim(s);
@@ -216,11 +245,15 @@ std::string normalize_math_answer(std::string_view answer) {
     while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.' || s[i] == ','))
       ++i;
     if (i > digits_from && i < s.size() && s[i] == ' ') {
-      bool words = true;
-      for (size_t j = i; j < s.size(); ++j)
+      bool words = false;  // at least one letter: "-2, 2" is a list, not 2 and a unit "2"
+      for (size_t j = i; j < s.size(); ++j) {
+        if (std::isalpha(static_cast<unsigned char>(s[j]))) words = true;
         if (!std::isalpha(static_cast<unsigned char>(s[j])) && s[j] != ' ' && s[j] != '^' && s[j] != '2' &&
-            s[j] != '3')
+            s[j] != '3') {
           words = false;
+          break;
+        }
+      }
       if (words) s = s.substr(0, i);
     }
   }
@@ -229,6 +262,14 @@ std::string normalize_math_answer(std::string_view answer) {
     const std::string lhs = trim(std::string_view(s).substr(0, eq));
     if (!lhs.empty() && lhs.size() <= 2 && std::isalpha(static_cast<unsigned char>(lhs[0])))
       s = trim(s.substr(eq + 1));
+  }
+  // "x \in [2, 5]": a one- or two-letter variable said to lie in the answer (not "\infty").
+  if (const size_t in = s.find("\\in");
+      in != std::string::npos && in + 3 <= s.size() &&
+      (in + 3 == s.size() || !std::isalpha(static_cast<unsigned char>(s[in + 3])))) {
+    const std::string lhs = trim(std::string_view(s).substr(0, in));
+    if (!lhs.empty() && lhs.size() <= 2 && std::all_of(lhs.begin(), lhs.end(), ::isalpha))
+      s = trim(s.substr(in + 3));
   }
   while (!s.empty() && (s.back() == '.' || s.back() == ' ')) s.pop_back();
   replace_all(s, " ", "");
@@ -363,6 +404,19 @@ char compare_in_child(const std::string& a_text, const std::string& b_text) {
     if (diff.is_zero()) return 'E';
     // Numeric check at fixed test points for each symbol (radicals GiNaC does not denest, etc.).
     const auto symbols = reader.get_syms();
+    // Two constants (no symbols) agree to six decimals: 0.333333 is 1/3, 3.14159 is not pi. Plain
+    // numbers never get here (they compare within 1e-4 before the symbolic step).
+    if (symbols.empty()) {
+      const GiNaC::ex value = diff.evalf();
+      if (!GiNaC::is_a<GiNaC::numeric>(value)) return 'U';
+      const GiNaC::numeric n = GiNaC::ex_to<GiNaC::numeric>(value);
+      const double magnitude = std::abs(std::complex<double>(n.real().to_double(), n.imag().to_double()));
+      const GiNaC::ex bv = b.evalf();
+      const double scale = GiNaC::is_a<GiNaC::numeric>(bv)
+                               ? std::max(1.0, std::abs(GiNaC::ex_to<GiNaC::numeric>(bv).to_double()))
+                               : 1.0;
+      return magnitude <= 5e-7 * scale ? 'E' : 'D';
+    }
     const double points[][3] = {{0.5, 1.7, 2.3}, {1.3, 0.7, 3.1}, {2.9, 1.1, 0.3}};
     for (const auto& point : points) {
       GiNaC::exmap values;
@@ -417,7 +471,8 @@ SymbolicResult symbolic_equal(const std::string& a_ginac, const std::string& b_g
 }
 
 MathVerdict math_equal(std::string_view predicted, std::string_view gold, double symbolic_timeout_s) {
-  const std::string p = normalize_math_answer(predicted), g = normalize_math_answer(gold);
+  std::string p = normalize_math_answer(predicted);
+  const std::string g = normalize_math_answer(gold);
   if (p.empty()) return {false, "empty"};
   if (p == g) return {true, "string"};
   if (is_choice_letter(g) && is_choice_letter(p)) {
@@ -444,6 +499,44 @@ MathVerdict math_equal(std::string_view predicted, std::string_view gold, double
     for (size_t i = 0; i < gm->size(); ++i)
       if (!math_equal((*pm)[i], (*gm)[i], symbolic_timeout_s).equal) return {false, "matrix"};
     return {true, "matrix"};
+  }
+  // Sets "\{1,2,3\}" and bare lists "1, 2, 3" (several answers) match in any order, as the
+  // reference's grader and math-verify do; parenthesised tuples and intervals keep their order.
+  auto set_body = [](const std::string& s) -> std::optional<std::string> {
+    if (s.size() >= 4 && s.starts_with("\\{") && s.ends_with("\\}")) return s.substr(2, s.size() - 4);
+    return std::nullopt;
+  };
+  // "\pm 2" or "1\pm\sqrt{2}" against two answers: the two signs.
+  if (const size_t pm = p.find("\\pm"); pm != std::string::npos &&
+                                        p.find("\\pm", pm + 1) == std::string::npos &&
+                                        p.find(',') == std::string::npos) {
+    const auto two = split_top_level(g, ',');
+    if (two && two->size() == 2) {
+      const std::string a = p.substr(0, pm), b = p.substr(pm + 3);
+      p = a.empty() ? b + ",-" + b : a + "+" + b + "," + a + "-" + b;
+    }
+  }
+  const auto g_set = set_body(g);
+  const bool g_bare = !g_set && !(g.size() >= 2 && is_open(g.front()) && is_close(g.back()));
+  if (g_set || g_bare) {
+    auto gl = split_top_level(g_set ? *g_set : g, ',');
+    if (gl && gl->size() > 1) {
+      const auto p_set = set_body(p);
+      const bool p_bracketed = p.size() >= 2 && is_open(p.front()) && is_close(p.back());
+      // A parenthesised prediction for a bare list is compared in order below, as before.
+      if (!p_bracketed) {
+        auto pl = split_top_level(p_set ? *p_set : p, ',');
+        if (!pl || pl->size() != gl->size()) return {false, "list length"};
+        std::vector<bool> used(pl->size(), false);
+        for (const auto& want : *gl) {
+          bool found = false;
+          for (size_t i = 0; i < pl->size() && !found; ++i)
+            if (!used[i] && math_equal((*pl)[i], want, symbolic_timeout_s).equal) used[i] = found = true;
+          if (!found) return {false, "list"};
+        }
+        return {true, "list"};
+      }
+    }
   }
   auto gparts = split_top_level(
       g.size() >= 2 && is_open(g.front()) && is_close(g.back()) ? g.substr(1, g.size() - 2) : g, ',');

@@ -1,7 +1,7 @@
 // Math answers (docs/reference.md §3): the last \boxed{...} of a completion, LaTeX normalisation, and
 // equivalence by string, choice letter, number (1e-4; x100 and /100 when a percent sign appears),
-// element-wise tuples, intervals and matrices, and finally symbolic equality through GiNaC in a
-// child process under a time limit.
+// sets and bare lists in any order, element-wise tuples, intervals and matrices, and finally symbolic
+// equality through GiNaC in a child process under a time limit (constants: six decimals).
 #pragma once
 
 #include <optional>

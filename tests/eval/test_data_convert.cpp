@@ -95,7 +95,7 @@ TEST(DataConvert, WrongShapeIsRefusedNamingLineAndField) {
                     "\"entry_point\": \"f\"}\n",
        "in.jsonl:1: field \"test\" must be a string (got an integer)"},
       {"math500", "\n\n", "holds no problems"},
-      {"gsm8k", first, "--format must be math500 or humaneval"},
+      {"gsm8k", first, "--format must be math500, humaneval, aime, hmmt, gpqa or livecodebench"},
   };
   for (const auto& c : cases) {
     const auto r = convert(c.format, c.text);
