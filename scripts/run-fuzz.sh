@@ -28,7 +28,8 @@ mkdir -p "$build/artifacts"
 status=0
 # target, default runs (about 15-20 s each on one CI core), fixture file pattern for the seed corpus
 for spec in "gguf:36000:*.gguf" "safetensors:18000:*.safetensors" "config:150000:config.json" \
-            "tokenizer:8000:tokenizer.json" "dataset:60000:*.jsonl"; do
+            "tokenizer:8000:tokenizer.json" "dataset:60000:*.jsonl" \
+            "openai_request:200000:no-fixture-seeds"; do  # its seeds: tests/fuzz/corpus/openai_request
   IFS=: read -r target default_runs pattern <<< "$spec"
   corpus="$corpus_root/$target"
   mkdir -p "$corpus"
