@@ -465,42 +465,33 @@ std::vector<UpstreamRecord> read_upstream(const std::filesystem::path& path, Sou
   return records;
 }
 
-const char* source_description(SourceFormat f) {
-  switch (f) {
-    case SourceFormat::Math500:
-      return "Hugging Face HuggingFaceH4/MATH-500 test.jsonl";
-    case SourceFormat::HumanEval:
-      return "openai/human-eval HumanEval.jsonl";
-    case SourceFormat::Aime:
-      return "AIME problems (AI-MO/aimo-validation-aime, opencompass/AIME2025, MathArena/aime_2025 exports)";
-    case SourceFormat::Hmmt:
-      return "MathArena/hmmt_feb_2025 (or another MathArena competition) export";
-    case SourceFormat::Gpqa:
-      return "GPQA (idavidrein/gpqa) gpqa_diamond.csv";
-    case SourceFormat::LiveCodeBench:
-      return "livecodebench/code_generation_lite test*.jsonl";
-  }
-  return "";
-}
+// Each upstream format: its --format name, the files it reads, and the task preset (docs/eval.md) whose
+// grader the dataset needs.
+struct FormatInfo {
+  SourceFormat format;
+  const char* name;
+  const char* source;
+  const char* task;
+};
+constexpr FormatInfo kFormats[] = {
+    {SourceFormat::Math500, "math500", "Hugging Face HuggingFaceH4/MATH-500 test.jsonl", "math500"},
+    {SourceFormat::HumanEval, "humaneval", "openai/human-eval HumanEval.jsonl",
+     "humaneval (a task file with grader code)"},
+    {SourceFormat::Aime, "aime",
+     "AIME problems (AI-MO/aimo-validation-aime, opencompass/AIME2025, MathArena/aime_2025 exports)", "aime"},
+    {SourceFormat::Hmmt, "hmmt", "MathArena/hmmt_feb_2025 (or another MathArena competition) export", "hmmt"},
+    {SourceFormat::Gpqa, "gpqa", "GPQA (idavidrein/gpqa) gpqa_diamond.csv", "gpqa"},
+    {SourceFormat::LiveCodeBench, "livecodebench", "livecodebench/code_generation_lite test*.jsonl",
+     "livecodebench"},
+};
 
-// The task preset (docs/eval.md) whose grader the dataset needs.
-const char* task_for(SourceFormat f) {
-  switch (f) {
-    case SourceFormat::Math500:
-      return "math500";
-    case SourceFormat::HumanEval:
-      return "humaneval (a task file with grader code)";
-    case SourceFormat::Aime:
-      return "aime";
-    case SourceFormat::Hmmt:
-      return "hmmt";
-    case SourceFormat::Gpqa:
-      return "gpqa";
-    case SourceFormat::LiveCodeBench:
-      return "livecodebench";
-  }
-  return "";
+const FormatInfo& info(SourceFormat f) {
+  for (const FormatInfo& i : kFormats)
+    if (i.format == f) return i;
+  fail("unknown dataset source format {}", static_cast<int>(f));
 }
+const char* source_description(SourceFormat f) { return info(f).source; }
+const char* task_for(SourceFormat f) { return info(f).task; }
 
 }  // namespace
 
@@ -592,29 +583,12 @@ std::vector<int> gpqa_choice_order(uint64_t seed, const std::string& record_id) 
 }
 
 SourceFormat source_format_from_name(const std::string& name) {
-  for (SourceFormat f : {SourceFormat::Math500, SourceFormat::HumanEval, SourceFormat::Aime,
-                         SourceFormat::Hmmt, SourceFormat::Gpqa, SourceFormat::LiveCodeBench})
-    if (name == source_format_name(f)) return f;
+  for (const FormatInfo& i : kFormats)
+    if (name == i.name) return i.format;
   fail("--format must be math500, humaneval, aime, hmmt, gpqa or livecodebench (got '{}')", name);
 }
 
-const char* source_format_name(SourceFormat f) {
-  switch (f) {
-    case SourceFormat::Math500:
-      return "math500";
-    case SourceFormat::HumanEval:
-      return "humaneval";
-    case SourceFormat::Aime:
-      return "aime";
-    case SourceFormat::Hmmt:
-      return "hmmt";
-    case SourceFormat::Gpqa:
-      return "gpqa";
-    case SourceFormat::LiveCodeBench:
-      return "livecodebench";
-  }
-  return "";
-}
+const char* source_format_name(SourceFormat f) { return info(f).name; }
 
 ConvertSummary convert_dataset(const ConvertOptions& o) {
   if (o.inputs.empty()) fail("no input file");
