@@ -9,11 +9,17 @@ gpu_library_path() {
 
 # A test binary reads its fixtures and configs at the source path it was built in (KVDICE_FIXTURES_DIR,
 # KVDICE_SOURCE_DIR). When this tree lies elsewhere, that path becomes a link to it (run from the
-# repository root). Prints what it did.
+# repository root). The path is SOURCE_DIR beside the binary (pack.sh, planted-bugs.sh write it);
+# without it, the path is read from the binary, which can run into a neighbouring string. Prints what
+# it did.
 link_source_path() {
   local bin=$1 baked baked_root
-  baked=$(grep -aoE '/[[:alnum:]_.+/-]+/tests/fixtures' "$bin" | head -1)
-  baked_root=${baked%/tests/fixtures}
+  if [ -f "$(dirname "$bin")/SOURCE_DIR" ]; then
+    baked_root=$(cat "$(dirname "$bin")/SOURCE_DIR")
+  else
+    baked=$(grep -aoE '/[[:alnum:]_.+/-]+/tests/fixtures' "$bin" | head -1)
+    baked_root=${baked%/tests/fixtures}
+  fi
   [ -n "$baked_root" ] || return 0
   [ "$(realpath -m "$baked_root")" = "$(realpath "$PWD")" ] && return 0
   if [ -e "$baked_root" ] && [ ! -L "$baked_root" ]; then

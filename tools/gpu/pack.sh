@@ -8,6 +8,8 @@ rm -rf .gpu-bin && mkdir -p .gpu-bin/lib
 cp "$BUILD/kvdice" "$BUILD/test_backend" .gpu-bin/
 # The commit the binaries were built from (the GPU machine's copy of the tree has no git history).
 git describe --always --dirty --abbrev=12 > .gpu-bin/COMMIT
+# The source tree the test binaries read their fixtures from (KVDICE_FIXTURES_DIR): gpu-env.sh links it.
+sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BUILD/CMakeCache.txt" > .gpu-bin/SOURCE_DIR
 [ -f "$BUILD/test_engine_soak" ] && cp "$BUILD/test_engine_soak" .gpu-bin/
 [ -f "$BUILD/kvdice_gemv_chain_bench" ] && cp "$BUILD/kvdice_gemv_chain_bench" .gpu-bin/
 [ -f "$BUILD/kvdice_gemm_sweep" ] && cp "$BUILD/kvdice_gemm_sweep" .gpu-bin/

@@ -24,6 +24,7 @@ command -v ccache > /dev/null &&
   launchers=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 rm -rf "$WORK/bin" && mkdir -p "$WORK/bin" "$WORK/logs"
 git describe --always --dirty --abbrev=12 > "$WORK/bin/COMMIT"
+echo "$ROOT" > "$WORK/bin/SOURCE_DIR"  # the tree the binaries read fixtures from (gpu-env.sh links it)
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVDICE_CUDA=ON "${launchers[@]}" \
   > "$WORK/logs/configure.log" 2>&1 || { echo "configure failed: $WORK/logs/configure.log"; exit 1; }
 applied=""

@@ -7,7 +7,8 @@
 # passed and both sanitizers report nothing.
 #   bash tools/gpu/run-cuda-tests.sh                  # .gpu-bin/test_backend from tools/gpu/pack.sh
 #   BIN=build-cuda/test_backend bash tools/gpu/run-cuda-tests.sh
-# STAGES (tests memcheck racecheck), JOBS (8), SUITE_TIMEOUT (540 s a shard), SANITIZER_TIMEOUT (540 s),
+# STAGES (tests memcheck racecheck), JOBS (8), SUITE_TIMEOUT (540 s a shard), SANITIZER_TIMEOUT (540 s a
+# test under a sanitizer; each test is its own process, SANITIZER_JOBS (3) of them at once per tool),
 # SPLIT (6: a suite of more tests runs one process per test), SKIP (suites left out, by name, e.g.
 # "TransformersParity": it needs .gpu/ checkpoints). Logs: $OUT/cuda-tests-logs.tar.xz; summary on
 # stdout and in $OUT/cuda-tests-summary.txt.
@@ -19,6 +20,7 @@ BIN=${BIN:-.gpu-bin/test_backend}
 JOBS=${JOBS:-8}
 SUITE_TIMEOUT=${SUITE_TIMEOUT:-540}
 SANITIZER_TIMEOUT=${SANITIZER_TIMEOUT:-540}
+SANITIZER_JOBS=${SANITIZER_JOBS:-3}
 SPLIT=${SPLIT:-6}
 SKIP=${SKIP:-}
 STAGES=${STAGES:-tests memcheck racecheck}
@@ -43,14 +45,20 @@ MEMCHECK_FILTER=${MEMCHECK_FILTER:-'CudaOps.*:CudaAttentionPlan.*:CudaSignals.*:
 # Kernels whose warps share stages through shared memory: attention (decode with and without RoPE,
 # prefill), the sampler's cluster descent, the selections' block sorts.
 RACECHECK_FILTER=${RACECHECK_FILTER:-'CudaOps.RopeAttention*:CudaOps.Attention*:CudaOps.Sample*:Policies/CudaEvict.*/0:Policies/CudaScoringPolicy.*/0:Policies/CudaScoringPolicy.*/14:CudaTriAttention.Small*'}
-sanitize() {  # tool filter
-  local tool=$1 filter=$2 log=$LOGS/$1.log extra=()
-  [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
-  timeout "$SANITIZER_TIMEOUT" "$SANITIZER" --tool "$tool" "${extra[@]}" --error-exitcode 99 \
-    "$BIN" --gtest_filter="$filter" > "$log" 2>&1
-  echo $? > "$LOGS/$tool.rc"
+sanitize() {  # tool filter: one process per test, SANITIZER_JOBS at once, each under its own timeout
+  local tool=$1 filter=$2
+  mkdir -p "$LOGS/$tool"
+  "$BIN" --gtest_list_tests --gtest_filter="$filter" | awk '/^[^ ]/ {suite = $1; next} {print suite $1}' \
+    > "$LOGS/$tool/tests.txt"
+  xargs -a "$LOGS/$tool/tests.txt" -P "$SANITIZER_JOBS" -I{} bash -c '
+    extra=(); [ "$1" = racecheck ] && extra=(--racecheck-report hazard)
+    log="$LOGS/$1/$(echo "$2" | tr "/." "__").log"
+    timeout "$SANITIZER_TIMEOUT" "$SANITIZER" --tool "$1" "${extra[@]}" --error-exitcode 99 \
+      "$BIN" --gtest_filter="$2" > "$log" 2>&1
+    echo "$? $2" >> "$LOGS/$1/rc.txt"' _ "$tool" {}
 }
 SANITIZER=${SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
+export BIN LOGS SANITIZER SANITIZER_TIMEOUT
 pids=()
 has memcheck && { sanitize memcheck "$MEMCHECK_FILTER" & pids+=($!); }
 has racecheck && { sanitize racecheck "$RACECHECK_FILTER" & pids+=($!); }
@@ -113,11 +121,13 @@ fi
 for pid in "${pids[@]}"; do wait "$pid"; done
 for tool in memcheck racecheck; do
   has $tool || continue
-  rc=$(cat "$LOGS/$tool.rc" 2>/dev/null || echo 1)
-  errors=$(grep -E "(ERROR|RACECHECK) SUMMARY" "$LOGS/$tool.log" | tail -1)
-  tests=$(grep -E '^\[  (PASSED|FAILED)  \]' "$LOGS/$tool.log" | head -2 | tr '\n' ' ')
-  [ "$rc" = 0 ] || status=1
-  say "compute-sanitizer $tool: rc $rc; ${errors:-no summary (timed out or crashed)}; $tests"
+  total=$(wc -l < "$LOGS/$tool/tests.txt" 2>/dev/null || echo 0)
+  clean=$(awk '$1 == 0' "$LOGS/$tool/rc.txt" 2>/dev/null | wc -l)
+  found=$(awk '$1 == 99 {print $2}' "$LOGS/$tool/rc.txt" 2>/dev/null | tr '\n' ' ')
+  cut=$(awk '$1 == 124 || $1 == 137 {print $2}' "$LOGS/$tool/rc.txt" 2>/dev/null | tr '\n' ' ')
+  other=$(awk '$1 != 0 && $1 != 99 && $1 != 124 && $1 != 137 {print $2 " (rc " $1 ")"}' "$LOGS/$tool/rc.txt" 2>/dev/null | tr '\n' ' ')
+  [ "$clean" = "$total" ] && [ "$total" -gt 0 ] || status=1
+  say "compute-sanitizer $tool: $clean of $total tests clean; reports in: ${found:-none}; timed out: ${cut:-none}; failed otherwise: ${other:-none}"
 done
 tar cJf "$OUT/cuda-tests-logs.tar.xz" -C "$OUT" cuda-tests-logs && rm -rf "$LOGS"
 say "status $status (0: every suite passed, the sanitizers found nothing)"
