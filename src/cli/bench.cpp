@@ -21,7 +21,23 @@ struct BenchFlags {
   int bandwidth_mib = 1024;
   bench::ServeBenchOptions serve;
   std::string request_rate = "inf";
+  std::string preset;  // evict: "table9"
 };
+
+// `bench evict --preset table9`: the paper's eviction-cost protocol (its Table 9): batch 1, K = 1024,
+// r = 64 after a 256-token prompt, and the scoring settings of the reference's timing runs (smoothing on,
+// n_large = K/4, softmax temperature 0.6, R-KV lambda 0.1). Flags given beside it win. TriAttention
+// needs its statistics: name it with --policies triattention:stats=FILE.
+void apply_table9_preset(bench::BenchOptions& o, const CLI::App& cmd) {
+  auto unset = [&](const char* flag) { return cmd.count(flag) == 0; };
+  if (unset("--batches")) o.batches = {1};
+  if (unset("--budget")) o.budget = 1024;
+  if (unset("--window")) o.window = 64;
+  if (unset("--prompt-len")) o.prompt_len = 256;
+  if (unset("--policies"))
+    o.policies = {"random_pp", "snapkv_pp:pool=5,temperature=0.6", "rkv_pp:lambda=0.1,pool=5,temperature=0.6",
+                  "vase_pp:large=0.25,pool=5,temperature=0.6"};
+}
 
 // Flags that only `serve` reads, and flags of the other protocols that `serve` does not read: either
 // given to the wrong protocol is an error, never silently ignored.
@@ -32,7 +48,7 @@ const char* const kServeOnlyFlags[] = {"--url",         "--api-key",          "-
 const char* const kNotServeFlags[] = {"--requests", "--no-graphs",
                                       "--fused-decode", "--memory-gib",     "--batches",       "--policies",
                                       "--repeats",     "--short-context",  "--long-context",  "--bandwidth-mib",
-                                      "--budget-convention", "--prefill-chunk"};
+                                      "--budget-convention", "--prefill-chunk", "--preset"};
 
 void check_protocol_flags(const std::string& protocol, const CLI::App& cmd) {
   const bool serve = protocol == "serve";
@@ -137,6 +153,10 @@ void run(BenchFlags& f, const CLI::App& cmd) {
     fail("--config is the shape for --random-weights; add --random-weights");
   if (!f.model.empty()) o.model_path = resolve_model_argument(f.model).string();
   apply_defaults(o, cmd);
+  if (f.preset == "table9") {  // after the defaults: --quick's batch sizes do not apply to it
+    if (o.protocol != "evict") fail("--preset table9 is a preset of bench evict, not of bench {}", o.protocol);
+    apply_table9_preset(o, cmd);
+  }
   o.bandwidth_bytes = static_cast<size_t>(f.bandwidth_mib) << 20;
   const Json run = bench::run_bench(o);
   if (!o.json_out.empty()) bench::append_json_run(o.json_out, run);
@@ -202,6 +222,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--policies", o.policies, "evict: policies to time (default: every one the backend runs)")
       ->delimiter(',');
   add_int_option(cmd, "--repeats", o.repeats, 1, 100000, "evict: timed rounds per measurement");
+  cmd->add_option("--preset", f->preset,
+                  "evict: table9 = the paper's eviction-cost protocol (batch 1, T=1024, r=64, 256-token prompt, "
+                  "the reference's timing settings for snapkv_pp, rkv_pp, vase_pp beside random_pp)")
+      ->check(CLI::IsMember({"table9"}));
   add_int_option(cmd, "--short-context", o.short_context, 1, kMaxTokens, "latency: short prompt length");
   add_int_option(cmd, "--long-context", o.long_context, 1, kMaxTokens, "latency: long prompt length");
   add_int_option(cmd, "--bandwidth-mib", f->bandwidth_mib, 1, 1 << 16,
