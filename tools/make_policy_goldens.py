@@ -59,10 +59,12 @@ def top(case, pool, score, n):
     return sorted(pool, key=lambda s: (-score[s], pos[s]))[:n]
 
 
-def random_block_pp(case, block=32):
+def random_block_pp(case, block=32, grid="slot0"):
+    # The reference numbers blocks over the whole cache, prompt included (arange(n_cand) // B).
     order = chrono(case, case["n_protected"])
+    origin = case["n_protected"] if grid == "slot0" else 0
     s = stream_of(case)
-    score = {slot: s.u64(i // block) for i, slot in enumerate(order)}
+    score = {slot: s.u64((origin + i) // block) for i, slot in enumerate(order)}
     return list(range(case["n_protected"])) + top(case, order, score, case["keep"] - case["n_protected"])
 
 
@@ -210,6 +212,7 @@ POLICIES = {
     "random_block_pp": random_block_pp,
     "random_block_pp:block=4": lambda c: random_block_pp(c, block=4),
     "random_block_pp:block=1": lambda c: random_block_pp(c, block=1),
+    "random_block_pp:block=4,grid=candidates": lambda c: random_block_pp(c, block=4, grid="candidates"),
     "random_pp_rec": random_pp_rec,
     "random_pp_rec:recent=0.25": lambda c: random_pp_rec(c, recent=0.25),
     "rkv": lambda c: rkv(c, False),

@@ -88,6 +88,7 @@ struct CudaSelectionArgs {
   double large = 0.0;
   int sinks = 0;
   int block = 0;
+  bool block_from_slot0 = true;
   double recent = 0.0;
   int queries = 0;
   double threshold = 0.0;

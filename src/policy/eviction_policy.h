@@ -78,6 +78,7 @@ struct DeviceParams {
   double large = 0.0;   // VaSE: n_large = floor(large · T)
   int sinks = 0;        // VaSE's sink tokens
   int block = 0;        // random_block_pp: candidates per draw
+  bool block_from_slot0 = true;  // random_block_pp: blocks numbered from cache slot 0, prompt included
   double recent = 0.0;  // random_pp_rec: share of K_sel kept as the most recent
   int queries = 0;      // rkv_official: newest window queries that score
   double threshold = 0.0;  // rkv_official: similarity above which the newest similar key is spared

@@ -1,12 +1,16 @@
 // random_block_pp (ablation, docs/reference.md §1 "block-random"; the reference's BLOCK_SIZE, default 32):
 // prompt protected; the other candidates, in age order, form contiguous blocks of B; each block gets
 // one uniform 64-bit draw per (layer, KV head, round) and the blocks with the highest draws are kept
-// whole, the last one partly (its oldest tokens first: the position tie rule).
+// whole, the last one partly (its oldest tokens first: the position tie rule). The grid starts at cache
+// slot 0, prompt included, as the reference's `arange(n_cand) // B` does, so the block that holds the
+// prompt's end is cut short (grid=slot0, the default); grid=candidates starts it at the first
+// candidate after the prompt instead.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <memory>
 
+#include "core/error.h"
 #include "policy/policy_options.h"
 #include "policy/ranking.h"
 
@@ -15,16 +19,21 @@ namespace {
 
 class RandomBlockPpPolicy final : public EvictionPolicy {
  public:
-  explicit RandomBlockPpPolicy(PolicyOptions& options) : block_(options.get_int("block", 32, 1, 1 << 20)) {}
+  explicit RandomBlockPpPolicy(PolicyOptions& options)
+      : block_(options.get_int("block", 32, 1, 1 << 20)), grid_(options.get_string("grid", "slot0")) {
+    if (grid_ != "slot0" && grid_ != "candidates")
+      fail("random_block_pp: option grid={} must be slot0 or candidates", grid_);
+  }
   std::string_view name() const override { return "random_block_pp"; }
   std::string_view summary() const override {
     return "prompt + window kept, one random draw per contiguous block of B candidates (block=32)";
   }
   bool protects_prompt() const override { return true; }
-  std::string options() const override { return fmt::format("block={}", block_); }
+  std::string options() const override { return fmt::format("block={},grid={}", block_, grid_); }
   DeviceParams device_params() const override {
     DeviceParams params;
     params.block = block_;
+    params.block_from_slot0 = grid_ == "slot0";
     params.head_scratch = true;  // the device sorts the candidates by age, then the blocks by draw
     return params;
   }
@@ -34,15 +43,17 @@ class RandomBlockPpPolicy final : public EvictionPolicy {
     const PhiloxStream stream{input.key, input.round, static_cast<uint32_t>(input.layer),
                               static_cast<uint32_t>(input.kv_head)};
     std::vector<uint64_t> score(static_cast<size_t>(input.n_candidates), 0);
+    const size_t origin = grid_ == "slot0" ? static_cast<size_t>(input.n_protected) : 0;
     for (size_t i = 0; i < order.size(); ++i)
       score[static_cast<size_t>(order[i])] =
-          stream.draw_u64(static_cast<uint32_t>(i / static_cast<size_t>(block_)));
+          stream.draw_u64(static_cast<uint32_t>((origin + i) / static_cast<size_t>(block_)));
     for (int slot = 0; slot < input.n_protected; ++slot) keep[slot] = 1;
     keep_highest<uint64_t>(input, order, score, input.keep - input.n_protected, keep);
   }
 
  private:
   int block_;
+  std::string grid_;
 };
 
 }  // namespace

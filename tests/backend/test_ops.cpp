@@ -927,7 +927,7 @@ TEST_P(CudaEvict, RoundsMatchTheCpuBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Policies, CudaEvict,
                          testing::Values("random_pp", "random", "random_shared", "recency_pp", "recency",
                                          "streaming", "random_block_pp", "random_block_pp:block=4",
-                                         "random_block_pp:block=1", "random_pp_rec", "random_pp_rec:recent=0.25",
+                                         "random_block_pp:block=1", "random_block_pp:block=4,grid=candidates", "random_pp_rec", "random_pp_rec:recent=0.25",
                                          // 0.3 · K_sel = 9.6 and 0.125 · 20 = 2.5 (half to even: 2)
                                          "random_pp_rec:recent=0.3", "random_pp_rec:recent=0.125",
                                          "random_pp_rec:recent=1", "random_pp_rec:recent=0"));

@@ -52,13 +52,14 @@ TEST(Registry, UnknownNameListsKnownNames) {
 }
 
 TEST(Registry, OptionsAreParsedDefaultedAndDescribed) {
-  EXPECT_EQ(describe(*make_policy("random_block_pp")), "random_block_pp:block=32");
-  EXPECT_EQ(describe(*make_policy("random_block_pp:block=8")), "random_block_pp:block=8");
+  EXPECT_EQ(describe(*make_policy("random_block_pp")), "random_block_pp:block=32,grid=slot0");
+  EXPECT_EQ(describe(*make_policy("random_block_pp:block=8,grid=candidates")),
+            "random_block_pp:block=8,grid=candidates");
   EXPECT_EQ(describe(*make_policy("random_pp_rec")), "random_pp_rec:recent=0.5");
   EXPECT_EQ(describe(*make_policy("random_pp")), "random_pp");
   for (const char* bad : {"random_block_pp:block=0", "random_block_pp:block=x", "random_block_pp:size=8",
                           "random_block_pp:block", "random_pp:block=8", "random_pp_rec:recent=1.5",
-                          "random_block_pp:block=8,block=9"}) {
+                          "random_block_pp:block=8,block=9", "random_block_pp:grid=prompt"}) {
     EXPECT_THROW(make_policy(bad), Error) << bad;
   }
 }
@@ -108,6 +109,8 @@ TEST(Registry, DeviceParamsCarryTheOptions) {
   EXPECT_EQ(block.block, 32);
   EXPECT_TRUE(block.head_scratch);
   EXPECT_EQ(make_policy("random_block_pp:block=4")->device_params().block, 4);
+  EXPECT_TRUE(block.block_from_slot0);
+  EXPECT_FALSE(make_policy("random_block_pp:grid=candidates")->device_params().block_from_slot0);
   const DeviceParams rec = make_policy("random_pp_rec:recent=0.25")->device_params();
   EXPECT_EQ(rec.recent, 0.25);
   EXPECT_TRUE(rec.head_scratch);

@@ -560,6 +560,7 @@ class CudaBackend final : public Backend {
     args.large = params->params.large;
     args.sinks = params->params.sinks;
     args.block = params->params.block;
+    args.block_from_slot0 = params->params.block_from_slot0;
     args.recent = params->params.recent;
     args.queries = params->params.queries;
     args.threshold = params->params.threshold;

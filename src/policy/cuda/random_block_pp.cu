@@ -1,5 +1,6 @@
 // random_block_pp on the device (twin of policy/random_block_pp.cpp): prompt protected; the other
-// candidates in age order form blocks of B, block b gets draw_u64(b) of the (round, layer, KV head)
+// candidates in age order form blocks of B (numbered from cache slot 0 under grid=slot0, from the first
+// candidate otherwise), block b gets draw_u64(b) of the (round, layer, KV head)
 // stream, and the K_sel - pl candidates first in (draw descending, age ascending) order are kept. Equal
 // draws keep the older block first and a block's candidates share its draw, so that order is the CPU's
 // (score descending, position ascending): one exact sort of (~draw, age rank) keys.
@@ -17,9 +18,10 @@ struct RandomBlockPpDevice {
     cuda::age_order(h, w, first);
     const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer), static_cast<uint32_t>(h.kv_head)};
     const int len = cuda::HeadScratch::sort_len(count);
+    const int origin = args.block_from_slot0 ? first : 0;
     for (int i = threadIdx.x; i < len; i += blockDim.x) {
       cuda::SortPair p{~uint64_t{0}, ~0u, 0};
-      if (i < count) p = {~stream.draw_u64(static_cast<uint32_t>(i / args.block)), static_cast<uint32_t>(i), 0};
+      if (i < count) p = {~stream.draw_u64(static_cast<uint32_t>((origin + i) / args.block)), static_cast<uint32_t>(i), 0};
       w.sort[i] = p;
     }
     __syncthreads();
