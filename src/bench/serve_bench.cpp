@@ -535,9 +535,7 @@ struct InProcessServer {
   ~InProcessServer() { stop(); }
   void stop() {
     if (!thread.joinable()) return;
-    // serve_until_signal waits for SIGTERM with sigwait in a thread that blocks it; this
-    // thread-directed one reaches only that thread.
-    pthread_kill(thread.native_handle(), SIGTERM);
+    server->request_stop();
     thread.join();
   }
 };
@@ -655,8 +653,8 @@ Json run_serve_bench(const BenchOptions& o, const ServeBenchOptions& s) {
       fail("bench serve starts kvdice serve, which needs a tokenizer: give --model DIR (a checkpoint; "
            "tools/gpu/make_checkpoint.py writes random weights of a real shape with one), or --url");
     if (o.model_path.empty()) fail("bench serve needs --model PATH|default (started here) or --url http://HOST:PORT");
-    // A client gone mid-write is an error code, not a signal. SIGINT/SIGTERM keep their default
-    // (they end the bench); only the server's thread blocks them, for its sigwait (InProcessServer::stop).
+    // A client gone mid-write is an error code, not a signal. SIGINT/SIGTERM keep their default (they
+    // end the bench); the server is stopped with Server::request_stop (InProcessServer::stop).
     ::signal(SIGPIPE, SIG_IGN);
     local = std::make_unique<InProcessServer>();
     local->backend = backend::make_backend(o.backend);
@@ -677,13 +675,7 @@ Json run_serve_bench(const BenchOptions& o, const ServeBenchOptions& s) {
     local->server = std::make_unique<server::Server>(local->bundle, *local->backend, so);
     local->port = local->server->bind();
     InProcessServer* raw = local.get();
-    sigset_t stop_signals, previous;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, &previous);  // the new thread inherits the block
     raw->thread = std::thread([raw] { raw->exit_code = raw->server->serve_until_signal(); });
-    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
     client.target = Target{"127.0.0.1", std::to_string(local->port), fmt::format("http://127.0.0.1:{}", local->port)};
     client.model = so.model_name;
     if (vocab == 0) vocab = local->bundle.model->config().vocab;

@@ -44,7 +44,7 @@ void run_serve(ServeOptions& o) {
   }
   s.model_name = o.model_name.empty() ? o.model : o.model_name;
 
-  server::block_server_signals();  // before any thread starts, so only sigwait sees SIGINT/SIGTERM
+  server::install_server_signal_handlers();  // SIGINT/SIGTERM drain from here on, whichever thread takes them
   const auto path = resolve_model_argument(o.model);
   auto backend = make_server_backend(o);
   s.engine.max_batch = o.max_batch > 0 ? o.max_batch : backend->is_cpu() ? kCpuDefaultMaxBatch : kCudaDefaultMaxBatch;

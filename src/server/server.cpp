@@ -3,15 +3,19 @@
 #include <fmt/core.h>
 #include <arpa/inet.h>
 #include <httplib.h>
-#include <pthread.h>
 #include <signal.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <optional>
 #include <random>
 #include <set>
+#include <mutex>
 #include <thread>
 
 #include "core/error.h"
@@ -23,16 +27,28 @@
 
 namespace kvdice::server {
 
-void block_server_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+namespace {
+
+// SIGINT/SIGTERM reach serve_until_signal through a pipe written by the handler. A handler, not a
+// blocked mask and sigwait: threads that libraries start before main (OpenBLAS's pool) keep the
+// signals unblocked, and the kernel may deliver to any of them; with no handler the default action
+// killed the process instead of draining. A handler runs on whichever thread takes the signal.
+// Server::request_stop writes to the same pipe: a server run inside another program (bench serve)
+// is stopped without signals.
+int stop_pipe[2] = {-1, -1};
+
+void open_stop_pipe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (pipe2(stop_pipe, O_CLOEXEC) != 0) fail("cannot create the server's stop pipe: {}", std::strerror(errno));
+  });
 }
 
-namespace {
+extern "C" void on_stop_signal(int sig) {
+  const char c = static_cast<char>(sig);
+  const ssize_t written = write(stop_pipe[1], &c, 1);  // async-signal-safe; a full pipe already holds one
+  (void)written;
+}
 
 std::string random_hex(size_t n) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -436,17 +452,33 @@ int Server::bind() {
   return impl_->port;
 }
 
+void install_server_signal_handlers() {
+  open_stop_pipe();
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+void Server::request_stop() {
+  open_stop_pipe();
+  on_stop_signal(0);  // 0: asked for, not a signal
+}
+
 int Server::serve_until_signal() {
+  open_stop_pipe();
   std::thread listener([this] { impl_->http.listen_after_bind(); });
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  int sig = 0;
-  sigwait(&set, &sig);
+  char c = 0;
+  while (read(stop_pipe[0], &c, 1) != 1) {
+    if (errno != EINTR) fail("reading the signal pipe: {}", std::strerror(errno));
+  }
+  const int sig = c;
   const auto timeout = std::chrono::seconds(impl_->options.drain_timeout_s);
-  fmt::print(stderr, "kvdice serve: {} received, draining (up to {} s)\n",
-             sig == SIGINT ? "SIGINT" : "SIGTERM", impl_->options.drain_timeout_s);
+  fmt::print(stderr, "kvdice serve: {}, draining (up to {} s)\n",
+             sig == SIGINT ? "SIGINT received" : sig == SIGTERM ? "SIGTERM received" : "stop requested", impl_->options.drain_timeout_s);
   const bool clean = impl_->host.drain(std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
   // Let handler threads finish writing what the engine produced before the sockets close.
   std::this_thread::sleep_for(std::chrono::milliseconds(100));

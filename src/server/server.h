@@ -39,9 +39,11 @@ class Server {
   // Binds (port 0 picks one) with a listen backlog of SOMAXCONN and returns the port; throws Error
   // when the address is not an IP address of this machine or the port is taken.
   int bind();
-  // Serves until SIGINT or SIGTERM (which the caller must have blocked in every thread), then
+  // Serves until SIGINT or SIGTERM (after install_server_signal_handlers) or request_stop(), then
   // drains: no new requests, running ones finish within the drain timeout. Returns the exit code.
   int serve_until_signal();
+  // Stops serve_until_signal() as a signal would, from any thread (a server run inside another program).
+  void request_stop();
   // The engine host: its pool (memory plan, capacity) for the start-up line.
   const EngineHost& engine_host() const;
 
@@ -50,8 +52,8 @@ class Server {
   std::unique_ptr<Impl> impl_;
 };
 
-// Blocks SIGINT/SIGTERM in the calling thread (and the threads it starts later) so that
-// serve_until_signal() receives them with sigwait; ignores SIGPIPE (a client gone mid-write).
-void block_server_signals();
+// Makes SIGINT/SIGTERM, on whichever thread the kernel delivers them, wake serve_until_signal() to drain
+// (a handler writing to a pipe); ignores SIGPIPE (a client gone mid-write). Call before serving.
+void install_server_signal_handlers();
 
 }  // namespace kvdice::server

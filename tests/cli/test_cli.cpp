@@ -108,7 +108,7 @@ TEST(Cli, EveryBaselinePolicyGeneratesUnderTheBudget) {
     ASSERT_EQ(r.exit_code, 0) << policy << ": " << r.err;
     const Json j = Json::parse(r.out);
     EXPECT_EQ(policy.substr(0, policy.find(':')), j["policy"].get<std::string>());
-    if (policy.starts_with("random_block_pp")) EXPECT_EQ(j["policy_options"], "block=4");
+    if (policy.starts_with("random_block_pp")) EXPECT_EQ(j["policy_options"], "block=4,grid=slot0");
     if (policy == "vase") EXPECT_EQ(j["policy_options"], "large=0.25,sinks=4,pool=5,temperature=1");
     if (policy == "rkv_official") EXPECT_EQ(j["policy_options"], "lambda=0.1,queries=8,pool=7,threshold=0.5");
     const Json& s = j["stats"];

@@ -1,6 +1,7 @@
 """The official openai client against kvdice serve on the tiny Qwen3 fixture."""
 import concurrent.futures as cf
 import json
+import time
 
 import http.client
 import openai
@@ -238,6 +239,9 @@ def test_drain_finishes_running_requests(start_server):
     chunks = [next(iter(stream))]
     s.proc.send_signal(__import__("signal").SIGTERM)
     s.wait_metric("kvdice_running_sequences", lambda v: v >= 0)  # still answering while draining
+    deadline = time.time() + 10  # the signal reaches the drain asynchronously
+    while s.get("/health")[0] != 503 and time.time() < deadline:
+        time.sleep(0.02)
     assert s.get("/health")[0] == 503
     with pytest.raises(openai.APIStatusError) as e:
         c.completions.create(model=MODEL, prompt="late", max_tokens=2)
