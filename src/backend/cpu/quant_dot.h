@@ -51,7 +51,7 @@ RowDot row_dot(uint32_t ggml_type, Isa isa);
 // 1 <= n <= kTileRows. Each weight block is loaded and unpacked once per tile instead of once per row
 // (the prompt's matmul at prefill); out[i] is bit-identical to row_dot's result for that row, so a
 // row's output does not depend on how many rows share its batch or where the tiles fall.
-inline constexpr int kTileRows = 4;
+inline constexpr int kTileRows = 8;
 using TileDot = void (*)(const uint8_t* w, const QuantizedRows& x, int64_t r0, int n, float* out);
 TileDot tile_dot(uint32_t ggml_type, Isa isa);
 
