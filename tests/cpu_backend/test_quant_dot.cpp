@@ -8,7 +8,10 @@
 // |w_i| * s_b / 2 per element (s_b = max|x| / 127 of the element's block): that bound is checked too.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -114,6 +117,52 @@ TEST(QuantDot, EveryKernelEqualsFp32OfTheDequantisedWeights) {
     }
   }
   EXPECT_GE(checked, 10);
+}
+
+// The tile kernel (prefill's many-row matmul) against the one-row kernel, bit for bit (NaN and inf from
+// random-bit scales included), for every tile size and start at odd row and column counts: a row's
+// output must not depend on the batch it came in.
+TEST(QuantDot, TileKernelIsBitIdenticalToTheOneRowKernel) {
+  int checked = 0;
+  for (cpu::Isa isa : cpu::available_isas()) {
+    for (const char* name : kNames) {
+      const BlockMatrix m = block_matrix(name);
+      const int64_t be = cpu::block_elements(m.type);
+      std::vector<int64_t> col_counts{be, 3 * be};
+      if (m.cols / be % 2 == 1 && m.cols > 3 * be) col_counts.push_back(m.cols);
+      for (int64_t cols : col_counts) {
+        if (cols > m.cols) continue;
+        for (int64_t rows : {1, 3, 7, 8, 9, 33}) {
+          SCOPED_TRACE(std::string(name) + " on " + std::string(cpu::isa_name(isa)) + ", " +
+                       std::to_string(rows) + " rows x " + std::to_string(cols) + " columns");
+          const std::vector<float> x = activations(rows, cols);
+          cpu::QuantizedRows xq;
+          cpu::quantize_rows(x.data(), rows, cols, cols, xq);
+          const cpu::RowDot one = cpu::row_dot(m.type, isa);
+          const cpu::TileDot tile = cpu::tile_dot(m.type, isa);
+          for (int64_t o = 0; o < std::min<int64_t>(m.rows, 6); ++o) {
+            const uint8_t* w = m.data + o * m.row_bytes;
+            std::vector<uint32_t> want(static_cast<size_t>(rows));
+            for (int64_t r = 0; r < rows; ++r)
+              want[static_cast<size_t>(r)] =
+                  std::bit_cast<uint32_t>(one(w, xq.q_row(r), xq.scale_row(r), xq.sum16_row(r), cols));
+            for (int n = 1; n <= cpu::kTileRows; ++n) {
+              for (int64_t r0 = 0; r0 + n <= rows; ++r0) {
+                float got[cpu::kTileRows];
+                tile(w, xq, r0, n, got);
+                for (int i = 0; i < n; ++i) {
+                  ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), want[static_cast<size_t>(r0 + i)])
+                      << "weight row " << o << ", tile of " << n << " at row " << r0 << ", row " << r0 + i;
+                  ++checked;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(checked, 1000);
 }
 
 TEST(QuantDot, QuantisedActivationsRoundToNearestWithinTheirBlockScale) {

@@ -176,7 +176,7 @@ class CpuBackend final : public Backend {
     const int64_t rows = x.rows, in = x.cols;
     cpu::quantize_rows(f32(x), rows, in, x.ld, activations_);
     struct Part {
-      cpu::RowDot dot;
+      cpu::TileDot dot;
       const uint8_t* data;
       int64_t begin, end, row_bytes;
     };
@@ -185,7 +185,7 @@ class CpuBackend final : public Backend {
     for (const BlockRows& b : w.blocks) {
       KVDICE_CHECK(b.row_bytes == cpu::block_row_bytes(b.ggml_type, in),
                    "block rows of {} bytes for {} columns", b.row_bytes, in);
-      parts.push_back({cpu::row_dot(b.ggml_type, isa_), b.data, out, out + b.rows, b.row_bytes});
+      parts.push_back({cpu::tile_dot(b.ggml_type, isa_), b.data, out, out + b.rows, b.row_bytes});
       out += b.rows;
     }
     KVDICE_CHECK(out == w.w.rows, "block rows add up to {}, the weight has {}", out, w.w.rows);
@@ -197,10 +197,15 @@ class CpuBackend final : public Backend {
       for (const Part& p : parts) {
         for (int64_t o = std::max(begin, p.begin); o < std::min(end, p.end); ++o) {
           const uint8_t* wr = p.data + (o - p.begin) * p.row_bytes;
-          for (int64_t r = 0; r < rows; ++r) {
-            const float v = p.dot(wr, xq.q_row(r), xq.scale_row(r), xq.sum16_row(r), in);
-            float& dst = row(y, r)[o];
-            dst = accumulate ? dst + v : v;
+          // A tile of activation rows per weight row: each weight block is read once per tile.
+          for (int64_t r0 = 0; r0 < rows; r0 += cpu::kTileRows) {
+            const int n = static_cast<int>(std::min<int64_t>(cpu::kTileRows, rows - r0));
+            float v[cpu::kTileRows];
+            p.dot(wr, xq, r0, n, v);
+            for (int i = 0; i < n; ++i) {
+              float& dst = row(y, r0 + i)[o];
+              dst = accumulate ? dst + v[i] : v[i];
+            }
           }
         }
       }

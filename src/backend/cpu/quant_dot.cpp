@@ -99,26 +99,50 @@ const Layout& layout(uint32_t type) {
 }
 
 // The portable kernel: integer dot per group (16 elements: the finest any format scales), then
-// factor * activation scale, less offset * the activation group's sum.
+// factor * activation scale, less offset * the activation group's sum. A block is unpacked once for
+// the n rows of a tile; each row's sum takes the same steps as alone (n = 1).
 template <uint32_t Type>
-float scalar_dot(const uint8_t* w, const int8_t* q, const float* scale, const int32_t* sum16, int64_t cols) {
+void scalar_rows(const uint8_t* w, const int8_t* const* q, const float* const* scale,
+                 const int32_t* const* sum16, int n, int64_t cols, float* out) {
   const Layout& l = layout(Type);
   int iw[256];
   float factor[16], offset[16];
-  double total = 0.0;
+  double total[kTileRows] = {};
   for (int64_t base = 0; base < cols; base += l.elements, w += l.bytes) {
     l.unpack(w, iw, factor, offset);
-    for (int i16 = 0; i16 < l.elements / 16; ++i16) {
-      const int64_t e = base + 16 * i16;
-      int32_t dot = 0;
-      for (int i = 0; i < 16; ++i) dot += iw[16 * i16 + i] * q[e + i];
-      const int g = 16 * i16 / l.group;
-      const float xs = scale[e / 32];
-      total +=
-          static_cast<double>(factor[g] * xs) * dot - static_cast<double>(offset[g] * xs) * sum16[e / 16];
+    for (int r = 0; r < n; ++r) {
+      for (int i16 = 0; i16 < l.elements / 16; ++i16) {
+        const int64_t e = base + 16 * i16;
+        int32_t dot = 0;
+        for (int i = 0; i < 16; ++i) dot += iw[16 * i16 + i] * q[r][e + i];
+        const int g = 16 * i16 / l.group;
+        const float xs = scale[r][e / 32];
+        total[r] += static_cast<double>(factor[g] * xs) * dot -
+                    static_cast<double>(offset[g] * xs) * sum16[r][e / 16];
+      }
     }
   }
-  return static_cast<float>(total);
+  for (int r = 0; r < n; ++r) out[r] = static_cast<float>(total[r]);
+}
+
+template <uint32_t Type>
+float scalar_dot(const uint8_t* w, const int8_t* q, const float* scale, const int32_t* sum16, int64_t cols) {
+  float out;
+  scalar_rows<Type>(w, &q, &scale, &sum16, 1, cols, &out);
+  return out;
+}
+
+template <uint32_t Type>
+void scalar_tile(const uint8_t* w, const QuantizedRows& x, int64_t r0, int n, float* out) {
+  const int8_t* q[kTileRows];
+  const float* scale[kTileRows];
+  const int32_t* sum16[kTileRows];
+  for (int r = 0; r < n; ++r) {
+    q[r] = x.q_row(r0 + r);
+    scale[r] = x.scale_row(r0 + r);
+    sum16[r] = x.sum16_row(r0 + r);
+  }
+  scalar_rows<Type>(w, q, scale, sum16, n, x.cols, out);
 }
 
 }  // namespace
@@ -199,6 +223,24 @@ RowDot row_dot(uint32_t ggml_type, Isa isa) {
       return scalar_dot<kQ4_K>;
     case kQ6_K:
       return scalar_dot<kQ6_K>;
+  }
+  fail("ggml type {} has no CPU block kernel", ggml_type);
+}
+
+TileDot tile_dot(uint32_t ggml_type, Isa isa) {
+#if defined(__x86_64__)
+  if (isa == Isa::Avx512Vnni) return detail::avx512vnni_tile_kernel(ggml_type);
+  if (isa == Isa::Avx2) return detail::avx2_tile_kernel(ggml_type);
+#endif
+  switch (ggml_type) {
+    case kQ5_0:
+      return scalar_tile<kQ5_0>;
+    case kQ8_0:
+      return scalar_tile<kQ8_0>;
+    case kQ4_K:
+      return scalar_tile<kQ4_K>;
+    case kQ6_K:
+      return scalar_tile<kQ6_K>;
   }
   fail("ggml type {} has no CPU block kernel", ggml_type);
 }

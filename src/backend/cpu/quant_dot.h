@@ -47,12 +47,22 @@ using RowDot = float (*)(const uint8_t* w, const int8_t* q, const float* scale, 
                          int64_t cols);
 RowDot row_dot(uint32_t ggml_type, Isa isa);
 
+// The same dot for a tile of activation rows: out[i] = dot(weight row, row r0 + i of `x`) for i < n,
+// 1 <= n <= kTileRows. Each weight block is loaded and unpacked once per tile instead of once per row
+// (the prompt's matmul at prefill); out[i] is bit-identical to row_dot's result for that row, so a
+// row's output does not depend on how many rows share its batch or where the tiles fall.
+inline constexpr int kTileRows = 8;
+using TileDot = void (*)(const uint8_t* w, const QuantizedRows& x, int64_t r0, int n, float* out);
+TileDot tile_dot(uint32_t ggml_type, Isa isa);
+
 // One weight row back to fp32 (the embedding lookup of a table kept in blocks).
 void dequantize_row(uint32_t ggml_type, const uint8_t* w, int64_t cols, float* out);
 
 namespace detail {  // the x86 kernels, each in a file compiled for its instruction set
 RowDot avx2_kernel(uint32_t ggml_type);
 RowDot avx512vnni_kernel(uint32_t ggml_type);
+TileDot avx2_tile_kernel(uint32_t ggml_type);
+TileDot avx512vnni_tile_kernel(uint32_t ggml_type);
 }  // namespace detail
 
 }  // namespace kvdice::backend::cpu

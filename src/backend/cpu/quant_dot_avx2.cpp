@@ -4,5 +4,6 @@
 
 namespace kvdice::backend::cpu::detail {
 RowDot avx2_kernel(uint32_t ggml_type) { return kernel_for(ggml_type); }
+TileDot avx2_tile_kernel(uint32_t ggml_type) { return tile_kernel_for(ggml_type); }
 }  // namespace kvdice::backend::cpu::detail
 #endif

@@ -6,5 +6,6 @@
 
 namespace kvdice::backend::cpu::detail {
 RowDot avx512vnni_kernel(uint32_t ggml_type) { return kernel_for(ggml_type); }
+TileDot avx512vnni_tile_kernel(uint32_t ggml_type) { return tile_kernel_for(ggml_type); }
 }  // namespace kvdice::backend::cpu::detail
 #endif
