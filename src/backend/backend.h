@@ -142,18 +142,6 @@ struct DecoderLayerWeights {
   Weight down;                               // [hidden, intermediate]
 };
 
-// What decoder_stack runs: the layers, their KV pool layers, the shape, and the forward's activation
-// rows (x is read and written; qkv, attn and mlp are scratch between the layers' parts).
-struct DecoderStack {
-  const std::vector<DecoderLayerWeights>* layers = nullptr;
-  const std::vector<KvLayer>* kv = nullptr;
-  Rope rope;
-  int n_heads = 0;
-  int intermediate = 0;
-  float eps = 0.0f, scale = 0.0f;
-  View x, qkv, attn, mlp;
-};
-
 struct MemoryInfo {
   int64_t free_bytes = 0;
   int64_t total_bytes = 0;
@@ -248,11 +236,6 @@ class Backend {
     qk_norm_rope_append(batch, qkv, q_norm, k_norm, eps, rope, kv, q, n_heads);
     attention(batch, q, kv, out, n_heads, scale);
   }
-  // Every decoder layer of the step at once, where the backend has a fused form for it, returning
-  // whether it ran; when it returns false the caller runs the layers op by op (rmsnorm_matmul,
-  // rope_attention, matmul, rmsnorm, matmul, silu_mul, matmul), the twin that defines what it
-  // computes. CUDA: a one-row decode step (decode_stack.cu); the CPU backend has none.
-  virtual bool decoder_stack(const StepBatch& batch, const DecoderStack& stack) { return false; }
   // out = silu(gate_up[:, :n]) * gate_up[:, n:]  (gate_up fp32 [rows, 2n]; out activation dtype).
   virtual void silu_mul(const View& gate_up, const View& out) = 0;
   // out[s, :] = x[seq_row_begin[s + 1] - 1, :]: each sequence's last row (for its logits).

@@ -20,7 +20,6 @@ struct BenchOptions {
   backend::BackendOptions backend;
   bool quick = false;
   bool graphs = true;
-  bool fused_decode = false;  // Backend::decoder_stack where it applies (batch-1 decode on CUDA)
 
   // The load (throughput, capacity, latency) and the budget.
   int requests = 128;

@@ -73,7 +73,6 @@ Json LoadResult::metrics_json(double bandwidth) const {
   return Json{{"output_tokens", total_tokens},
               {"decode_tokens", decode_tokens},
               {"decode_steps", decode_steps},
-              {"fused_decode_steps", fused_decode_steps},
               {"prefill_steps", prefill_steps},
               {"wall_seconds", wall_seconds},
               {"warmup_seconds", warmup_seconds},
@@ -110,7 +109,6 @@ LoadResult run_load(const model::Model& model, backend::Backend& backend, const 
   config.prefill_chunk = spec.prefill_chunk;
   config.kv_pool_bytes = spec.kv_pool_bytes;
   config.graphs = spec.graphs;
-  config.fused_decode = spec.fused_decode;
   // The page tables cover exactly what one sequence reserves.
   config.max_context = config.budget.bounded()
                            ? std::max(spec.prompt_len, config.budget.budget) + config.budget.window
@@ -157,7 +155,6 @@ LoadResult run_load(const model::Model& model, backend::Backend& backend, const 
     backend.synchronize();
     out.warmup_seconds = since(warmup_start);
   }
-  const int64_t fused_before = engine.fused_decode_steps();
   submit_load(spec.output_len);
   std::map<uint64_t, int64_t> streamed;
   int64_t tokens = 0;
@@ -190,7 +187,6 @@ LoadResult run_load(const model::Model& model, backend::Backend& backend, const 
     }
   }
   out.wall_seconds = since(start);
-  out.fused_decode_steps = engine.fused_decode_steps() - fused_before;
   out.total_tokens = tokens;
   out.decode_tokens = tokens - prefilled;
   out.validation = validate_load(spec, engine.take_finished(), streamed);

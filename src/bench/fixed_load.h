@@ -32,7 +32,6 @@ struct LoadSpec {
   int prefill_chunk = 2048;
   int warmup_tokens = 0;  // untimed tokens a request before the timed load (0: none)
   bool graphs = true;
-  bool fused_decode = false;
   float temperature = 0.0f;
   float top_p = 1.0f;
   uint64_t seed = 0;
@@ -56,7 +55,6 @@ struct LoadResult {
   double wall_seconds = 0.0, prefill_seconds = 0.0, decode_seconds = 0.0;
   double warmup_seconds = 0.0;  // the untimed warm-up load, prefill included
   int64_t prefill_steps = 0, decode_steps = 0, decode_tokens = 0, total_tokens = 0;
-  int64_t fused_decode_steps = 0;  // decode steps that ran through the fused decoder stack
   int max_running = 0;
   int64_t weight_bytes_per_step = 0;  // weights a decode step reads (the output matrix, not the embedding)
   int64_t kv_bytes_per_slot = 0;      // K and V of one slot, all layers and heads

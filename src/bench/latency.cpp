@@ -1,6 +1,5 @@
 // latency: batch-1 decode at a short and a long context against the weights-only roofline (the rate
-// if a step read nothing but the weights at the measured bandwidth). With --fused-decode on a backend
-// that has a fused decoder stack (CUDA), each context runs twice, fused and op by op, side by side.
+// if a step read nothing but the weights at the measured bandwidth).
 #include "bench/protocols.h"
 #include "core/error.h"
 
@@ -11,32 +10,22 @@ Json run_latency(const BenchContext& ctx) {
   Json out;
   out["results"] = Json::array();
   LoadSpec last;
-  std::vector<bool> paths{o.fused_decode};
-  if (o.fused_decode && !ctx.backend.is_cpu()) paths.push_back(false);
   for (const auto& [label, context] :
        {std::pair<std::string, int>{"short", o.short_context}, {"long", o.long_context}}) {
-    for (const bool fused : paths) {
-      BenchOptions one = o;
-      one.requests = 1;
-      one.prompt_len = context;
-      one.fused_decode = fused;
-      LoadSpec spec = load_spec(one, o.policy);
-      const LoadResult result = run_load(ctx.model, ctx.backend, spec);
-      Json metrics = result.metrics_json(ctx.bandwidth);
-      const double roofline = ctx.bandwidth / static_cast<double>(result.weight_bytes_per_step);
-      metrics["context"] = context;
-      metrics["fused_decode_requested"] = fused;
-      metrics["weights_only_roofline_tok_s"] = roofline;
-      metrics["weights_only_roofline_fraction"] = metrics["output_tok_s_decode"].get<double>() / roofline;
-      out["results"].push_back(Json{
-          {"label", fmt::format("{} context {}{}", label, context,
-                                !o.fused_decode ? ""
-                                : fused ? fmt::format(", fused stack ({} steps)", result.fused_decode_steps)
-                                        : std::string(", op by op"))},
-          {"metrics", metrics},
-          {"validation", result.validation.to_json()}});
-      if (fused == o.fused_decode) last = spec;
-    }
+    BenchOptions one = o;
+    one.requests = 1;
+    one.prompt_len = context;
+    LoadSpec spec = load_spec(one, o.policy);
+    const LoadResult result = run_load(ctx.model, ctx.backend, spec);
+    Json metrics = result.metrics_json(ctx.bandwidth);
+    const double roofline = ctx.bandwidth / static_cast<double>(result.weight_bytes_per_step);
+    metrics["context"] = context;
+    metrics["weights_only_roofline_tok_s"] = roofline;
+    metrics["weights_only_roofline_fraction"] = metrics["output_tok_s_decode"].get<double>() / roofline;
+    out["results"].push_back(Json{{"label", fmt::format("{} context {}", label, context)},
+                                  {"metrics", metrics},
+                                  {"validation", result.validation.to_json()}});
+    last = spec;
   }
   out["parameters"] = load_parameters(last);
   out["parameters"].erase("prompt_len");

@@ -68,7 +68,6 @@ Json run_bench(const BenchOptions& options) {
   run["parameters"] = body["parameters"];
   run["parameters"]["seed"] = options.seed;
   run["parameters"]["graphs"] = options.graphs;
-  run["parameters"]["fused_decode"] = options.fused_decode;
   run["results"] = body["results"];
   run["peak_memory_bytes"] = backend->peak_memory_bytes();
   run["peak_memory_method"] = backend->is_cpu()

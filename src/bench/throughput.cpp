@@ -26,7 +26,6 @@ LoadSpec load_spec(const BenchOptions& options, const std::string& policy_name) 
   spec.prefill_chunk = options.prefill_chunk;
   spec.warmup_tokens = options.warmup_tokens;
   spec.graphs = options.graphs;
-  spec.fused_decode = options.fused_decode;
   spec.temperature = options.temperature;
   spec.top_p = options.top_p;
   spec.seed = options.seed;

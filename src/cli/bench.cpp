@@ -46,7 +46,7 @@ const char* const kServeOnlyFlags[] = {"--url",         "--api-key",          "-
                                        "--range-ratio",  "--prompt-vocab",     "--timeout",
                                        "--max-batch",    "--max-queue",        "--save-detailed"};
 const char* const kNotServeFlags[] = {"--requests", "--no-graphs",
-                                      "--fused-decode", "--memory-gib",     "--batches",       "--policies",
+                                      "--memory-gib",     "--batches",       "--policies",
                                       "--repeats",     "--short-context",  "--long-context",  "--bandwidth-mib",
                                       "--budget-convention", "--prefill-chunk", "--preset"};
 
@@ -191,10 +191,6 @@ void add_bench_command(CLI::App& app) {
   add_backend_flags(cmd, o.backend);
   cmd->add_flag("--quick", o.quick, "Short form of the protocol (well under a minute on an H200)");
   cmd->add_flag("!--no-graphs", o.graphs, "Run decode steps eagerly (no CUDA graphs)");
-  cmd->add_flag(
-      "--fused-decode", o.fused_decode,
-      "Run one-row decode steps through the fused decoder stack (CUDA; experimental, slower so far); "
-      "latency then measures it and the op-by-op path side by side");
   add_int_option(cmd, "--requests", o.requests, 1, kMaxBatch, "throughput: requests, all in one batch");
   add_int_option(cmd, "--prompt-len,--input-len", o.prompt_len, 1, kMaxTokens, "Prompt tokens per request (random ids)");
   add_int_option(cmd, "--output-len", o.output_len, 1, kMaxTokens,

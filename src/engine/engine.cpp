@@ -89,7 +89,7 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
 
   const int prefill_rows = std::max(config_.prefill_chunk, config_.max_batch);
   forward_ = std::make_unique<model::ForwardPass>(model_, backend_, prefill_rows, config_.max_batch,
-                                                  config_.max_batch, config_.fused_decode);
+                                                  config_.max_batch);
   const kv::KvShape shape = model_.kv_shape();
   const int page_slots = kv::KvPool::kDefaultPageSlots;
   max_pages_ = static_cast<int>((int64_t{max_context} + page_slots - 1) / page_slots);
@@ -455,9 +455,7 @@ void Engine::decode() {
       decode_ops(view, policy_used, publish_slot);
     }
     ++shape.runs;
-    shape.fused = forward_->last_run_fused();
   }
-  if (shape.fused) ++fused_decode_steps_;
   std::vector<Sequence*> rows;
   rows.reserve(static_cast<size_t>(n));
   for (const auto& seq : running_) rows.push_back(seq.get());

@@ -41,10 +41,6 @@ struct EngineConfig {
   kv::PoolRequest pool;        // --kv-slots / --kv-memory-gib / --gpu-memory-utilization; none = the default
   int max_context = 0;         // longest reservation of one sequence in slots; 0 = the model's max position
   bool graphs = true;          // replay each decode-step shape as one graph where the backend can
-  // Let the backend run every layer of a decode step at once where it can (CUDA: one-row steps,
-  // Backend::decoder_stack). Off by default: the persistent kernel is exact but still slower than
-  // the op-by-op graph at batch 1 (docs/benchmarks.md, "The fused decoder stack").
-  bool fused_decode = false;
   // Read a decode step's sampled tokens while the next step runs (one step late), so the device
   // never waits for the host between steps. Token events come one step later; a sequence that stops
   // on a stop id has run one step more, whose token is dropped. Off: every step is read at once.
@@ -135,8 +131,6 @@ class Engine {
   int64_t sequences_that_fit(int64_t reservation_slots) const;
   // Decode steps whose tokens the host has read so far (a step launched and not yet read is not one).
   int64_t decode_steps() const { return decode_steps_; }
-  // Decode steps launched through the backend's fused decoder stack (EngineConfig::fused_decode).
-  int64_t fused_decode_steps() const { return fused_decode_steps_; }
   // One scheduler iteration: admit + prefill new sequences, or one decode step for all running. A
   // prompt longer than the prefill chunk is prefilled one chunk per iteration, alternating with decode
   // steps of the running sequences, so neither starves.
@@ -195,11 +189,9 @@ class Engine {
   std::unique_ptr<backend::StepStorage> prefill_batch_;
   MemoryPlan plan_;
   int max_pages_ = 0;
-  // Per decode-step shape (its DecodeShapes id is the graph key): eager runs so far (graph capture),
-  // and whether its forward ran fused (a replay runs what was recorded).
+  // Per decode-step shape (its DecodeShapes id is the graph key): eager runs so far (graph capture).
   struct StepShape {
     int runs = 0;
-    bool fused = false;
   };
   DecodeShapes shape_ids_;
   std::map<uint64_t, StepShape> step_shapes_;
@@ -215,7 +207,6 @@ class Engine {
   bool chunk_turn_ = false;             // the next step prefills chunking_'s next chunk
   int next_slot_ = 0;
   int64_t decode_steps_ = 0;
-  int64_t fused_decode_steps_ = 0;
   std::chrono::steady_clock::time_point decode_clock_;  // when the last decode step was applied
 };
 

@@ -161,14 +161,13 @@ int64_t ForwardPass::activation_bytes_for(const ModelConfig& config, const backe
 }
 
 ForwardPass::ForwardPass(const Model& model, backend::Backend& backend, int max_rows, int max_seqs,
-                         int max_logit_rows, bool fuse_decode)
+                         int max_logit_rows)
     : model_(model),
       backend_(backend),
       weights_(upload_weights(model, backend)),
       max_rows_(max_rows),
       max_seqs_(max_seqs),
-      max_logit_rows_(max_logit_rows),
-      fuse_decode_(fuse_decode) {
+      max_logit_rows_(max_logit_rows) {
   if (max_rows < 1 || max_seqs < 1 || max_seqs > max_rows || max_logit_rows < max_seqs)
     fail(
         "forward sizes must satisfy 1 <= seqs <= rows and logit rows >= seqs (rows {}, seqs {}, logit rows "
@@ -199,37 +198,17 @@ backend::View ForwardPass::run(const backend::StepBatch& batch, const kv::KvPool
   } else {
     be.embed_blocks(batch, weights_.embed, x);
   }
-  // Every layer at once where the backend has a fused form for this step (EngineConfig::fused_decode);
-  // otherwise, and always by default, the layers op by op below, which define what it computes.
-  last_run_fused_ = false;
-  if (fuse_decode_) {
-    backend::DecoderStack stack;
-    stack.layers = &weights_.layers;
-    stack.kv = &pool.layers();
-    stack.rope = weights_.rope;
-    stack.n_heads = c.n_heads;
-    stack.intermediate = c.intermediate;
-    stack.eps = c.rms_eps;
-    stack.scale = scale;
-    stack.x = x;
-    stack.qkv = qkv;
-    stack.attn = attn;
-    stack.mlp = mlp;
-    last_run_fused_ = be.decoder_stack(batch, stack);
-  }
-  if (!last_run_fused_) {
-    for (int layer = 0; layer < c.n_layers; ++layer) {
-      const UploadedLayer& w = weights_.layers[static_cast<size_t>(layer)];
-      const backend::KvLayer& kv = pool.layer(layer);
-      be.rmsnorm_matmul(x, w.attn_norm, c.rms_eps, h, w.qkv, qkv);
-      be.rope_attention(batch, qkv, w.q_norm, w.k_norm, c.rms_eps, weights_.rope, kv, q, attn, c.n_heads,
-                        scale);
-      be.matmul(attn, w.wo, x, /*accumulate=*/true);  // residual add fused into the GEMM
-      be.rmsnorm(x, w.mlp_norm, h, c.rms_eps);
-      be.matmul(h, w.gate_up, gate_up, /*accumulate=*/false);
-      be.silu_mul(gate_up, mlp);
-      be.matmul(mlp, w.down, x, /*accumulate=*/true);
-    }
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    const UploadedLayer& w = weights_.layers[static_cast<size_t>(layer)];
+    const backend::KvLayer& kv = pool.layer(layer);
+    be.rmsnorm_matmul(x, w.attn_norm, c.rms_eps, h, w.qkv, qkv);
+    be.rope_attention(batch, qkv, w.q_norm, w.k_norm, c.rms_eps, weights_.rope, kv, q, attn, c.n_heads,
+                      scale);
+    be.matmul(attn, w.wo, x, /*accumulate=*/true);  // residual add fused into the GEMM
+    be.rmsnorm(x, w.mlp_norm, h, c.rms_eps);
+    be.matmul(h, w.gate_up, gate_up, /*accumulate=*/false);
+    be.silu_mul(gate_up, mlp);
+    be.matmul(mlp, w.down, x, /*accumulate=*/true);
   }
   // Final norm and logits only for the rows asked for.
   // A decode step (one row per sequence) already has them in order: no gather.

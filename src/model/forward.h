@@ -33,16 +33,11 @@ class ForwardPass {
  public:
   // `max_rows`: most token rows of one step; `max_seqs`: most sequences of one step; `max_logit_rows`:
   // logits rows (max_seqs, or max_rows for all-position scoring).
-  // `fuse_decode`: let the backend run all layers of a decode step at once where it can
-  // (Backend::decoder_stack); off, every step runs op by op (EngineConfig::fused_decode).
-  ForwardPass(const Model& model, backend::Backend& backend, int max_rows, int max_seqs, int max_logit_rows,
-              bool fuse_decode = false);
+  ForwardPass(const Model& model, backend::Backend& backend, int max_rows, int max_seqs, int max_logit_rows);
 
   // Runs the step (tokens, positions and pages from `batch`), appending K/V into `pool`. Returns logits
   // [n_seqs, vocab] fp32 (each sequence's last row), or [n_rows, vocab] when `all_positions`.
   backend::View run(const backend::StepBatch& batch, const kv::KvPool& pool, bool all_positions);
-  // Whether the last run() went through the backend's fused decoder stack.
-  bool last_run_fused() const { return last_run_fused_; }
 
   const UploadedWeights& weights() const { return weights_; }
   int64_t activation_bytes() const { return static_cast<int64_t>(arena_.bytes()); }
@@ -61,8 +56,6 @@ class ForwardPass {
   backend::Backend& backend_;
   UploadedWeights weights_;
   int max_rows_, max_seqs_, max_logit_rows_;
-  bool fuse_decode_;
-  bool last_run_fused_ = false;
   backend::Buffer arena_;
   Activations a_;
 };

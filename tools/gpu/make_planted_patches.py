@@ -174,7 +174,7 @@ FILTERS = {
     'prefill-attention-kv-heads-8-up': ('prefill attention',
         'CudaOps.*Attention*:CudaEngine.*:Shapes/CudaEngineRealShape.*/phi_4'),
     'rope-append-positions-past-2047': ('rope-append', 'CudaOps.*:CudaSignals.*:CudaEngine.*'),
-    'gemv-long-rows-drop-last-chunk': ('GEMV', 'CudaOps.*:FixtureOnCuda*:CudaDecoderStack.*:CudaEngine.*'),
+    'gemv-long-rows-drop-last-chunk': ('GEMV', 'CudaOps.*:FixtureOnCuda*:CudaEngine.*'),
     'sample-vocab-tail-past-131072': ('sampling', 'CudaOps.Sample*:CudaEngine.*'),
     'attention-mass-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
     'value-range-kv-heads-8-up': ('signals (value range)', 'CudaSignals.*'),

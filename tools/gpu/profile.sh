@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Per-kernel GPU time of a few decode steps (ncu, one metric, one pass; NCU=0 skips it), batch 1 and batch 128, on a
 # random-weight checkpoint of SHAPE (default qwen3-4b), prompt PROMPT, budget BUDGET. Results under $OUT.
-# TRACE=1: the CUPTI timeline of the decode graphs (POSITIONS=8,18,32: per layer position at batch 1). STACK=1 / ATTENTION=1 /
-# SAMPLER=1 / GEMV=1: a full ncu profile of one launch of the fused decoder-stack kernel (decode_stack.cu) / of decode
-# attention with RoPE (decode_attention.cu) / of the sampler's finish (sample.cu) / of a batch-1 GEMV (gemv.cu)
-# with its stall reasons per source line (NCU=0 to run it alone).
+# TRACE=1: the CUPTI timeline of the decode graphs (POSITIONS=8,18,32: per layer position at batch 1). ATTENTION=1 /
+# SAMPLER=1 / GEMV=1: a full ncu profile of one launch of decode attention with RoPE (decode_attention.cu) / of
+# the sampler's finish (sample.cu) / of a batch-1 GEMV (gemv.cu) with its stall reasons per source line (NCU=0
+# to run it alone). The fused decoder stack's profile: experiments/fused_decode/README.md.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/kvdice-out}; mkdir -p "$OUT" .gpu
@@ -87,9 +87,6 @@ for r in top:
     print(f"{100 * float(r[samp]) / max(total, 1):5.1f}%  {r[src][:150]}")
 PY
 }
-
-# STACK=1: the fused decoder stack (bench --fused-decode; docs/benchmarks.md, "The fused decoder stack").
-if [ "${STACK:-0}" = 1 ]; then profile_one_launch stack decode_stack 4 --fused-decode; fi
 
 # ATTENTION=1: one decode attention launch with RoPE (at batch 1 ~6.4 us a layer in the step's
 # timeline, the largest step of the chain outside the GEMVs; docs/benchmarks.md, "Batch 1").

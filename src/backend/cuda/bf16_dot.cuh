@@ -1,5 +1,6 @@
-// The inner product of the weight-streaming kernels (gemv.cu, decode_stack.cu): 8 bf16 weights against
-// 8 bf16 activations, both as one 16-byte chunk, accumulated in fp32; and the warp's sum.
+// The inner product of the weight-streaming kernels (gemv.cu, experiments/fused_decode/decode_stack.cu):
+// 8 bf16 weights against 8 bf16 activations, both as one 16-byte chunk, accumulated in fp32; and the
+// warp's sum.
 #pragma once
 
 #include <cstdint>

@@ -71,7 +71,7 @@ class CudaBackend final : public Backend {
     params_.clear();  // device tables, freed while the device is current
     for (Scratch* s :
          {&attention_scratch_, &split_counters_, &mass_scratch_, &sample_scratch_, &keep_scratch_,
-          &score_scratch_, &round_keep_scratch_, &decoder_stack_scratch_})
+          &score_scratch_, &round_keep_scratch_})
       if (s->data != nullptr) cudaFree(s->data);
     for (cudaEvent_t e : ticket_events_)
       if (e != nullptr) cudaEventDestroy(e);
@@ -79,11 +79,8 @@ class CudaBackend final : public Backend {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
-  std::string kernel_choices() const override {
-    return fmt::format(
-        "{}; fused decoder stack launches: {}{}", gemm_->describe(), decoder_stack_launches_,
-        decoder_stack_declined_.empty() ? "" : " (declined once: " + decoder_stack_declined_ + ")");
-  }
+  std::string kernel_choices() const override { return gemm_->describe(); }
+  cudaStream_t stream() const { return stream_; }
 
   std::string name() const override {
     return fmt::format("cuda (bf16, device {}: {}, {} SMs)", device_, properties_.name,
@@ -372,82 +369,6 @@ class CudaBackend final : public Backend {
                  float scale) override {
     run_attention(batch, q, kv, out, n_heads, scale,
                   cuda::attention_plan(batch, kv, properties_.multiProcessorCount), nullptr);
-  }
-
-  bool decoder_stack(const StepBatch& batch, const DecoderStack& stack) override {
-    // A step of several rows is the batched ops' job; any other refusal is noted (kernel_choices).
-    if (batch.n_rows != 1 || batch.n_seqs != 1 || batch.max_rows_per_seq != 1) return false;
-    const auto decline = [&](const char* why) {
-      decoder_stack_declined_ = why;
-      return false;
-    };
-    const std::vector<DecoderLayerWeights>& weights = *stack.layers;
-    const std::vector<KvLayer>& kv = *stack.kv;
-    if (weights.empty() || kv.size() != weights.size())
-      return decline("no layers, or KV layers of another count");
-    const KvLayer& first = kv.front();
-    cuda::DecodeStackShape shape;
-    shape.hidden = static_cast<int>(stack.x.cols);
-    shape.intermediate = stack.intermediate;
-    shape.n_heads = stack.n_heads;
-    shape.n_kv_heads = first.n_kv_heads;
-    shape.head_dim = first.head_dim;
-    shape.rotary_dim = stack.rope.rotary_dim;
-    shape.page_slots = first.page_slots;
-    shape.eps = stack.eps;
-    shape.scale = stack.scale;
-    shape.inv_freq = stack.rope.inv_freq;
-    const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    // A bf16 weight of contiguous rows, `rows` x `cols`, with an fp32 bias only where `bias_ok`.
-    const auto plain = [&](const Weight& w, int64_t rows, int64_t cols, bool bias_ok) {
-      return w.w.dtype == DType::BF16 && w.w.rows == rows && w.w.cols == cols && w.w.ld == cols &&
-             aligned16(w.w.data) && (w.bias.empty() || (bias_ok && w.bias.dtype == DType::F32));
-    };
-    const int64_t q_dim = int64_t{shape.n_heads} * shape.head_dim,
-                  kv_dim = int64_t{shape.n_kv_heads} * shape.head_dim;
-    if (stack.x.dtype != DType::F32 || stack.qkv.dtype != DType::F32 || stack.attn.dtype != DType::BF16 ||
-        stack.mlp.dtype != DType::BF16 || !aligned16(stack.attn.data) || !aligned16(stack.mlp.data) ||
-        stack.qkv.cols != q_dim + 2 * kv_dim || stack.attn.cols != q_dim ||
-        stack.mlp.cols != shape.intermediate)
-      return decline("activation rows of other dtypes or shapes");
-    std::vector<cuda::DecodeStackLayer> layers(weights.size());
-    for (size_t l = 0; l < weights.size(); ++l) {
-      const DecoderLayerWeights& w = weights[l];
-      const KvLayer& k = kv[l];
-      if (!plain(w.qkv, q_dim + 2 * kv_dim, shape.hidden, true) || !plain(w.wo, shape.hidden, q_dim, false) ||
-          !plain(w.gate_up, 2 * int64_t{shape.intermediate}, shape.hidden, false) ||
-          !plain(w.down, shape.hidden, shape.intermediate, false))
-        return decline("a weight that is not bf16 with contiguous rows, or a bias other than QKV's");
-      // The fused stack records no scoring signals: a pool that records them takes the op-by-op path.
-      if (k.dtype != DType::BF16 || k.n_kv_heads != first.n_kv_heads || k.head_dim != first.head_dim ||
-          k.page_slots != first.page_slots || k.records_signals())
-        return decline("a KV pool that records scoring signals, or layers of different shapes");
-      cuda::DecodeStackLayer& d = layers[l];
-      d.qkv = w.qkv.w.as<const __nv_bfloat16>();
-      d.qkv_bias = w.qkv.bias.empty() ? nullptr : w.qkv.bias.as<const float>();
-      d.wo = w.wo.w.as<const __nv_bfloat16>();
-      d.gate_up = w.gate_up.w.as<const __nv_bfloat16>();
-      d.down = w.down.w.as<const __nv_bfloat16>();
-      d.attn_norm = w.attn_norm.as<const float>();
-      d.mlp_norm = w.mlp_norm.as<const float>();
-      d.q_norm = w.q_norm.empty() ? nullptr : w.q_norm.as<const float>();
-      d.k_norm = w.k_norm.empty() ? nullptr : w.k_norm.as<const float>();
-      d.keys = static_cast<__nv_bfloat16*>(k.keys);
-      d.values = static_cast<__nv_bfloat16*>(k.values);
-      d.positions = k.positions;
-    }
-    const std::optional<cuda::DecodeStackPlan> plan =
-        cuda::plan_decode_stack(shape, static_cast<int>(layers.size()));
-    if (!plan)
-      return decline("a shape decode_stack.cu does not take (head_dim, group, alignment or shared memory)");
-    // Its stage counters start at zero (grow zeroes a new allocation) and each launch leaves them so.
-    void* scratch =
-        grow(decoder_stack_scratch_, cuda::decode_stack_scratch_bytes(shape), "decoder stack scratch");
-    cuda::launch_decode_stack(batch, layers.data(), static_cast<int>(layers.size()), shape, *plan,
-                              stack.x.as<float>(), stack.qkv.as<float>(), stack.attn.data, stack.mlp.data,
-                              scratch, stream_);
-    ++decoder_stack_launches_;
-    return true;
   }
 
   void silu_mul(const View& gate_up, const View& out) override {
@@ -870,11 +791,9 @@ class CudaBackend final : public Backend {
   int* error_device_ = nullptr;  // the same word as the device sees it
   std::unique_ptr<cuda::LtGemm> gemm_;
   Scratch attention_scratch_, split_counters_, mass_scratch_, sample_scratch_, keep_scratch_, score_scratch_,
-      round_keep_scratch_, decoder_stack_scratch_;
+      round_keep_scratch_;
   bool capturing_ = false;       // between begin_capture and end_capture
   int64_t graphs_dropped_ = 0;   // recordings destroyed because a scratch buffer they used moved
-  int64_t decoder_stack_launches_ = 0;  // recorded or eager (a graph replay is not counted)
-  std::string decoder_stack_declined_;  // why a one-row step last took the op-by-op path
   std::map<std::vector<const void*>, LayerTableEntry> layer_tables_;
   std::map<const policy::EvictionPolicy*, CachedParams> params_;
   mutable int64_t peak_used_bytes_ = 0;  // high-water mark of total - free (peak_memory_bytes)
@@ -888,6 +807,12 @@ class CudaBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+
+cudaStream_t cuda::backend_stream(Backend& backend) {
+  const auto* be = dynamic_cast<const CudaBackend*>(&backend);
+  if (be == nullptr) fail("a CUDA backend's stream was asked of the {} backend", backend.name());
+  return be->stream();
+}
 
 bool cuda_available() {
   int count = 0;

@@ -1,6 +1,6 @@
 // RoPE as the kernels that apply it share it (rope_append.cu, decode_attention.cu's kRope form,
-// decode_stack.cu): the rotation table of one absolute position, and one head vector's per-head RMSNorm
-// (Qwen3) plus rotate-half rotation.
+// experiments/fused_decode/decode_stack.cu): the rotation table of one absolute position, and one head
+// vector's per-head RMSNorm (Qwen3) plus rotate-half rotation.
 #pragma once
 
 #include "backend/cuda/cuda_kernels.h"  // kRopeMaxHeadDim
@@ -22,9 +22,9 @@ __device__ inline void rope_table(int position, const float* inv_freq, int half,
 // One head vector `src` (hd fp32, hd <= kRopeMaxHeadDim) by one warp: the per-head RMSNorm when `norm` is
 // given (fp64 sum of squares), then rotate-half RoPE of the first rotary_dim channels; emit(c, value)
 // takes every output channel (c and c + half in turn, then the unrotated tail). `buffer` is the warp's hd
-// floats of shared memory. src is read once, through L2 (the fused stack reads what other CTAs wrote in
-// the same launch), all of a lane's channels in flight together: the vector and the norm's weights are
-// one memory round trip, not two.
+// floats of shared memory. src is read once, through L2 (experiments/fused_decode's stack reads what other
+// CTAs wrote in the same launch), all of a lane's channels in flight together: the vector and the norm's
+// weights are one memory round trip, not two.
 template <typename Emit>
 __device__ inline void norm_rope(const float* src, const float* norm, float eps, int hd, int rotary_dim,
                                  const float* cos_t, const float* sin_t, float* buffer, Emit emit) {

@@ -981,7 +981,7 @@ __global__ void __launch_bounds__(kFinishThreads)
 constexpr size_t kListBytes = sizeof(uint2) * kSharedList;
 
 // How many clusters of 1, 2, 4, 8 and 16 finish CTAs the device holds at once (queried once per
-// process, like decode_stack.cu's limits: the processes this runs in use one kind of GPU).
+// process: the processes this runs in use one kind of GPU).
 const std::array<int, 5>& finish_cluster_capacity() {
   static const std::array<int, 5> capacity = [] {
     std::array<int, 5> result{};

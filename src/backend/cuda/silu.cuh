@@ -1,5 +1,5 @@
-// SiLU(gate) * up as every kernel that applies it computes it (elementwise.cu's silu_mul, decode_stack.cu),
-// so a fused form equals the op it replaces bit for bit.
+// SiLU(gate) * up as every kernel that applies it computes it (elementwise.cu's silu_mul, and
+// experiments/fused_decode/decode_stack.cu), so a fused form equals the op it replaces bit for bit.
 #pragma once
 
 namespace kvdice::backend::cuda {

@@ -12,9 +12,9 @@
 // so while some CTAs attend the others' producers fill their rings with O's rows and beyond.
 // Sums run in a fixed order (per slot: warps over row parts, then the parts in order), so a step is
 // deterministic on a given GPU. The op-by-op forward (model/forward.cpp) is the twin that defines
-// what this computes; tests/backend/test_model_gpu.cpp holds them together.
+// what this computes; the driver (fused_decode.cpp) checks them against each other before it times them.
 //
-// Why it has this shape (docs/benchmarks.md, "The fused decoder stack"; H200, batch 1, 2026-12-02 to
+// Why it has this shape (README.md in this folder; H200, batch 1, 2026-12-02 to
 // 12-03): the first form (0f28117: a ring refilled behind a CTA barrier, grid barriers between stages)
 // ran at 168-236 tok/s against ~320-394 op by op.
 // With the producer warp and the counters it ran at ~204 tok/s: per-slot stamps put the producer waiting
@@ -34,11 +34,14 @@
 
 #include "backend/cuda/bf16_dot.cuh"
 #include "core/cuda/cuda_check.h"
-#include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/rope.cuh"
 #include "backend/cuda/silu.cuh"
+#include "decode_stack.h"
 
-namespace kvdice::backend::cuda {
+namespace kvdice::fused_decode {
+
+using namespace backend::cuda;  // the library's device helpers (bf16_dot, rope, silu)
+
 namespace {
 
 // 15 consumer warps do the stages' work and one producer warp streams the weights: 512 threads keep the
@@ -834,4 +837,4 @@ void launch_decode_stack(const StepBatch& batch, const DecodeStackLayer* layers,
   }
 }
 
-}  // namespace kvdice::backend::cuda
+}  // namespace kvdice::fused_decode

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""A timing-only copy of src/backend/cuda/decode_stack.cu: %globaltimer stamps of layer 10.
+"""A timing-only copy of experiments/fused_decode/decode_stack.cu: %globaltimer stamps of layer 10.
 
-    python3 tools/gpu/stack_stamps.py src/backend/cuda/decode_stack.cu /tmp/stamped.cu
+    python3 experiments/fused_decode/stack_stamps.py experiments/fused_decode/decode_stack.cu /tmp/stamped.cu
 
-Build the copy in place of the kernel (never commit it), then run a short batch-1 benchmark on the GPU
-machine, e.g. `kvdice bench latency --backend cuda --random-weights --config configs/shapes/qwen3-4b.json
---short-context 128 --long-context 129 --output-len 100 --fused-decode`: at context 200 thread 0 of CTAs 0,
+Build the copy in place of the kernel (never commit it), then run the driver on the GPU machine, e.g.
+`build-cuda/experiments/fused_decode/kvdice_fused_decode --config configs/shapes/qwen3-4b.json
+--contexts 128 --steps 100`: at context 200 thread 0 of CTAs 0,
 64 and 131 print two lines each (printf from the kernel):
   STK: the launch's time, the producer's "empty" and the consumers' "full" waits (all layers, layer 10), then
        layer 10's points in us from its start: norm wait over, norm built, QKV done, QKV counter seen
@@ -13,7 +13,7 @@ machine, e.g. `kvdice bench latency --backend cuda --random-weights --config con
        gate/up counter seen, down done;
   STX: the attention item's phases (entry, queries roped, chunks done, merged), O after its vector, and
        the wait-over / dot-done times of the first slots of O and QKV.
-docs/benchmarks.md ("The fused decoder stack") reads these. The edits are textual: when the kernel changes
+README.md in this folder ("Where a layer's time goes") reads these. The edits are textual: when the kernel changes
 shape, an assertion names the line this script no longer finds.
 """
 import sys
@@ -29,7 +29,10 @@ def rep(old, new, count=1):
     s = s.replace(old, new)
 
 
-rep("namespace kvdice::backend::cuda {\nnamespace {\n", """namespace kvdice::backend::cuda {
+rep("namespace kvdice::fused_decode {\n\nusing namespace backend::cuda;  // the library's device helpers (bf16_dot, rope, silu)\n\nnamespace {\n", """namespace kvdice::fused_decode {
+
+using namespace backend::cuda;  // the library's device helpers (bf16_dot, rope, silu)
+
 namespace {
 __device__ inline unsigned long long now_ns() { unsigned long long t; asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t)); return t; }
 __shared__ unsigned long long st_full, st_empty, st_full_all, st_empty_all;

@@ -1,0 +1,226 @@
+// kvdice_fused_decode: the fused decoder stack (decode_stack.cu) against the library's op-by-op decode
+// step, on one GPU, with random weights of a config.json shape. For each context it first checks the
+// two against each other (the op-by-op layers define what the kernel computes), then times each as a
+// recorded graph of one decode step (embed, layers, final norm, logits; no sampling) replayed step
+// after step. README.md in this folder says what the figures were and how to read them.
+//
+//   kvdice_fused_decode --config configs/shapes/qwen3-4b.json [--contexts 128,1024] [--steps 256]
+//
+// Exit status 0 when every check passed, 1 when one failed, 2 on bad input or a refused shape.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/step_storage.h"
+#include "core/error.h"
+#include "fused_stack.h"
+#include "kv/kv_pool.h"
+#include "model/forward.h"
+#include "model/random_weights.h"
+
+namespace kvdice::fused_decode {
+namespace {
+
+struct Options {
+  std::string config_path;
+  uint64_t seed = 5;
+  std::vector<int> contexts{128, 1024};
+  int steps = 256;        // timed decode steps per context and path
+  int warmup_steps = 16;  // untimed replays before them
+  int check_steps = 6;    // decode steps compared logit by logit per context
+};
+
+struct Diff {
+  double relative = 0.0;  // ||a - b|| / ||b||
+  bool top1_ok = true;    // same top-1, or the reference's two candidates closer than the error
+};
+
+Diff compare(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0, max_abs = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    num += d * d;
+    den += static_cast<double>(want[i]) * want[i];
+    max_abs = std::max(max_abs, std::abs(d));
+  }
+  const auto g = static_cast<size_t>(std::max_element(got.begin(), got.end()) - got.begin());
+  const auto w = static_cast<size_t>(std::max_element(want.begin(), want.end()) - want.begin());
+  return {std::sqrt(num / std::max(den, 1e-30)), g == w || std::abs(want[w] - want[g]) <= 2 * max_abs};
+}
+
+class Driver {
+ public:
+  Driver(const model::Model& model, backend::Backend& be, int max_context, int64_t max_slots)
+      : model_(model),
+        be_(be),
+        pass_(model, be, max_context, 1, 1),
+        pool_(be, model.kv_shape(), (max_slots + kv::KvPool::kDefaultPageSlots - 1) / kv::KvPool::kDefaultPageSlots + 1),
+        pages_(pool_.allocate(max_slots)),
+        prefill_(be, 1, max_context, static_cast<int>(pages_.size())),
+        decode_(be, 1, 1, static_cast<int>(pages_.size())),
+        fused_(model, pass_, pool_, be) {
+    for (backend::StepStorage* s : {&prefill_, &decode_})
+      std::copy(pages_.begin(), pages_.end(), s->host().page_table);
+  }
+  ~Driver() {
+    be_.synchronize();
+    be_.drop_graphs(this);
+  }
+
+  // The sequence's first `context` slots: one prefill step (op by op, as the library runs it).
+  void prefill(int context) {
+    backend::StepBatch& b = prefill_.host();
+    b.n_seqs = 1;
+    b.n_rows = context;
+    b.max_rows_per_seq = context;
+    b.seq_row_begin[0] = 0;
+    b.seq_row_begin[1] = context;
+    b.length[0] = 0;
+    b.appended[0] = 0;
+    for (int i = 0; i < context; ++i) {
+      b.tokens[i] = token(i);
+      b.row_seq[i] = 0;
+    }
+    prefill_.upload_all();
+    pass_.run(prefill_.device(), pool_, false);
+    be_.synchronize();
+  }
+
+  // The decode batch at `length` slots, feeding `tok`.
+  backend::StepBatch at(int length, int tok) {
+    backend::StepBatch& b = decode_.host();
+    b.n_seqs = 1;
+    b.n_rows = 1;
+    b.max_rows_per_seq = 1;
+    b.seq_row_begin[0] = 0;
+    b.seq_row_begin[1] = 1;
+    b.length[0] = length;
+    b.appended[0] = length;
+    b.tokens[0] = tok;
+    b.row_seq[0] = 0;
+    decode_.upload_all();
+    return decode_.device();
+  }
+
+  backend::View step(bool fused, const backend::StepBatch& batch) {
+    return fused ? fused_.run(batch) : pass_.run(batch, pool_, false);
+  }
+
+  // Logits of `n` decode steps from `context`, eagerly; each path writes its own K/V of those steps.
+  std::vector<std::vector<float>> logits(bool fused, int context, int n) {
+    std::vector<std::vector<float>> rows;
+    for (int i = 0; i < n; ++i) {
+      const backend::View out = step(fused, at(context + i, token(context + i)));
+      std::vector<float> row(static_cast<size_t>(out.cols));
+      be_.download_matrix(out, row.data());
+      rows.push_back(std::move(row));
+    }
+    return rows;
+  }
+
+  // Decode steps a second: one step recorded as a graph (with the batch's advance), replayed `steps`
+  // times after `warmup` untimed replays, from `context`.
+  double tokens_per_second(bool fused, int context, int warmup, int steps) {
+    const uint64_t key = fused ? 1 : 0;
+    const backend::StepBatch batch = at(context, token(context));
+    step(fused, batch);  // eagerly once: one-time setup happens outside the recording
+    be_.advance(batch);
+    be_.synchronize();
+    at(context, token(context));
+    if (!be_.begin_capture()) fail("the {} backend records no graphs", be_.name());
+    step(fused, batch);
+    be_.advance(batch);
+    be_.end_capture(this, key);
+    for (int i = 0; i < warmup; ++i) replay(key);
+    be_.synchronize();
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) replay(key);
+    be_.synchronize();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return steps / seconds;
+  }
+
+ private:
+  int token(int position) const { return (position * 131 + 7) % model_.config().vocab; }
+  void replay(uint64_t key) {
+    if (!be_.replay(this, key)) fail("decode graph {} does not replay (a backend buffer moved)", key);
+  }
+
+  const model::Model& model_;
+  backend::Backend& be_;
+  model::ForwardPass pass_;
+  kv::KvPool pool_;
+  std::vector<int32_t> pages_;
+  backend::StepStorage prefill_, decode_;
+  FusedStep fused_;
+};
+
+int run(const Options& o) {
+  const model::ModelConfig config = model::read_shape_config(o.config_path);
+  const auto model = model::make_random_model(config, o.seed, 0.05f);
+  auto be = backend::make_backend({"cuda"});
+  const int max_context = *std::max_element(o.contexts.begin(), o.contexts.end());
+  const int64_t max_slots = int64_t{max_context} + 2 + o.warmup_steps + o.steps + o.check_steps;
+  if (max_slots > config.max_position)
+    fail("--contexts {} with {} steps exceed the shape's {} positions", max_context, o.steps, config.max_position);
+  Driver driver(*model, *be, max_context, max_slots);
+  std::printf("%s\n%s: %d layers, hidden %d, %d/%d heads of %d, intermediate %d\n", be->name().c_str(),
+              o.config_path.c_str(), config.n_layers, config.hidden, config.n_heads, config.n_kv_heads,
+              config.head_dim, config.intermediate);
+  std::printf("%8s  %14s  %14s  %8s  %s\n", "context", "op-by-op tok/s", "fused tok/s", "fused/op",
+              "check: worst relative error (fused vs op by op), repeat bit-identical");
+  bool ok = true;
+  for (const int context : o.contexts) {
+    driver.prefill(context);
+    const auto op_by_op = driver.logits(false, context, o.check_steps);
+    const auto fused = driver.logits(true, context, o.check_steps);
+    const auto again = driver.logits(true, context, o.check_steps);
+    double worst = 0;
+    bool top1 = true, same = true;
+    for (size_t r = 0; r < fused.size(); ++r) {
+      const Diff d = compare(fused[r], op_by_op[r]);
+      worst = std::max(worst, d.relative);
+      top1 = top1 && d.top1_ok;
+      same = same && fused[r] == again[r];
+    }
+    const bool passed = worst < 1e-2 && top1 && same;
+    ok = ok && passed;
+    const double slow = driver.tokens_per_second(false, context, o.warmup_steps, o.steps);
+    const double fast = driver.tokens_per_second(true, context, o.warmup_steps, o.steps);
+    std::printf("%8d  %14.1f  %14.1f  %8.3f  %.3e%s%s%s\n", context, slow, fast, fast / slow, worst,
+                same ? ", yes" : ", NO", top1 ? "" : ", top-1 differs beyond a near-tie",
+                passed ? "" : "  FAILED");
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace kvdice::fused_decode
+
+int main(int argc, char** argv) {
+  kvdice::fused_decode::Options o;
+  CLI::App app{"The fused decoder stack against the op-by-op decode step (CUDA, batch 1)"};
+  app.add_option("--config", o.config_path, "HF config.json of the shape (configs/shapes/*.json)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  app.add_option("--seed", o.seed, "Seed of the random weights");
+  app.add_option("--contexts", o.contexts, "Contexts to measure at (slots already in the cache)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--steps", o.steps, "Timed decode steps per context and path")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--warmup-steps", o.warmup_steps, "Untimed decode steps before them")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--check-steps", o.check_steps, "Decode steps compared logit by logit")->check(CLI::Range(1, 1024));
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return kvdice::fused_decode::run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvdice_fused_decode: %s\n", e.what());
+    return 2;
+  }
+}
