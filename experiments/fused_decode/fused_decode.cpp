@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -63,10 +64,8 @@ class Driver {
         pool_(be, model.kv_shape(), (max_slots + kv::KvPool::kDefaultPageSlots - 1) / kv::KvPool::kDefaultPageSlots + 1),
         pages_(pool_.allocate(max_slots)),
         prefill_(be, 1, max_context, static_cast<int>(pages_.size())),
-        decode_(be, 1, 1, static_cast<int>(pages_.size())),
         fused_(model, pass_, pool_, be) {
-    for (backend::StepStorage* s : {&prefill_, &decode_})
-      std::copy(pages_.begin(), pages_.end(), s->host().page_table);
+    std::copy(pages_.begin(), pages_.end(), prefill_.host().page_table);
   }
   ~Driver() {
     be_.synchronize();
@@ -92,9 +91,19 @@ class Driver {
     be_.synchronize();
   }
 
+  // A decode batch whose page table covers `slots` slots, as an engine sizes it for a sequence's
+  // reservation (the attention kernels' split plan follows the table's size, not the length).
+  void size_decode(int64_t slots) {
+    be_.synchronize();
+    be_.drop_graphs(this);  // they bake in the batch being replaced
+    const auto pages = static_cast<int>((slots + kv::KvPool::kDefaultPageSlots - 1) / kv::KvPool::kDefaultPageSlots);
+    decode_ = std::make_unique<backend::StepStorage>(be_, 1, 1, pages);
+    std::copy(pages_.begin(), pages_.begin() + pages, decode_->host().page_table);
+  }
+
   // The decode batch at `length` slots, feeding `tok`.
   backend::StepBatch at(int length, int tok) {
-    backend::StepBatch& b = decode_.host();
+    backend::StepBatch& b = decode_->host();
     b.n_seqs = 1;
     b.n_rows = 1;
     b.max_rows_per_seq = 1;
@@ -104,8 +113,8 @@ class Driver {
     b.appended[0] = length;
     b.tokens[0] = tok;
     b.row_seq[0] = 0;
-    decode_.upload_all();
-    return decode_.device();
+    decode_->upload_all();
+    return decode_->device();
   }
 
   backend::View step(bool fused, const backend::StepBatch& batch) {
@@ -157,14 +166,17 @@ class Driver {
   model::ForwardPass pass_;
   kv::KvPool pool_;
   std::vector<int32_t> pages_;
-  backend::StepStorage prefill_, decode_;
+  backend::StepStorage prefill_;
+  std::unique_ptr<backend::StepStorage> decode_;
   FusedStep fused_;
 };
 
 int run(const Options& o) {
   const model::ModelConfig config = model::read_shape_config(o.config_path);
-  const auto model = model::make_random_model(config, o.seed, 0.05f);
+  // Before the weights: a machine without a GPU stops here.
+  if (!backend::cuda_available()) fail("the fused decoder stack runs on a CUDA GPU, and none is visible here");
   auto be = backend::make_backend({"cuda"});
+  const auto model = model::make_random_model(config, o.seed, 0.05f);
   const int max_context = *std::max_element(o.contexts.begin(), o.contexts.end());
   const int64_t max_slots = int64_t{max_context} + 2 + o.warmup_steps + o.steps + o.check_steps;
   if (max_slots > config.max_position)
@@ -177,6 +189,7 @@ int run(const Options& o) {
               "check: worst relative error (fused vs op by op), repeat bit-identical");
   bool ok = true;
   for (const int context : o.contexts) {
+    driver.size_decode(int64_t{context} + 2 + o.warmup_steps + o.steps + o.check_steps);
     driver.prefill(context);
     const auto op_by_op = driver.logits(false, context, o.check_steps);
     const auto fused = driver.logits(true, context, o.check_steps);
@@ -216,7 +229,11 @@ int main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "Timed decode steps per context and path")->check(CLI::Range(1, 1 << 20));
   app.add_option("--warmup-steps", o.warmup_steps, "Untimed decode steps before them")->check(CLI::Range(0, 1 << 20));
   app.add_option("--check-steps", o.check_steps, "Decode steps compared logit by logit")->check(CLI::Range(1, 1024));
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help is not an error
+  }
   try {
     return kvdice::fused_decode::run(o);
   } catch (const std::exception& e) {
