@@ -30,7 +30,8 @@ struct Engine::Sequence {
   uint64_t id = 0;
   uint64_t stream_id = 0;
   GenerationRequest request;
-  int policy = 0;  // index into policies_
+  int policy = 0;  // id in policies_
+  PolicyTable::Hold policy_hold;  // its place in the policy table, held while the sequence lives
   kv::BudgetSpec budget;
   int n_protected = 0;
   std::vector<int32_t> pages;
@@ -60,8 +61,131 @@ uint64_t DecodeShapes::intern(int rows, const std::vector<uint8_t>& used) {
   std::vector<int32_t> shape{rows};
   for (size_t p = 0; p < used.size(); ++p)
     if (used[p]) shape.push_back(static_cast<int32_t>(p));
-  const auto [it, added] = ids_.try_emplace(std::move(shape), ids_.size());
+  const auto [it, added] = ids_.try_emplace(std::move(shape), next_);
+  if (added) ++next_;
   return it->second;
+}
+
+std::vector<uint64_t> DecodeShapes::forget(int policy) {
+  std::vector<uint64_t> forgotten;
+  for (auto it = ids_.begin(); it != ids_.end();) {
+    if (std::find(it->first.begin() + 1, it->first.end(), policy) != it->first.end()) {
+      forgotten.push_back(it->second);
+      it = ids_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return forgotten;
+}
+
+std::shared_ptr<PolicyTable> PolicyTable::make(std::unique_ptr<policy::EvictionPolicy> default_policy) {
+  std::shared_ptr<PolicyTable> table(new PolicyTable());
+  table->self_ = table;
+  Place& place = table->places_[0];
+  place.spec = policy::describe(*default_policy);
+  place.policy = std::move(default_policy);
+  place.holds = 1;  // the default is never given up
+  table->used_ = 1;
+  return table;
+}
+
+PolicyTable::Hold& PolicyTable::Hold::operator=(Hold&& other) noexcept {
+  if (this != &other) {
+    reset();
+    table_ = std::move(other.table_);
+    id_ = std::exchange(other.id_, -1);
+  }
+  return *this;
+}
+
+void PolicyTable::Hold::reset() {
+  if (table_) table_->release(id_);
+  table_.reset();
+  id_ = -1;
+}
+
+PolicyTable::Hold PolicyTable::hold(std::unique_ptr<policy::EvictionPolicy> policy,
+                                    const std::function<void(const policy::EvictionPolicy&)>& check) {
+  const std::string spec = policy::describe(*policy);
+  std::lock_guard lock(mutex_);
+  int id = -1;
+  for (int i = 0; i < used_; ++i) {
+    if (places_[static_cast<size_t>(i)].spec == spec) {
+      id = i;
+      break;
+    }
+  }
+  if (id < 0) {
+    if (used_ < kMaxPolicies) {
+      id = used_;
+    } else {  // the least recently held place nothing holds now
+      for (int i = 1; i < used_; ++i) {
+        const Place& p = places_[static_cast<size_t>(i)];
+        if (p.holds == 0 && (id < 0 || p.last_held < places_[static_cast<size_t>(id)].last_held)) id = i;
+      }
+    }
+    if (id < 0)
+      throw PolicyTableFull(fmt::format(
+          "too many distinct KV policies in use: '{}' would need a place in this engine's policy table, "
+          "which holds at most {} and all are held by waiting or running requests (a policy is its name "
+          "and options; budgets do not count): retry when one finishes, or use a policy setting already "
+          "in use",
+          quote_for_message(spec), kMaxPolicies));
+    if (check) check(*policy);
+    Place& place = places_[static_cast<size_t>(id)];
+    if (place.policy) ++place.generation;  // a reused id: what was keyed by it is stale
+    place.policy = std::move(policy);
+    place.spec = spec;
+    if (id == used_) ++used_;
+  }
+  Place& place = places_[static_cast<size_t>(id)];
+  ++place.holds;
+  place.last_held = ++tick_;
+  Hold hold;
+  hold.table_ = self_.lock();
+  hold.id_ = id;
+  return hold;
+}
+
+PolicyTable::Hold PolicyTable::hold_existing(int id) {
+  std::lock_guard lock(mutex_);
+  Place& place = places_.at(static_cast<size_t>(id));
+  KVDICE_CHECK(place.holds > 0, "policy table: place {} is not held", id);
+  ++place.holds;
+  place.last_held = ++tick_;
+  Hold hold;
+  hold.table_ = self_.lock();
+  hold.id_ = id;
+  return hold;
+}
+
+void PolicyTable::release(int id) {
+  std::lock_guard lock(mutex_);
+  --places_[static_cast<size_t>(id)].holds;
+}
+
+const policy::EvictionPolicy& PolicyTable::at(int id) const {
+  std::lock_guard lock(mutex_);
+  const Place& place = places_.at(static_cast<size_t>(id));
+  KVDICE_CHECK(place.policy != nullptr, "policy table: place {} is empty", id);
+  return *place.policy;
+}
+
+uint64_t PolicyTable::generation(int id) const {
+  std::lock_guard lock(mutex_);
+  return places_.at(static_cast<size_t>(id)).generation;
+}
+
+int PolicyTable::places_used() const {
+  std::lock_guard lock(mutex_);
+  return used_;
+}
+
+int PolicyTable::held() const {
+  std::lock_guard lock(mutex_);
+  return static_cast<int>(std::count_if(places_.begin(), places_.begin() + used_,
+                                        [](const Place& p) { return p.holds > 0; }));
 }
 
 kv::BudgetSpec effective_budget(const policy::EvictionPolicy& policy, kv::BudgetSpec budget) {
@@ -76,10 +200,10 @@ kv::BudgetSpec effective_budget(const policy::EvictionPolicy& policy, kv::Budget
 
 Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfig config)
     : model_(model), backend_(backend), config_(std::move(config)) {
-  policies_.push_back(policy::make_policy(config_.policy));
-  budget_ = effective_budget(*policies_.front(), config_.budget);
-  backend_.check_policy(*policies_.front());
-  policies_.front()->check_model(model_.fingerprint());  // TriAttention: statistics of this model
+  policies_ = PolicyTable::make(policy::make_policy(config_.policy));
+  budget_ = effective_budget(policies_->at(0), config_.budget);
+  backend_.check_policy(policies_->at(0));
+  policies_->at(0).check_model(model_.fingerprint());  // TriAttention: statistics of this model
   if (config_.max_batch < 1 || config_.max_batch > 4096)
     fail("max batch must be in [1, 4096] (got {})", config_.max_batch);
   if (config_.prefill_chunk < 1) fail("prefill chunk must be >= 1 token (got {})", config_.prefill_chunk);
@@ -102,7 +226,7 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
   // what the limits need in lazily-touched host memory (CPU).
   // Signals are recorded only when the engine's policy needs them (both backends record the
   // query ring and value ranges, only the CPU the attention mass).
-  const policy::SignalNeeds signals = policies_.front()->needs();
+  const policy::SignalNeeds signals = policies_->at(0).needs();
   const int n_query_heads = model_.config().n_heads;
   const int64_t page_bytes =
       kv::KvPool::bytes_per_page(shape, backend_.kv_dtype(), page_slots, signals, n_query_heads);
@@ -163,25 +287,18 @@ Engine::~Engine() {
   backend_.drop_graphs(this);
 }
 
-int Engine::policy_index(const std::string& name) {
+PolicyTable::Hold Engine::hold_policy(const std::string& spec) {
   // A spec may carry options ("random_block_pp:block=8"): equal specs share one policy instance.
-  auto policy = policy::make_policy(name);
-  for (size_t i = 0; i < policies_.size(); ++i)
-    if (policy::describe(*policies_[i]) == policy::describe(*policy)) return static_cast<int>(i);
-  if (policies_.size() >= static_cast<size_t>(kMaxPolicies))
-    throw PolicyTableFull(fmt::format(
-        "too many distinct KV policies: '{}' would be policy {} of this engine, which holds at most {} "
-        "(a policy is its name and options; budgets do not count): use a policy setting already in use",
-        quote_for_message(policy::describe(*policy)), policies_.size() + 1, kMaxPolicies));
-  backend_.check_policy(*policy);
-  policy->check_model(model_.fingerprint());
-  const policy::SignalNeeds needs = policy->needs(), recorded = pool_->signals();
-  if ((needs.window_queries && !recorded.window_queries) || (needs.value_ranges && !recorded.value_ranges) ||
-      (needs.accumulated_attention && !recorded.accumulated_attention))
-    fail("policy '{}' needs signals this engine does not record; start the engine with it as its policy",
-         policy->name());
-  policies_.push_back(std::move(policy));
-  return static_cast<int>(policies_.size() - 1);
+  // What the check reads (backend, model, pool signals) is fixed once the engine is built.
+  return policies_->hold(policy::make_policy(spec), [this](const policy::EvictionPolicy& policy) {
+    backend_.check_policy(policy);
+    policy.check_model(model_.fingerprint());
+    const policy::SignalNeeds needs = policy.needs(), recorded = pool_->signals();
+    if ((needs.window_queries && !recorded.window_queries) || (needs.value_ranges && !recorded.value_ranges) ||
+        (needs.accumulated_attention && !recorded.accumulated_attention))
+      fail("policy '{}' needs signals this engine does not record; start the engine with it as its policy",
+           policy.name());
+  });
 }
 
 uint64_t Engine::submit(GenerationRequest request) {
@@ -200,12 +317,13 @@ uint64_t Engine::submit(GenerationRequest request) {
   }
   auto seq = std::make_unique<Sequence>();
   if (request.kv) {
-    seq->policy = policy_index(request.kv->policy);
-    seq->budget = effective_budget(*policies_[static_cast<size_t>(seq->policy)], request.kv->budget);
+    seq->policy_hold = hold_policy(request.kv->policy);
+    seq->policy = seq->policy_hold.id();
+    seq->budget = effective_budget(policies_->at(seq->policy), request.kv->budget);
   } else {
     seq->budget = budget_;
   }
-  const policy::EvictionPolicy& policy = *policies_[static_cast<size_t>(seq->policy)];
+  const policy::EvictionPolicy& policy = policies_->at(seq->policy);
   const kv::BudgetSpec& budget = seq->budget;
   if (prompt_len > INT32_MAX / 2) fail("prompt of {} tokens is too long", prompt_len);
   budget.check_prompt(static_cast<int>(prompt_len));  // refuses under --long-prompt error
@@ -417,6 +535,10 @@ void Engine::write_decode_row(int row) {
 void Engine::decode() {
   const int n = static_cast<int>(running_.size());
   if (n == 0) return;
+  std::vector<uint8_t> policy_used(kMaxPolicies, 0);
+  for (const auto& seq : running_)
+    policy_used[static_cast<size_t>(seq->policy)] |= seq->budget.bounded() ? 1 : 0;
+  forget_reused_policies(policy_used);
   backend::StepStorage& storage = *decode_batch_;
   backend::StepBatch& b = storage.host();
   const bool any_forced =
@@ -432,9 +554,6 @@ void Engine::decode() {
   if (any_forced) storage.upload_forced();  // teacher forcing (probes) only; sampling needs no host data
 
   const backend::StepBatch view = storage.device(/*self_feeding=*/true);
-  std::vector<uint8_t> policy_used(policies_.size(), 0);
-  for (const auto& seq : running_)
-    policy_used[static_cast<size_t>(seq->policy)] |= seq->budget.bounded() ? 1 : 0;
   // The step's launches depend only on the batch size and the set of policies in use: that is the
   // shape, interned whole (never truncated to the first policies) into the graph key. A shape runs
   // eagerly once (scratch buffers grow then); from then on each of its recordings (one per host ring
@@ -514,8 +633,29 @@ void Engine::decode_ops(const backend::StepBatch& view, const std::vector<uint8_
   backend_.sample(view, logits);
   if (publish_slot >= 0) decode_batch_->publish_tokens(publish_slot, /*self_feeding=*/true);
   backend_.advance(view);
-  for (size_t p = 0; p < policies_.size(); ++p)
-    if (policy_used[p]) backend_.evict(view, pool_->layers(), *policies_[p], static_cast<int>(p));
+  for (size_t p = 0; p < policy_used.size(); ++p)
+    if (policy_used[p]) backend_.evict(view, pool_->layers(), policies_->at(static_cast<int>(p)), static_cast<int>(p));
+}
+
+void Engine::forget_reused_policies(const std::vector<uint8_t>& policy_used) {
+  // An id in use now whose place got another policy since the shapes last saw it: the shapes naming it
+  // launched the former policy's selection (a graph recorded for one bakes in its kernels and device
+  // options), so they are forgotten, never to be replayed, and the graphs are dropped.
+  bool dropped = false;
+  for (size_t p = 0; p < policy_used.size(); ++p) {
+    if (!policy_used[p]) continue;
+    const uint64_t generation = policies_->generation(static_cast<int>(p));
+    if (generation == shape_generation_[p]) continue;
+    shape_generation_[p] = generation;
+    for (const uint64_t id : shape_ids_.forget(static_cast<int>(p))) {
+      step_shapes_.erase(id);
+      dropped = true;
+    }
+  }
+  if (dropped) {
+    drain();  // the step in flight may be replaying a graph
+    backend_.drop_graphs(this);  // the rest are recorded again the next time their shape runs
+  }
 }
 
 void Engine::finish_round(Sequence& seq) {

@@ -6,12 +6,14 @@
 // back only the sampled tokens.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -77,29 +79,93 @@ struct MemoryPlan {
 };
 
 // Most distinct eviction policies (name and options: "random_block_pp:block=8" and ":block=16" are two)
-// one engine holds, its default included. Each request may bring its own policy; a policy stays in the
-// table for the engine's life (decode graphs name it by index), so the table is bounded and a request
-// that would add one past it is refused (PolicyTableFull).
+// one engine holds at once, its default included. Each request may bring its own policy; a place in the
+// table is held while a request using it waits or runs, and a new policy takes the place a policy no
+// live request uses left longest ago (its decode shapes and graphs are forgotten first). A request whose
+// policy would need a 65th place while all 64 are held is refused (PolicyTableFull).
 inline constexpr int kMaxPolicies = 64;
 
-// The refusal of a request whose policy would be the table's kMaxPolicies+1-th.
+// The refusal of a request whose policy would need a place while all kMaxPolicies are held.
 class PolicyTableFull : public Error {
  public:
   using Error::Error;
 };
 
+// The engine's policies by id (0 = the engine's default, held for its life). Thread-safe: a server
+// holds a place for a request from its handler thread (Engine::hold_policy) while the engine thread
+// steps. A policy object stays put while its place is held.
+class PolicyTable {
+ public:
+  // One hold on a place: the policy at id() stays while any hold on it lives. Movable; releases on
+  // destruction (the table outlives its holds: they share it).
+  class Hold {
+   public:
+    Hold() = default;
+    Hold(Hold&& other) noexcept { *this = std::move(other); }
+    Hold& operator=(Hold&& other) noexcept;
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+    ~Hold() { reset(); }
+    void reset();
+    int id() const { return id_; }
+    explicit operator bool() const { return table_ != nullptr; }
+
+   private:
+    friend class PolicyTable;
+    std::shared_ptr<PolicyTable> table_;
+    int id_ = -1;
+  };
+
+  // A table whose place 0 holds `default_policy` for the table's life.
+  static std::shared_ptr<PolicyTable> make(std::unique_ptr<policy::EvictionPolicy> default_policy);
+  // A hold on the place of the policy `policy` describes: the place an equal policy has, else a free one
+  // (never used, or the least recently used one no hold is on) filled with `policy`, after
+  // `check(policy)` (which may throw). PolicyTableFull when every place is held.
+  Hold hold(std::unique_ptr<policy::EvictionPolicy> policy,
+            const std::function<void(const policy::EvictionPolicy&)>& check);
+  Hold hold_existing(int id);  // another hold on a held place
+  // The policy at a held place.
+  const policy::EvictionPolicy& at(int id) const;
+  // Bumped each time a place gets another policy: what was keyed by the id before is stale.
+  uint64_t generation(int id) const;
+  int places_used() const;  // places filled so far (never more than kMaxPolicies)
+  int held() const;         // places with a hold on them
+
+ private:
+  struct Place {
+    std::unique_ptr<policy::EvictionPolicy> policy;
+    std::string spec;  // policy::describe
+    int holds = 0;
+    uint64_t last_held = 0;  // tick of the latest hold
+    uint64_t generation = 0;
+  };
+  PolicyTable() = default;
+  void release(int id);
+
+  std::weak_ptr<PolicyTable> self_;
+  mutable std::mutex mutex_;
+  std::array<Place, kMaxPolicies> places_;
+  int used_ = 0;
+  uint64_t tick_ = 0;
+};
+
 // The decode-step shapes one engine has run, each interned to a small id: a shape is the batch size and
 // the whole, sorted set of policies (by index) that evict in the step. Two steps share an id exactly
-// when they launch the same kernels, so a graph recorded for one replays correctly for the other.
+// when they launch the same kernels, so a graph recorded for one replays correctly for the other. Ids
+// are never reused: a shape forgotten (its policy id went to another policy) never comes back under
+// its old id, so a graph recorded for it can never replay for the new policy.
 class DecodeShapes {
  public:
   // The id of a step of `rows` rows in which policy p evicts where used[p] != 0; a new shape gets the
   // next id (0, 1, ...).
   uint64_t intern(int rows, const std::vector<uint8_t>& used);
+  // Forgets every shape policy `policy` is part of; returns their ids.
+  std::vector<uint64_t> forget(int policy);
   size_t size() const { return ids_.size(); }
 
  private:
   std::map<std::vector<int32_t>, uint64_t> ids_;  // {rows, policy, policy, ...} -> id
+  uint64_t next_ = 0;
 };
 
 // The budget a policy runs under: unbounded when it keeps everything; validated (Error) otherwise.
@@ -112,10 +178,21 @@ class Engine {
 
   const EngineConfig& config() const { return config_; }
   // The default policy and effective budget (unbounded when the policy keeps everything).
-  const policy::EvictionPolicy& policy() const { return *policies_.front(); }
+  const policy::EvictionPolicy& policy() const { return policies_->at(0); }
   const kv::BudgetSpec& budget() const { return budget_; }
   const MemoryPlan& memory_plan() const { return plan_; }
   int kv_bytes_per_element() const { return static_cast<int>(dtype_size(backend_.kv_dtype())); }
+
+  // A hold on a place in the policy table for `spec` (a policy spec, options included), as submit takes
+  // one for a request with its own policy: a server takes it when a request arrives and keeps it until
+  // the request ends, so a request accepted is never refused its policy later. Thread-safe. Error for a
+  // policy this engine cannot run; PolicyTableFull when all kMaxPolicies places are held.
+  PolicyTable::Hold hold_policy(const std::string& spec);
+  // Places of the policy table in use by waiting or running requests (or other holds), the default's
+  // included. Thread-safe.
+  int policies_held() const { return policies_->held(); }
+  // Decode shapes currently known (forgotten ones, whose policy id went to another policy, excluded).
+  size_t decode_shapes() const { return shape_ids_.size(); }
 
   // Validates the request (prompt length vs budget and model, sampling params, reservation vs pool);
   // returns its id.
@@ -149,8 +226,9 @@ class Engine {
 
  private:
   struct Sequence;
-  // The index of the request's policy in policies_, added when new; PolicyTableFull past kMaxPolicies.
-  int policy_index(const std::string& name);
+  // Forgets the decode shapes (and drops the graphs) of policy ids that went to another policy since
+  // they were interned.
+  void forget_reused_policies(const std::vector<uint8_t>& policy_used);
   void admit();
   // Prefills the next chunk of each sequence's prompt (their prompts together fit one chunk, or one
   // sequence's prompt is longer); after its last chunk samples the first tokens. True when done.
@@ -182,7 +260,9 @@ class Engine {
   backend::Backend& backend_;
   EngineConfig config_;
   kv::BudgetSpec budget_;
-  std::vector<std::unique_ptr<policy::EvictionPolicy>> policies_;  // [0] = the default
+  // Declared before the sequences: each sequence holds its place and lets go when it is destroyed.
+  std::shared_ptr<PolicyTable> policies_;
+  std::array<uint64_t, kMaxPolicies> shape_generation_{};  // generation of each id the shapes know
   std::unique_ptr<model::ForwardPass> forward_;
   std::unique_ptr<kv::KvPool> pool_;
   std::unique_ptr<backend::StepStorage> decode_batch_;

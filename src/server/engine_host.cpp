@@ -27,7 +27,6 @@ EngineHost::EngineHost(const model::Model& model, backend::Backend& backend, Hos
   if (backend_.is_cpu() && p.kv_slots == 0 && p.kv_memory_gib == 0) config.kv_slot_limit = kCpuDefaultKvSlots;
   engine_ = std::make_unique<engine::Engine>(model_, backend_, config);
   options_.kv_slots = engine_->memory_plan().kv_capacity_slots;
-  policies_.insert(policy::describe(engine_->policy()));
   engine_->set_token_callback([this](const engine::TokenEvent& ev) { on_token(ev); });
   thread_ = std::thread([this] { thread_main(); });
 }
@@ -78,15 +77,6 @@ void EngineHost::cancel_all(Job& job) {
 bool EngineHost::draining() const {
   std::lock_guard lock(mutex_);
   return draining_;
-}
-
-bool EngineHost::reserve_policy(const std::string& spec) {
-  const std::string described = policy::describe(*policy::make_policy(spec));
-  std::lock_guard lock(policies_mutex_);
-  if (policies_.count(described)) return true;
-  if (policies_.size() >= static_cast<size_t>(engine::kMaxPolicies)) return false;
-  policies_.insert(described);
-  return true;
 }
 
 int64_t EngineHost::queue_depth() const {

@@ -40,6 +40,9 @@ struct ChoiceProgress {
 // A request with n choices: n sequences admitted together, with one KV setting.
 struct Job {
   KvSettings kv;
+  // The request's place in the engine's policy table, held from its arrival until the job ends, so a
+  // job accepted is never refused its policy when the engine thread submits it.
+  engine::PolicyTable::Hold policy;
   std::vector<engine::GenerationRequest> requests;  // one per choice
   int64_t reserved_slots = 0;                       // all choices together
   Clock::time_point enqueued = Clock::now();
@@ -88,10 +91,12 @@ class EngineHost {
   // Sequences of `reservation_slots` each that the pool holds together.
   int64_t sequences_that_fit(int64_t reservation_slots) const { return engine_->sequences_that_fit(reservation_slots); }
   int64_t queue_depth() const;
-  // Takes a place in the engine's policy table for `spec` (a valid policy spec) unless an equal policy
-  // (name and options) already holds one; false when the table is full (engine::kMaxPolicies). Safe
-  // from any thread; a place taken is never given back, as the engine never forgets a policy.
-  bool reserve_policy(const std::string& spec);
+  // A hold on a place in the engine's policy table for `spec` (a valid policy spec): the place of an
+  // equal policy (name and options), else one no live request holds. engine::PolicyTableFull when all
+  // engine::kMaxPolicies places are held by live requests. Safe from any thread: the engine owns the
+  // table, the server keeps no count of its own.
+  engine::PolicyTable::Hold hold_policy(const std::string& spec) { return engine_->hold_policy(spec); }
+  int policies_held() const { return engine_->policies_held(); }  // safe from any thread
 
  private:
   struct Seq {
@@ -133,8 +138,6 @@ class EngineHost {
   bool stop_ = false;
   bool abort_all_ = false;  // drain timed out: drop what runs
   std::atomic<uint64_t> cancel_epoch_{0};
-  std::mutex policies_mutex_;
-  std::set<std::string> policies_;  // policy::describe of each policy the engine holds or will
   std::thread thread_;
 };
 

@@ -19,6 +19,7 @@ struct Metrics::Handles {
   Counter* cancelled;
   Gauge* queue;
   Gauge* running;
+  Gauge* policies_held;
   Gauge* kv_reserved;
   Gauge* kv_resident;
   Gauge* kv_capacity;
@@ -53,6 +54,12 @@ Metrics::Metrics(int64_t kv_slot_capacity)
                    .Add({});
   h_->running =
       &BuildGauge().Name("kvdice_running_sequences").Help("Sequences in the engine").Register(r).Add({});
+  h_->policies_held = &BuildGauge()
+                           .Name("kvdice_kv_policies_held")
+                           .Help("Places of the engine's policy table (distinct KV policies, at most 64) held "
+                                 "by waiting or running requests, the default's included")
+                           .Register(r)
+                           .Add({});
   auto& kv =
       BuildGauge().Name("kvdice_kv_slots").Help("KV slots (per layer and KV head) in the pool").Register(r);
   h_->kv_reserved = &kv.Add({{"state", "reserved"}});
@@ -89,6 +96,7 @@ void Metrics::add_eviction_rounds(int64_t n) { h_->eviction_rounds->Increment(st
 void Metrics::add_cancelled(int64_t n) { h_->cancelled->Increment(static_cast<double>(n)); }
 void Metrics::set_queue(int64_t n) { h_->queue->Set(static_cast<double>(n)); }
 void Metrics::set_running(int64_t n) { h_->running->Set(static_cast<double>(n)); }
+void Metrics::set_policies_held(int64_t n) { h_->policies_held->Set(static_cast<double>(n)); }
 void Metrics::set_kv_capacity(int64_t slots) { h_->kv_capacity->Set(static_cast<double>(slots)); }
 
 void Metrics::set_kv(int64_t reserved, int64_t resident) {

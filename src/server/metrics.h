@@ -1,6 +1,6 @@
 // Server metrics in the Prometheus text format (GET /metrics), kept with prometheus-cpp's core
 // library: requests by route and status, tokens, queue depth, running sequences, KV slots reserved
-// and resident, eviction rounds, time to first token and time per output token.
+// and resident, policy-table places held, eviction rounds, time to first token and time per output token.
 #pragma once
 
 #include <memory>
@@ -29,6 +29,7 @@ class Metrics {
   void set_running(int64_t sequences);
   void set_kv(int64_t reserved_slots, int64_t resident_slots);
   void set_kv_capacity(int64_t slots);
+  void set_policies_held(int64_t places);  // places of the engine's policy table held now
   void observe_first_token(double seconds);
   void observe_token_interval(double seconds);
   void observe_engine_call(double seconds);  // one engine callback interval (a decode step, roughly)

@@ -195,6 +195,7 @@ void Server::Impl::install_routes() {
     }
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    metrics.set_policies_held(host.policies_held());
     res.set_content(metrics.render(), "text/plain; version=0.0.4");
   });
   http.Get("/openapi.json", [this](const httplib::Request&, httplib::Response& res) {
@@ -353,16 +354,19 @@ void Server::Impl::completion(const httplib::Request&, const std::string& text, 
                       options.engine.kv_slots),
           r.max_tokens ? r.max_tokens_field : std::string("max_tokens"), "kv_reservation_too_large");
 
-    // The engine holds at most engine::kMaxPolicies distinct policies, each for its life.
-    if (!host.reserve_policy(r.kv.policy))
-      throw ApiError(400,
-                     fmt::format("too many distinct KV policies: this server holds at most {} (a policy is its "
-                                 "name and options; budgets do not count) and '{}' would be one more; use a "
-                                 "policy setting already in use",
-                                 engine::kMaxPolicies, quote_for_message(r.kv.policy, 200)),
-                     "kv.policy", "too_many_policies");
+    // The engine's policy table: a place held for the request until it ends (engine::kMaxPolicies at
+    // once; a place no live request holds goes to the next new policy).
+    engine::PolicyTable::Hold policy_hold;
+    try {
+      policy_hold = host.hold_policy(r.kv.policy);
+    } catch (const engine::PolicyTableFull& e) {
+      throw ApiError(400, e.what(), "kv.policy", "too_many_policies");
+    } catch (const Error& e) {
+      bad_request("kv.policy", e.what());
+    }
     auto job = std::make_shared<Job>();
     job->kv = r.kv;
+    job->policy = std::move(policy_hold);
     job->reserved_slots = total;
     const uint64_t base_seed =
         r.seed ? static_cast<uint64_t>(*r.seed) : std::random_device{}() * 0x100000001ull;

@@ -2,6 +2,7 @@
 import json
 import socket
 import subprocess
+import time
 
 import pytest
 
@@ -64,24 +65,71 @@ def _completion(s, kv, max_tokens=1):
     return status, json.loads(text)
 
 
-def test_policy_table_is_bounded_with_a_clear_400(start_server):
-    """The engine holds at most 64 distinct policies (name and options; the server's default is one):
-    the 65th gets 400 too_many_policies naming kv.policy, and policies already held still serve."""
+def _spec(k):
+    """A distinct policy per k < 100000 (random_pp_rec's recent share)."""
+    return "random_pp_rec:recent=%g" % (k / 100000)
+
+
+def test_policy_table_reuses_places_no_request_holds(start_server):
+    """The engine holds 64 distinct policies at once (name and options; the server's default is one): a
+    place no waiting or running request holds goes to the next new policy, so 130 distinct policies one
+    after another all serve, as does one seen long ago and a budget that differs only in its budget."""
     s = start_server("--policy", "full")
-    spec = lambda k: "random_pp_rec:recent=%g" % (k / 100)
-    for k in range(1, 64):
-        status, body = _completion(s, {"policy": spec(k), "budget": 32, "window": 8})
+    for k in range(1, 131):
+        status, body = _completion(s, {"policy": _spec(k), "budget": 32, "window": 8})
         assert status == 200 and "choices" in body, (k, status, body)
-    # A budget does not make a policy distinct: still one of the 64.
-    status, body = _completion(s, {"policy": spec(5), "budget": 64, "window": 8})
-    assert status == 200 and "choices" in body, body
-    status, body = _completion(s, {"policy": spec(64), "budget": 32, "window": 8})
-    assert status == 400, body
-    assert body["error"]["code"] == "too_many_policies" and body["error"]["param"] == "kv.policy", body
-    assert "at most 64" in body["error"]["message"], body
-    for kv in ({"policy": spec(1), "budget": 32, "window": 8}, {"policy": "full"}):
+    for kv in ({"policy": _spec(1), "budget": 64, "window": 8}, {"policy": _spec(130), "budget": 32, "window": 8},
+               {"policy": "full"}):
         status, body = _completion(s, kv)
         assert status == 200 and "choices" in body, (kv, body)
+    assert s.proc.poll() is None
+
+
+def _open_stream(s, kv, max_tokens):
+    body = json.dumps({"model": "tiny-qwen3", "prompt": "policy table", "max_tokens": max_tokens,
+                       "ignore_eos": True, "stream": True, "kv": kv}).encode()
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n" % len(body) + body[:-1])
+    return sock, body[-1:]  # the last byte, sent when every request is open
+
+
+def test_policy_table_full_of_live_requests_gets_a_clear_400(start_server):
+    """With 63 distinct policies held by live requests (one running, the rest queued behind a batch of
+    one) besides the default, a 65th distinct policy gets 400 too_many_policies naming kv.policy; once
+    they are gone, the same policy serves. The tiny model runs a request in ~0.2 s, so the running one
+    may end between the count of held places (kvdice_kv_policies_held) and the probe: then the probe
+    rightly gets 200 and the round is run again with the next 63 policies (a server that never refuses
+    fails every round)."""
+    s = start_server("--policy", "full", "--max-batch", "1", "--max-queue", "64")
+    refused = None
+    for attempt in range(5):
+        base = 1000 * (attempt + 1)  # fresh policies each round
+        opened = [_open_stream(s, {"policy": _spec(base + k), "budget": 32, "window": 8}, 2000) for k in range(63)]
+        socks = [sock for sock, _ in opened]
+        try:
+            for sock, last in opened:  # all 63 arrive at once, while the first one runs
+                sock.sendall(last)
+            deadline = time.time() + 3
+            while time.time() < deadline and s.metric("kvdice_kv_policies_held") < 64:
+                time.sleep(0.002)
+            if s.metric("kvdice_kv_policies_held") == 64:
+                status, body = _completion(s, {"policy": _spec(base + 999), "budget": 32, "window": 8})
+                if status != 200:
+                    refused = (status, body)
+        finally:
+            for sock in socks:
+                sock.close()
+        s.wait_metric("kvdice_kv_policies_held", lambda v: v == 1, timeout=30)
+        if refused:
+            break
+    assert refused is not None, "a 65th distinct policy was served while 64 were held"
+    status, body = refused
+    assert status == 400, body
+    assert body["error"]["code"] == "too_many_policies" and body["error"]["param"] == "kv.policy", body
+    assert "at most 64" in body["error"]["message"] and _spec(base + 999) in body["error"]["message"], body
+    status, body = _completion(s, {"policy": _spec(base + 999), "budget": 32, "window": 8})
+    assert status == 200 and "choices" in body, body
     assert s.proc.poll() is None
 
 
