@@ -1,9 +1,12 @@
 // The engine's policy table and decode-shape key: one policy instance per distinct spec (name and
-// options), at most kMaxPolicies of them, and a decode-step key that names the whole set of policies a
-// step runs however many the table holds.
+// options), at most kMaxPolicies held at once, a place no live request holds reused for the next new
+// policy, and a decode-step key that names the whole set of policies a step runs however many the
+// table holds.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,8 +21,8 @@ const ModelBundle& bundle() {
   return b;
 }
 
-// A distinct policy spec per k (random_pp_rec's recent share k/100).
-std::string spec(int k) { return fmt::format("random_pp_rec:recent={}", k / 100.0); }
+// A distinct policy spec per k < 1000 (random_pp_rec's recent share k/1000).
+std::string spec(int k) { return fmt::format("random_pp_rec:recent={}", k / 1000.0); }
 
 GenerationRequest with_policy(const std::string& policy, int max_new = 2) {
   GenerationRequest r;
@@ -87,6 +90,117 @@ TEST(Engine, PolicyTableHoldsAtMostKMaxPoliciesAndRefusesClearly) {
   const auto results = engine.take_finished();
   EXPECT_EQ(static_cast<int>(results.size()), 3 + kMaxPolicies);
   for (const auto& r : results) EXPECT_EQ(r.tokens.size(), 2u);
+}
+
+TEST(DecodeShapes, AForgottenShapeNeverComesBackUnderItsOldId) {
+  DecodeShapes shapes;
+  std::vector<uint8_t> a(8, 0), b(8, 0);
+  a[2] = 1;
+  b[5] = 1;
+  const uint64_t id_a = shapes.intern(3, a), id_b = shapes.intern(3, b);
+  std::vector<uint8_t> both = a;
+  both[5] = 1;
+  const uint64_t id_both = shapes.intern(3, both);
+  const std::vector<uint64_t> forgotten = shapes.forget(5);
+  EXPECT_EQ(forgotten, (std::vector<uint64_t>{id_both, id_b}));
+  EXPECT_EQ(shapes.size(), 1u);
+  EXPECT_EQ(shapes.intern(3, a), id_a);
+  // Policy 5 again (now another policy): new ids, never one a graph may have been recorded under.
+  const uint64_t again = shapes.intern(3, b);
+  EXPECT_NE(again, id_b);
+  EXPECT_NE(again, id_both);
+  EXPECT_NE(shapes.intern(3, both), id_both);
+}
+
+// 128 distinct policies that keep different shares of recent tokens (0/128 .. 127/128, scattered so
+// that a place's next policy keeps another share than its former one).
+std::string varied(int k) { return fmt::format("random_pp_rec:recent={}", (k * 37 % 128) / 128.0); }
+
+// A request of policy varied(k) with its own streams (stream_id k), so its result is the same in any
+// engine: sampled (temperature 1) so the tokens follow the logits the kept KV gives.
+GenerationRequest sampled(int k) {
+  GenerationRequest r = with_policy(k < 128 ? varied(k) : spec(k), 80);
+  r.stream_id = static_cast<uint64_t>(k);
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = 7;
+  return r;
+}
+
+EngineConfig table_config() {
+  EngineConfig config;
+  config.policy = varied(0);
+  config.budget = {48, 8};
+  config.max_batch = 64;
+  return config;
+}
+
+std::vector<int> run_alone(int k) {
+  auto backend = backend::make_cpu_backend(1);
+  Engine engine(*bundle().model, *backend, table_config());
+  engine.submit(sampled(k));
+  engine.run();
+  return engine.take_finished().at(0).tokens;
+}
+
+TEST(Engine, PolicyPlacesNoLiveRequestHoldsGoToNewPoliciesWithTheSameResults) {
+  auto backend = backend::make_cpu_backend(1);
+  Engine engine(*bundle().model, *backend, table_config());
+  std::map<uint64_t, int> spec_of;  // request id -> k
+  auto submit = [&](int k) { spec_of[engine.submit(sampled(k))] = k; };
+  auto refused = [&](int k) {
+    try {
+      engine.submit(sampled(k));
+    } catch (const PolicyTableFull& e) {
+      EXPECT_NE(std::string(e.what()).find("at most 64"), std::string::npos) << e.what();
+      return true;
+    }
+    return false;
+  };
+  // 64 distinct policies (the default, varied(0), among them) waiting at once: the table is full of
+  // live requests, so a 65th is refused and leaves nothing behind.
+  for (int k = 0; k < kMaxPolicies; ++k) submit(k);
+  EXPECT_EQ(engine.policies_held(), kMaxPolicies);
+  EXPECT_TRUE(refused(501));
+  EXPECT_EQ(engine.waiting(), kMaxPolicies);
+  engine.run();
+  EXPECT_EQ(engine.policies_held(), 1);  // the default's place is held for the engine's life
+  // 63 new policies take the 63 places no request holds now; the table is full of live requests again.
+  for (int k = kMaxPolicies; k < 2 * kMaxPolicies - 1; ++k) submit(k);
+  EXPECT_EQ(engine.policies_held(), kMaxPolicies);
+  EXPECT_TRUE(refused(2 * kMaxPolicies - 1));
+  engine.run();
+  // The last one, and policies seen long ago (their places went to others since), all welcome.
+  for (int k : {2 * kMaxPolicies - 1, 3, 70, 0}) submit(k);
+  submit(901);  // 4 held besides the default: room for another new one
+  engine.run();
+  const std::vector<GenerationResult> results = engine.take_finished();
+  ASSERT_EQ(results.size(), spec_of.size());
+  std::map<int, std::vector<int>> alone;
+  for (const GenerationResult& r : results) {
+    const int k = spec_of.at(r.id);
+    if (!alone.count(k)) alone[k] = run_alone(k);
+    EXPECT_EQ(r.tokens, alone[k]) << k;
+    EXPECT_GE(r.stats.eviction_rounds, 3) << k;
+  }
+  EXPECT_EQ(alone.size(), static_cast<size_t>(2 * kMaxPolicies + 1));
+  // The policies differ in what they keep, so the check above has teeth: many distinct outputs.
+  std::set<std::vector<int>> distinct;
+  for (const auto& [k, tokens] : alone) distinct.insert(tokens);
+  EXPECT_GT(distinct.size(), static_cast<size_t>(kMaxPolicies));
+}
+
+TEST(Engine, APolicyTableHoldOutlivesItsEngine) {
+  PolicyTable::Hold hold;
+  {
+    auto backend = backend::make_cpu_backend(1);
+    Engine engine(*bundle().model, *backend, table_config());
+    hold = engine.hold_policy(spec(3));
+    EXPECT_EQ(engine.policies_held(), 2);
+    PolicyTable::Hold same = engine.hold_policy(spec(3));
+    EXPECT_EQ(same.id(), hold.id());
+  }
+  hold.reset();  // the table went with the last hold, not with the engine
+  EXPECT_FALSE(hold);
 }
 
 }  // namespace
