@@ -328,6 +328,80 @@ TEST(CudaEngine, GraphKeyCoversEveryPolicyInUsePastTheFortieth) {
   }
 }
 
+// A policy id goes to another policy once no request holds it and the table is full. The decode graph
+// recorded for two rows running {random_pp, the former policy} bakes in that policy's selection launch
+// and device options: a step of two rows running {random_pp, the new policy at the same id} must not
+// replay it. Tokens, rounds, resident lengths and retention logs equal the same run without graphs, with
+// the sampled tokens read one step late (the default) and at once (a round observer).
+TEST(CudaEngine, APolicyIdReusedForAnotherPolicyRecordsItsOwnGraph) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (or a build without CUDA)";
+  auto be = backend::make_backend({"cuda"});
+  struct Outcome {
+    std::vector<engine::GenerationResult> results;
+    std::vector<std::pair<uint64_t, std::vector<std::vector<std::vector<int32_t>>>>> rounds;
+  };
+  const std::string former = "random_block_pp:block=4", next = "random_pp_rec:recent=0.75";
+  auto run = [&](bool graphs, bool observe) {
+    engine::EngineConfig config = budgeted("random_pp");
+    config.graphs = graphs;
+    config.max_batch = 2;
+    engine::Engine eng(*qwen3().model, *be, config);
+    Outcome out;
+    if (observe)
+      eng.set_round_observer(
+          [&](uint64_t id, const kv::RoundRecord& r) { out.rounds.emplace_back(id, r.kept_positions); });
+    auto request = [&](const std::string& text, std::optional<std::string> policy, int max_new) {
+      engine::GenerationRequest r;
+      r.prompt = engine::encode_raw_prompt(qwen3(), text);
+      r.max_new_tokens = max_new;
+      r.sampling = {0.9f, 0.9f, 0, 31};
+      r.ignore_eos = true;
+      if (policy) r.kv = engine::KvSettings{*policy, kv::BudgetSpec{32, 8}};
+      return r;
+    };
+    int former_id = -1;
+    {
+      engine::PolicyTable::Hold hold = eng.hold_policy(former);
+      former_id = hold.id();
+    }
+    eng.submit(request("the former policy", former, 90));
+    eng.submit(request("the default policy", std::nullopt, 90));
+    eng.run();  // records the graphs of two rows running {random_pp, former}
+    // The rest of the table (one token each: no decode step): the former policy's place is now the one
+    // held least recently.
+    for (int k = 2; k < engine::kMaxPolicies; ++k)
+      eng.submit(request("filler", fmt::format("random_pp_rec:recent={}", k / 100.0), 1));
+    eng.run();
+    EXPECT_EQ(eng.hold_policy(next).id(), former_id) << "the new policy must take the former one's id";
+    eng.submit(request("the next policy", next, 90));
+    eng.submit(request("the default policy again", std::nullopt, 90));
+    eng.run();  // two rows running {random_pp, next}, next at the former policy's id
+    out.results = eng.take_finished();
+    std::sort(out.results.begin(), out.results.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+    return out;
+  };
+  for (const bool observe : {false, true}) {
+    const Outcome eager = run(false, observe), graphed = run(true, observe);
+    ASSERT_EQ(eager.results.size(), 2u + (engine::kMaxPolicies - 2) + 2u);
+    ASSERT_EQ(graphed.results.size(), eager.results.size());
+    for (size_t i = 0; i < eager.results.size(); ++i) {
+      const auto &a = eager.results[i], &b = graphed.results[i];
+      EXPECT_EQ(a.tokens, b.tokens) << "request " << i << (observe ? " (observed)" : "");
+      EXPECT_EQ(a.stats.eviction_rounds, b.stats.eviction_rounds) << "request " << i;
+      EXPECT_EQ(a.stats.final_resident_slots, b.stats.final_resident_slots) << "request " << i;
+      EXPECT_EQ(a.stats.peak_resident_slots, b.stats.peak_resident_slots) << "request " << i;
+    }
+    EXPECT_GT(eager.results.at(eager.results.size() - 2).stats.eviction_rounds, 5)
+        << "the next policy must run rounds";
+    ASSERT_EQ(eager.rounds.size(), graphed.rounds.size());
+    for (size_t i = 0; i < eager.rounds.size(); ++i) {
+      EXPECT_EQ(eager.rounds[i].first, graphed.rounds[i].first) << "round " << i;
+      EXPECT_EQ(eager.rounds[i].second, graphed.rounds[i].second) << "round " << i << " of request "
+                                                                  << eager.rounds[i].first;
+    }
+  }
+}
+
 // The engine at real shapes: random weights of a shape in configs/shapes/ cut to two layers (the KV
 // heads, head_dim, GQA group, hidden size and vocabulary stay the model's), T = 1024, r = 64. Every
 // policy that selects by position and draw runs in one batch, each on a prompt longer than the budget

@@ -39,3 +39,16 @@ def test_a_signal_to_any_thread_drains():
             err = s.proc.stderr.read()
             assert code == 0, f"thread {index} of {len(tids)}, {sig.name}: exit {code}\n{err}"
             assert "drained, exiting" in err, err
+
+
+def test_sigterm_to_the_process_drains_every_time():
+    """The kernel picks the thread of a process-directed signal: 20 fresh servers, each sent SIGTERM as
+    soon as it answers, each drains and exits 0."""
+    for start in range(20):
+        s = RunningServer("--budget", "32", "--window", "8")
+        assert s.get("/health")[0] == 200
+        os.kill(s.proc.pid, signal.SIGTERM)
+        code = s.proc.wait(timeout=30)
+        err = s.proc.stderr.read()
+        assert code == 0, f"start {start}: exit {code}\n{err}"
+        assert "SIGTERM received, draining" in err and "drained, exiting" in err, err
