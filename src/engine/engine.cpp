@@ -119,10 +119,10 @@ PolicyTable::Hold PolicyTable::hold(std::unique_ptr<policy::EvictionPolicy> poli
   if (id < 0) {
     if (used_ < kMaxPolicies) {
       id = used_;
-    } else {  // the least recently held place nothing holds now
+    } else {  // the least recently used place nothing holds now
       for (int i = 1; i < used_; ++i) {
         const Place& p = places_[static_cast<size_t>(i)];
-        if (p.holds == 0 && (id < 0 || p.last_held < places_[static_cast<size_t>(id)].last_held)) id = i;
+        if (p.holds == 0 && (id < 0 || p.last_used < places_[static_cast<size_t>(id)].last_used)) id = i;
       }
     }
     if (id < 0)
@@ -141,7 +141,7 @@ PolicyTable::Hold PolicyTable::hold(std::unique_ptr<policy::EvictionPolicy> poli
   }
   Place& place = places_[static_cast<size_t>(id)];
   ++place.holds;
-  place.last_held = ++tick_;
+  place.last_used = ++tick_;
   Hold hold;
   hold.table_ = self_.lock();
   hold.id_ = id;
@@ -153,7 +153,7 @@ PolicyTable::Hold PolicyTable::hold_existing(int id) {
   Place& place = places_.at(static_cast<size_t>(id));
   KVDICE_CHECK(place.holds > 0, "policy table: place {} is not held", id);
   ++place.holds;
-  place.last_held = ++tick_;
+  place.last_used = ++tick_;
   Hold hold;
   hold.table_ = self_.lock();
   hold.id_ = id;
@@ -162,7 +162,9 @@ PolicyTable::Hold PolicyTable::hold_existing(int id) {
 
 void PolicyTable::release(int id) {
   std::lock_guard lock(mutex_);
-  --places_[static_cast<size_t>(id)].holds;
+  Place& place = places_[static_cast<size_t>(id)];
+  --place.holds;
+  place.last_used = ++tick_;
 }
 
 const policy::EvictionPolicy& PolicyTable::at(int id) const {

@@ -136,7 +136,7 @@ class PolicyTable {
     std::unique_ptr<policy::EvictionPolicy> policy;
     std::string spec;  // policy::describe
     int holds = 0;
-    uint64_t last_held = 0;  // tick of the latest hold
+    uint64_t last_used = 0;  // tick of the latest hold or release
     uint64_t generation = 0;
   };
   PolicyTable() = default;

@@ -189,6 +189,40 @@ TEST(Engine, PolicyPlacesNoLiveRequestHoldsGoToNewPoliciesWithTheSameResults) {
   EXPECT_GT(distinct.size(), static_cast<size_t>(kMaxPolicies));
 }
 
+TEST(PolicyTable, ANewPolicyTakesThePlaceUsedLeastRecentlyThatNothingHolds) {
+  auto table = PolicyTable::make(policy::make_policy("full"));
+  std::vector<PolicyTable::Hold> holds;
+  for (int k = 1; k < kMaxPolicies; ++k) holds.push_back(table->hold(policy::make_policy(spec(k)), {}));
+  EXPECT_EQ(table->places_used(), kMaxPolicies);
+  EXPECT_EQ(table->held(), kMaxPolicies);
+  EXPECT_THROW(table->hold(policy::make_policy(spec(100)), {}), PolicyTableFull);
+  // Let go of spec(5), spec(9) and spec(3), in that order, then hold spec(5) again: spec(9)'s place
+  // (id 9) is now the free one let go longest ago, then spec(3)'s.
+  const int id5 = holds[4].id(), id9 = holds[8].id(), id3 = holds[2].id();
+  holds[4].reset();
+  holds[8].reset();
+  holds[2].reset();
+  PolicyTable::Hold again = table->hold(policy::make_policy(spec(5)), {});
+  EXPECT_EQ(again.id(), id5);  // an equal policy keeps its place
+  const uint64_t before = table->generation(id9);
+  PolicyTable::Hold a = table->hold(policy::make_policy(spec(100)), {});
+  EXPECT_EQ(a.id(), id9);
+  EXPECT_EQ(table->generation(id9), before + 1);
+  EXPECT_EQ(policy::describe(table->at(id9)), spec(100));
+  // A policy that fails its check takes no place.
+  EXPECT_THROW(table->hold(policy::make_policy(spec(101)), [](const policy::EvictionPolicy&) { fail("no"); }),
+               Error);
+  PolicyTable::Hold b = table->hold(policy::make_policy(spec(101)), {});
+  EXPECT_EQ(b.id(), id3);
+  EXPECT_THROW(table->hold(policy::make_policy(spec(102)), {}), PolicyTableFull);
+  // The default's place is never given up.
+  holds.clear();
+  EXPECT_EQ(table->held(), 4);
+  EXPECT_EQ(policy::describe(table->at(0)), "full");
+  PolicyTable::Hold c = table->hold(policy::make_policy(spec(102)), {});
+  EXPECT_NE(c.id(), 0);
+}
+
 TEST(Engine, APolicyTableHoldOutlivesItsEngine) {
   PolicyTable::Hold hold;
   {
