@@ -148,18 +148,6 @@ PolicyTable::Hold PolicyTable::hold(std::unique_ptr<policy::EvictionPolicy> poli
   return hold;
 }
 
-PolicyTable::Hold PolicyTable::hold_existing(int id) {
-  std::lock_guard lock(mutex_);
-  Place& place = places_.at(static_cast<size_t>(id));
-  KVDICE_CHECK(place.holds > 0, "policy table: place {} is not held", id);
-  ++place.holds;
-  place.last_used = ++tick_;
-  Hold hold;
-  hold.table_ = self_.lock();
-  hold.id_ = id;
-  return hold;
-}
-
 void PolicyTable::release(int id) {
   std::lock_guard lock(mutex_);
   Place& place = places_[static_cast<size_t>(id)];

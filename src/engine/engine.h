@@ -123,7 +123,6 @@ class PolicyTable {
   // `check(policy)` (which may throw). PolicyTableFull when every place is held.
   Hold hold(std::unique_ptr<policy::EvictionPolicy> policy,
             const std::function<void(const policy::EvictionPolicy&)>& check);
-  Hold hold_existing(int id);  // another hold on a held place
   // The policy at a held place.
   const policy::EvictionPolicy& at(int id) const;
   // Bumped each time a place gets another policy: what was keyed by the id before is stale.
@@ -191,8 +190,6 @@ class Engine {
   // Places of the policy table in use by waiting or running requests (or other holds), the default's
   // included. Thread-safe.
   int policies_held() const { return policies_->held(); }
-  // Decode shapes currently known (forgotten ones, whose policy id went to another policy, excluded).
-  size_t decode_shapes() const { return shape_ids_.size(); }
 
   // Validates the request (prompt length vs budget and model, sampling params, reservation vs pool);
   // returns its id.
