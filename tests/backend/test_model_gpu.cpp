@@ -265,6 +265,46 @@ TEST(CudaEngine, ASecondEngineNeverReplaysTheFirstEnginesGraphs) {
   EXPECT_EQ(replayed, run_three(eager, "second ", 60, 7));
 }
 
+// The graph-key tests: requests under their own policy (T = 32, r = 8), the finished results in request
+// order and every round's kept positions; a run with graphs must equal the same run without.
+struct GraphOutcome {
+  std::vector<engine::GenerationResult> results;
+  std::vector<std::pair<uint64_t, std::vector<std::vector<std::vector<int32_t>>>>> rounds;  // (request, kept)
+};
+
+engine::GenerationRequest policy_request(const std::string& text, std::optional<std::string> policy, int max_new) {
+  engine::GenerationRequest r;
+  r.prompt = engine::encode_raw_prompt(qwen3(), text);
+  r.max_new_tokens = max_new;
+  r.sampling = {0.9f, 0.9f, 0, 31};
+  r.ignore_eos = true;
+  if (policy) r.kv = engine::KvSettings{*policy, kv::BudgetSpec{32, 8}};
+  return r;
+}
+
+void take_sorted_results(engine::Engine& eng, GraphOutcome& out) {
+  out.results = eng.take_finished();
+  std::sort(out.results.begin(), out.results.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+}
+
+void expect_graphs_change_nothing(const GraphOutcome& eager, const GraphOutcome& graphed, size_t first,
+                                  const std::string& label) {
+  ASSERT_EQ(graphed.results.size(), eager.results.size()) << label;
+  for (size_t i = first; i < eager.results.size(); ++i) {
+    const auto &a = eager.results[i], &b = graphed.results[i];
+    EXPECT_EQ(a.tokens, b.tokens) << "request " << i << label;
+    EXPECT_EQ(a.stats.eviction_rounds, b.stats.eviction_rounds) << "request " << i << label;
+    EXPECT_EQ(a.stats.final_resident_slots, b.stats.final_resident_slots) << "request " << i << label;
+    EXPECT_EQ(a.stats.peak_resident_slots, b.stats.peak_resident_slots) << "request " << i << label;
+  }
+  ASSERT_EQ(eager.rounds.size(), graphed.rounds.size()) << label;
+  for (size_t i = 0; i < eager.rounds.size(); ++i) {
+    EXPECT_EQ(eager.rounds[i].first, graphed.rounds[i].first) << "round " << i << label;
+    EXPECT_EQ(eager.rounds[i].second, graphed.rounds[i].second)
+        << "round " << i << " of request " << eager.rounds[i].first << label;
+  }
+}
+
 // A decode graph is keyed by the batch size and the whole set of policies in use. With more than 40
 // policies in the table, a step of two rows running {random_pp, policy index 43} must not replay the graph
 // recorded for two rows running {random_pp, full}: the replay would skip policy 43's eviction while the
@@ -273,59 +313,32 @@ TEST(CudaEngine, ASecondEngineNeverReplaysTheFirstEnginesGraphs) {
 TEST(CudaEngine, GraphKeyCoversEveryPolicyInUsePastTheFortieth) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (or a build without CUDA)";
   auto be = backend::make_backend({"cuda"});
-  struct Outcome {
-    std::vector<engine::GenerationResult> results;
-    std::vector<std::pair<uint64_t, std::vector<std::vector<std::vector<int32_t>>>>> rounds;  // (request, kept)
-  };
   auto run = [&](bool graphs) {
     engine::EngineConfig config = budgeted("random_pp");
     config.graphs = graphs;
     config.max_batch = 2;
     engine::Engine eng(*qwen3().model, *be, config);
-    Outcome out;
+    GraphOutcome out;
     eng.set_round_observer(
         [&](uint64_t id, const kv::RoundRecord& r) { out.rounds.emplace_back(id, r.kept_positions); });
-    auto request = [&](const std::string& text, std::optional<std::string> policy, int max_new) {
-      engine::GenerationRequest r;
-      r.prompt = engine::encode_raw_prompt(qwen3(), text);
-      r.max_new_tokens = max_new;
-      r.sampling = {0.9f, 0.9f, 0, 31};
-      r.ignore_eos = true;
-      if (policy) r.kv = engine::KvSettings{*policy, kv::BudgetSpec{32, 8}};
-      return r;
-    };
     // Policies 1..41 of the table (one token each: no decode step), then full as 42 and the policy
     // under test as 43.
     for (int k = 1; k <= 41; ++k)
-      eng.submit(request("filler", fmt::format("random_pp_rec:recent={}", k / 100.0), 1));
+      eng.submit(policy_request("filler", fmt::format("random_pp_rec:recent={}", k / 100.0), 1));
     eng.run();
-    eng.submit(request("keep everything", "full", 90));
-    eng.submit(request("the default policy", std::nullopt, 90));
+    eng.submit(policy_request("keep everything", "full", 90));
+    eng.submit(policy_request("the default policy", std::nullopt, 90));
     eng.run();  // records the graphs of two rows running {random_pp} (full never evicts)
-    eng.submit(request("the forty-third policy", "random_block_pp:block=4", 90));
-    eng.submit(request("the default policy again", std::nullopt, 90));
+    eng.submit(policy_request("the forty-third policy", "random_block_pp:block=4", 90));
+    eng.submit(policy_request("the default policy again", std::nullopt, 90));
     eng.run();  // two rows running {random_pp, random_block_pp:block=4}
-    out.results = eng.take_finished();
-    std::sort(out.results.begin(), out.results.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+    take_sorted_results(eng, out);
     return out;
   };
-  const Outcome eager = run(false), graphed = run(true);
+  const GraphOutcome eager = run(false), graphed = run(true);
   ASSERT_EQ(eager.results.size(), 45u);
-  ASSERT_EQ(graphed.results.size(), eager.results.size());
-  for (size_t i = 41; i < eager.results.size(); ++i) {
-    const auto &a = eager.results[i], &b = graphed.results[i];
-    EXPECT_EQ(a.tokens, b.tokens) << "request " << i;
-    EXPECT_EQ(a.stats.eviction_rounds, b.stats.eviction_rounds) << "request " << i;
-    EXPECT_EQ(a.stats.final_resident_slots, b.stats.final_resident_slots) << "request " << i;
-    EXPECT_EQ(a.stats.peak_resident_slots, b.stats.peak_resident_slots) << "request " << i;
-  }
+  expect_graphs_change_nothing(eager, graphed, 41, "");
   EXPECT_GT(eager.results[43].stats.eviction_rounds, 5) << "the forty-third policy must run rounds";
-  ASSERT_EQ(eager.rounds.size(), graphed.rounds.size());
-  for (size_t i = 0; i < eager.rounds.size(); ++i) {
-    EXPECT_EQ(eager.rounds[i].first, graphed.rounds[i].first) << "round " << i;
-    EXPECT_EQ(eager.rounds[i].second, graphed.rounds[i].second) << "round " << i << " of request "
-                                                                << eager.rounds[i].first;
-  }
 }
 
 // A policy id goes to another policy once no request holds it and the table is full. The decode graph
@@ -336,69 +349,42 @@ TEST(CudaEngine, GraphKeyCoversEveryPolicyInUsePastTheFortieth) {
 TEST(CudaEngine, APolicyIdReusedForAnotherPolicyRecordsItsOwnGraph) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (or a build without CUDA)";
   auto be = backend::make_backend({"cuda"});
-  struct Outcome {
-    std::vector<engine::GenerationResult> results;
-    std::vector<std::pair<uint64_t, std::vector<std::vector<std::vector<int32_t>>>>> rounds;
-  };
   const std::string former = "random_block_pp:block=4", next = "random_pp_rec:recent=0.75";
   auto run = [&](bool graphs, bool observe) {
     engine::EngineConfig config = budgeted("random_pp");
     config.graphs = graphs;
     config.max_batch = 2;
     engine::Engine eng(*qwen3().model, *be, config);
-    Outcome out;
+    GraphOutcome out;
     if (observe)
       eng.set_round_observer(
           [&](uint64_t id, const kv::RoundRecord& r) { out.rounds.emplace_back(id, r.kept_positions); });
-    auto request = [&](const std::string& text, std::optional<std::string> policy, int max_new) {
-      engine::GenerationRequest r;
-      r.prompt = engine::encode_raw_prompt(qwen3(), text);
-      r.max_new_tokens = max_new;
-      r.sampling = {0.9f, 0.9f, 0, 31};
-      r.ignore_eos = true;
-      if (policy) r.kv = engine::KvSettings{*policy, kv::BudgetSpec{32, 8}};
-      return r;
-    };
     int former_id = -1;
     {
       engine::PolicyTable::Hold hold = eng.hold_policy(former);
       former_id = hold.id();
     }
-    eng.submit(request("the former policy", former, 90));
-    eng.submit(request("the default policy", std::nullopt, 90));
+    eng.submit(policy_request("the former policy", former, 90));
+    eng.submit(policy_request("the default policy", std::nullopt, 90));
     eng.run();  // records the graphs of two rows running {random_pp, former}
     // The rest of the table (one token each: no decode step): the former policy's place is now the one
     // held least recently.
     for (int k = 2; k < engine::kMaxPolicies; ++k)
-      eng.submit(request("filler", fmt::format("random_pp_rec:recent={}", k / 100.0), 1));
+      eng.submit(policy_request("filler", fmt::format("random_pp_rec:recent={}", k / 100.0), 1));
     eng.run();
     EXPECT_EQ(eng.hold_policy(next).id(), former_id) << "the new policy must take the former one's id";
-    eng.submit(request("the next policy", next, 90));
-    eng.submit(request("the default policy again", std::nullopt, 90));
+    eng.submit(policy_request("the next policy", next, 90));
+    eng.submit(policy_request("the default policy again", std::nullopt, 90));
     eng.run();  // two rows running {random_pp, next}, next at the former policy's id
-    out.results = eng.take_finished();
-    std::sort(out.results.begin(), out.results.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+    take_sorted_results(eng, out);
     return out;
   };
   for (const bool observe : {false, true}) {
-    const Outcome eager = run(false, observe), graphed = run(true, observe);
+    const GraphOutcome eager = run(false, observe), graphed = run(true, observe);
     ASSERT_EQ(eager.results.size(), 2u + (engine::kMaxPolicies - 2) + 2u);
-    ASSERT_EQ(graphed.results.size(), eager.results.size());
-    for (size_t i = 0; i < eager.results.size(); ++i) {
-      const auto &a = eager.results[i], &b = graphed.results[i];
-      EXPECT_EQ(a.tokens, b.tokens) << "request " << i << (observe ? " (observed)" : "");
-      EXPECT_EQ(a.stats.eviction_rounds, b.stats.eviction_rounds) << "request " << i;
-      EXPECT_EQ(a.stats.final_resident_slots, b.stats.final_resident_slots) << "request " << i;
-      EXPECT_EQ(a.stats.peak_resident_slots, b.stats.peak_resident_slots) << "request " << i;
-    }
+    expect_graphs_change_nothing(eager, graphed, 0, observe ? " (observed)" : "");
     EXPECT_GT(eager.results.at(eager.results.size() - 2).stats.eviction_rounds, 5)
         << "the next policy must run rounds";
-    ASSERT_EQ(eager.rounds.size(), graphed.rounds.size());
-    for (size_t i = 0; i < eager.rounds.size(); ++i) {
-      EXPECT_EQ(eager.rounds[i].first, graphed.rounds[i].first) << "round " << i;
-      EXPECT_EQ(eager.rounds[i].second, graphed.rounds[i].second) << "round " << i << " of request "
-                                                                  << eager.rounds[i].first;
-    }
   }
 }
 
