@@ -6,6 +6,7 @@
 //   against transformers' bf16 logits (tools/gpu/golden_logits.py), when present under .gpu/.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -458,9 +459,14 @@ TEST_P(CudaEngineRealShape, TeacherForcedRetentionLogsEqualTheCpu) {
               << what << " round " << r << " layer " << l << " KV head " << g;
     }
     ASSERT_EQ(logprobs[0][n].size(), logprobs[1][n].size()) << what;
+    // CUDA rounds activations to bf16 (a relative 2^-9 on every logit), so a log-probability's error
+    // scales with the range of the logits, which the sequence's largest |log-probability| bounds from
+    // below; scaling with the token's own value instead failed the Phi-4 shape's likelier tokens by a few
+    // hundredths while every kept position matched.
+    double range = 0;
+    for (const float lp : logprobs[0][n]) range = std::max(range, std::abs(double{lp}));
     for (size_t t = 0; t < logprobs[0][n].size(); ++t)
-      EXPECT_NEAR(logprobs[0][n][t], logprobs[1][n][t], 0.05 + 0.02 * std::abs(logprobs[0][n][t]))
-          << what << " step " << t;
+      EXPECT_NEAR(logprobs[0][n][t], logprobs[1][n][t], 0.05 + 0.02 * range) << what << " step " << t;
   }
 }
 
