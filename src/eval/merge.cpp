@@ -65,9 +65,16 @@ std::vector<MergedCell> merge_results(const MergeOptions& o, const EvalLog& log)
   shard_check.allow_incomplete = true;  // a shard holds only its slice
   shard_check.dataset = o.dataset;
   std::map<std::string, CellPlan> plans;
+  std::map<std::string, RunInfo> runs;  // run id -> the most complete copy of its row
   for (const auto& input : o.inputs) {
     ResultsStore store(input, false);
     const std::string root = input.string();
+    for (RunInfo& run : store.runs()) {
+      auto [it, fresh] = runs.try_emplace(run.run_id, run);
+      if (!fresh && (run.samples > it->second.samples ||
+                     (run.samples == it->second.samples && run.wall_seconds > it->second.wall_seconds)))
+        it->second = std::move(run);
+    }
     for (const auto& name : store.cell_names()) {
       const CellInfo cell = store.require_cell(name);
       check_cell(store, cell, shard_check);
@@ -155,6 +162,9 @@ std::vector<MergedCell> merge_results(const MergeOptions& o, const EvalLog& log)
     const auto result = check_cell(out, out.require_cell(m.name), final_check);
     for (const auto& w : result.warnings) log(fmt::format("cell {}: {}", m.name, w));
   }
+  // The runs that wrote the records come along: a cell's wall time and device-hours are theirs.
+  for (const auto& [id, run] : runs) out.put_run(run);
+  if (!runs.empty()) log(fmt::format("carried {} eval run rows into {}", runs.size(), out_root));
   return merged;
 }
 

@@ -3,8 +3,9 @@
 // holds only its slice); a cell must have the identical manifest in every input and in the output;
 // a (problem, run) found twice must be the same record (timing fields aside), else the merge names
 // the conflict. Nothing is written unless every cell passes, and the inputs are only read, so a
-// failed merge loses nothing and a repeated one adds nothing. Grades are not merged: grade the
-// merged root.
+// failed merge loses nothing and a repeated one adds nothing. The inputs' `runs` rows (one per
+// `eval run` invocation) are carried into the output, a run met twice keeping its most complete copy,
+// so wall time and device-hours per cell survive the merge. Grades are not merged: grade the merged root.
 #pragma once
 
 #include <filesystem>

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <ctime>
+#include <map>
 
 #include "core/error.h"
 #include "eval/hashing.h"
@@ -9,7 +10,8 @@
 namespace kvdice::eval {
 namespace {
 
-constexpr int kSchemaVersion = 1;
+// 1: cells, records, grades. 2: runs and run_cells; grades.exact_match. Version 1 opens migrated.
+constexpr int kSchemaVersion = 2;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -44,8 +46,35 @@ CREATE TABLE IF NOT EXISTS grades(
   score REAL NOT NULL,
   extracted TEXT NOT NULL,
   detail TEXT NOT NULL,
+  exact_match REAL,
   PRIMARY KEY (cell, problem, run),
   FOREIGN KEY (cell, problem, run) REFERENCES records(cell, problem, run)) WITHOUT ROWID;
+)sql";
+
+// Added by version 2 (also run on a version 1 database when it is migrated).
+constexpr const char* kRunsSchema = R"sql(
+CREATE TABLE IF NOT EXISTS runs(
+  run_id TEXT PRIMARY KEY,
+  started_at TEXT NOT NULL,
+  ended_at TEXT NOT NULL,
+  wall_seconds REAL NOT NULL CHECK (wall_seconds >= 0),
+  finished INTEGER NOT NULL,
+  backend TEXT NOT NULL,
+  device TEXT NOT NULL,
+  gpus INTEGER NOT NULL CHECK (gpus >= 0),
+  threads INTEGER NOT NULL,
+  kvdice_version TEXT NOT NULL,
+  git_commit TEXT NOT NULL,
+  command_line TEXT NOT NULL,
+  cells TEXT NOT NULL,
+  samples INTEGER NOT NULL,
+  generated_tokens INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS run_cells(
+  run_id TEXT NOT NULL REFERENCES runs(run_id),
+  cell TEXT NOT NULL,
+  samples INTEGER NOT NULL,
+  generated_tokens INTEGER NOT NULL,
+  PRIMARY KEY (run_id, cell)) WITHOUT ROWID;
 )sql";
 
 std::string now_utc() {
@@ -91,16 +120,37 @@ static std::filesystem::path prepare_root(const std::filesystem::path& root, boo
 ResultsStore::ResultsStore(const std::filesystem::path& root, bool create)
     : db_(prepare_root(root, create), create) {
   db_.exec(kSchema);
-  Statement get(db_, "SELECT value FROM meta WHERE key = 'schema_version'");
-  if (get.step()) {
-    const std::string version = get.column_text(0);
-    if (version != std::to_string(kSchemaVersion))
-      fail("results database {} has schema version {}, this kvdice reads version {}", path().string(),
-           version, kSchemaVersion);
-  } else {
+  std::string version;
+  {
+    Statement get(db_, "SELECT value FROM meta WHERE key = 'schema_version'");
+    if (get.step()) version = get.column_text(0);
+  }
+  if (version.empty()) {
+    db_.exec(kRunsSchema);
     Statement put(db_, "INSERT INTO meta(key, value) VALUES ('schema_version', ?)");
     put.bind(1, std::string_view(std::to_string(kSchemaVersion))).run();
+  } else if (version == "1") {
+    migrate();
+  } else if (version != std::to_string(kSchemaVersion)) {
+    fail("results database {} has schema version {}, this kvdice reads versions 1 and {}", path().string(),
+         version, kSchemaVersion);
   }
+}
+
+// Version 1 -> 2 in one transaction: the runs tables and the grades' exact_match column. Records
+// written before stay as they are; no run row claims them.
+void ResultsStore::migrate() {
+  Transaction tx(db_);
+  db_.exec(kRunsSchema);
+  bool has_exact_match = false;
+  {
+    Statement columns(db_, "SELECT name FROM pragma_table_info('grades')");
+    while (columns.step()) has_exact_match |= columns.column_text(0) == "exact_match";
+  }
+  if (!has_exact_match) db_.exec("ALTER TABLE grades ADD COLUMN exact_match REAL");
+  Statement put(db_, "UPDATE meta SET value = ? WHERE key = 'schema_version'");
+  put.bind(1, std::string_view(std::to_string(kSchemaVersion))).run();
+  tx.commit();
 }
 
 std::vector<std::string> ResultsStore::cell_names() {
@@ -161,6 +211,136 @@ std::set<std::pair<int, int>> ResultsStore::recorded(const std::string& cell) {
 void ResultsStore::insert_record(const Record& r) {
   Transaction tx(db_);
   insert_row(r);
+  tx.commit();
+}
+
+void ResultsStore::insert_record(const Record& r, const std::string& run_id, double wall_seconds) {
+  Transaction tx(db_);
+  insert_row(r);
+  const std::string now = now_utc();
+  Statement run(db_,
+                "UPDATE runs SET samples = samples + 1, generated_tokens = generated_tokens + ?, ended_at = ?, "
+                "wall_seconds = ? WHERE run_id = ?");
+  run.bind(1, int64_t{r.generated_tokens})
+      .bind(2, std::string_view(now))
+      .bind(3, wall_seconds)
+      .bind(4, std::string_view(run_id))
+      .run();
+  if (sqlite3_changes(db_.handle()) != 1) fail("results database {}: no run {}", path().string(), run_id);
+  Statement cell(db_,
+                 "INSERT INTO run_cells(run_id, cell, samples, generated_tokens) VALUES (?, ?, 1, ?) "
+                 "ON CONFLICT(run_id, cell) DO UPDATE SET samples = samples + 1, "
+                 "generated_tokens = generated_tokens + excluded.generated_tokens");
+  cell.bind(1, std::string_view(run_id)).bind(2, std::string_view(r.cell)).bind(3, int64_t{r.generated_tokens}).run();
+  Statement cells(db_,
+                  "UPDATE runs SET cells = (SELECT json_group_array(cell) FROM (SELECT cell FROM run_cells "
+                  "WHERE run_id = ?1 ORDER BY cell)) WHERE run_id = ?1");
+  cells.bind(1, std::string_view(run_id)).run();
+  tx.commit();
+}
+
+namespace {
+
+void write_run_row(SqliteDb& db, const RunInfo& run, bool replace) {
+  Statement s(db, std::string(replace ? "INSERT OR REPLACE" : "INSERT") +
+                      " INTO runs(run_id, started_at, ended_at, wall_seconds, finished, backend, device, gpus, "
+                      "threads, kvdice_version, git_commit, command_line, cells, samples, generated_tokens) "
+                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  Json cells = Json::array();
+  for (const auto& c : run.cells) cells.push_back(c.cell);
+  s.bind(1, std::string_view(run.run_id))
+      .bind(2, std::string_view(run.started_at))
+      .bind(3, std::string_view(run.ended_at.empty() ? run.started_at : run.ended_at))
+      .bind(4, run.wall_seconds)
+      .bind(5, int64_t{run.finished ? 1 : 0})
+      .bind(6, std::string_view(run.backend))
+      .bind(7, std::string_view(run.device))
+      .bind(8, int64_t{run.gpus})
+      .bind(9, int64_t{run.threads})
+      .bind(10, std::string_view(run.kvdice_version))
+      .bind(11, std::string_view(run.git_commit))
+      .bind(12, std::string_view(run.command_line))
+      .bind(13, std::string_view(cells.dump()))
+      .bind(14, int64_t{run.samples})
+      .bind(15, run.generated_tokens)
+      .run();
+  Statement del(db, "DELETE FROM run_cells WHERE run_id = ?");
+  del.bind(1, std::string_view(run.run_id)).run();
+  Statement put(db, "INSERT INTO run_cells(run_id, cell, samples, generated_tokens) VALUES (?, ?, ?, ?)");
+  for (const auto& c : run.cells) {
+    put.reset();
+    put.bind(1, std::string_view(run.run_id))
+        .bind(2, std::string_view(c.cell))
+        .bind(3, int64_t{c.samples})
+        .bind(4, c.generated_tokens)
+        .run();
+  }
+}
+
+}  // namespace
+
+void ResultsStore::begin_run(const RunInfo& run) {
+  Transaction tx(db_);
+  write_run_row(db_, run, false);
+  tx.commit();
+}
+
+void ResultsStore::finish_run(const std::string& run_id, double wall_seconds) {
+  Statement s(db_, "UPDATE runs SET finished = 1, ended_at = ?, wall_seconds = ? WHERE run_id = ?");
+  s.bind(1, std::string_view(now_utc())).bind(2, wall_seconds).bind(3, std::string_view(run_id)).run();
+}
+
+std::vector<RunInfo> ResultsStore::runs() {
+  std::vector<RunInfo> out;
+  std::map<std::string, size_t> index;
+  {
+    Statement s(db_,
+                "SELECT run_id, started_at, ended_at, wall_seconds, finished, backend, device, gpus, threads, "
+                "kvdice_version, git_commit, command_line, samples, generated_tokens FROM runs "
+                "ORDER BY started_at, run_id");
+    while (s.step()) {
+      RunInfo r;
+      r.run_id = s.column_text(0);
+      r.started_at = s.column_text(1);
+      r.ended_at = s.column_text(2);
+      r.wall_seconds = s.column_double(3);
+      r.finished = s.column_int(4) != 0;
+      r.backend = s.column_text(5);
+      r.device = s.column_text(6);
+      r.gpus = static_cast<int>(s.column_int(7));
+      r.threads = static_cast<int>(s.column_int(8));
+      r.kvdice_version = s.column_text(9);
+      r.git_commit = s.column_text(10);
+      r.command_line = s.column_text(11);
+      r.samples = static_cast<int>(s.column_int(12));
+      r.generated_tokens = s.column_int(13);
+      index[r.run_id] = out.size();
+      out.push_back(std::move(r));
+    }
+  }
+  Statement c(db_, "SELECT run_id, cell, samples, generated_tokens FROM run_cells ORDER BY run_id, cell");
+  while (c.step()) {
+    auto it = index.find(c.column_text(0));
+    if (it == index.end()) continue;
+    out[it->second].cells.push_back(
+        {c.column_text(1), static_cast<int>(c.column_int(2)), c.column_int(3)});
+  }
+  return out;
+}
+
+void ResultsStore::put_run(const RunInfo& run) {
+  Transaction tx(db_);
+  bool write = true;
+  {
+    Statement s(db_, "SELECT samples, wall_seconds FROM runs WHERE run_id = ?");
+    s.bind(1, std::string_view(run.run_id));
+    if (s.step()) {
+      const int64_t samples = s.column_int(0);
+      const double wall = s.column_double(1);
+      write = run.samples > samples || (run.samples == samples && run.wall_seconds > wall);
+    }
+  }
+  if (write) write_run_row(db_, run, true);
   tx.commit();
 }
 
@@ -227,8 +407,8 @@ void ResultsStore::replace_grades(const std::string& cell, const std::vector<Gra
   Statement del(db_, "DELETE FROM grades WHERE cell = ?");
   del.bind(1, std::string_view(cell)).run();
   Statement s(db_,
-              "INSERT INTO grades(cell, problem, run, grader, score, extracted, detail) VALUES (?, ?, ?, ?, "
-              "?, ?, ?)");
+              "INSERT INTO grades(cell, problem, run, grader, score, extracted, detail, exact_match) VALUES "
+              "(?, ?, ?, ?, ?, ?, ?, ?)");
   for (const auto& g : grades) {
     s.reset();
     s.bind(1, std::string_view(cell))
@@ -237,8 +417,12 @@ void ResultsStore::replace_grades(const std::string& cell, const std::vector<Gra
         .bind(4, std::string_view(g.grader))
         .bind(5, g.score)
         .bind(6, std::string_view(g.extracted))
-        .bind(7, std::string_view(g.detail))
-        .run();
+        .bind(7, std::string_view(g.detail));
+    if (g.exact_match)
+      s.bind(8, *g.exact_match);
+    else
+      s.bind_null(8);
+    s.run();
   }
   tx.commit();
 }
@@ -246,7 +430,8 @@ void ResultsStore::replace_grades(const std::string& cell, const std::vector<Gra
 std::vector<Grade> ResultsStore::grades(const std::string& cell) {
   std::vector<Grade> out;
   Statement s(db_,
-              "SELECT problem, run, grader, score, extracted, detail FROM grades WHERE cell = ? ORDER BY "
+              "SELECT problem, run, grader, score, extracted, detail, exact_match FROM grades WHERE cell = ? "
+              "ORDER BY "
               "problem, run");
   s.bind(1, std::string_view(cell));
   while (s.step()) {
@@ -258,6 +443,7 @@ std::vector<Grade> ResultsStore::grades(const std::string& cell) {
     g.score = s.column_double(3);
     g.extracted = s.column_text(4);
     g.detail = s.column_text(5);
+    if (!s.column_is_null(6)) g.exact_match = s.column_double(6);
     out.push_back(std::move(g));
   }
   return out;

@@ -1,7 +1,11 @@
 // The results database: one SQLite file per results root (<root>/results.sqlite). A cell's
 // manifest is written once; each (cell, problem, run) record is committed in its own transaction as
 // it completes, so a killed `eval run` loses nothing committed and repeats nothing. Primary keys
-// make duplicate records impossible.
+// make duplicate records impossible. Each `eval run` invocation has a row in `runs` (when, where, how
+// long, what it wrote) kept current with every record it commits, so a killed run still counts the
+// time up to its last record; `run_cells` splits a run's samples and generated tokens by cell. A
+// database from before the runs table (schema version 1) is migrated on open: the tables are added,
+// its older records stay unattributed (statistics per device-hour read "n/a" for their cells).
 #pragma once
 
 #include <cstdint>
@@ -50,6 +54,35 @@ struct Grade {
   double score = 0.0;     // 1 correct, 0 wrong (code: passed all tests or not)
   std::string extracted;  // what the grader read from the completion
   std::string detail;     // why, for people
+  // lm-evaluation-harness's exact_match for MATH (eval/lm_eval_math.h), beside the score: math
+  // grades only; nullopt for other graders and for grades written before it was recorded.
+  std::optional<double> exact_match;
+};
+
+// One cell's share of an `eval run` invocation.
+struct RunCell {
+  std::string cell;
+  int samples = 0;               // records committed
+  int64_t generated_tokens = 0;  // their generated tokens
+};
+
+// One `eval run` invocation.
+struct RunInfo {
+  std::string run_id;      // 32 hex digits, random: unique across machines, so shard roots merge
+  std::string started_at;  // UTC, ISO 8601
+  std::string ended_at;    // UTC: the last record's commit, then the run's end
+  double wall_seconds = 0.0;  // from the start of the invocation (weights loading included)
+  bool finished = false;      // false while running, or when it was killed or failed
+  std::string backend;        // "cpu" or "cuda"
+  std::string device;         // the GPU's or the CPU's name, and the backend's description
+  int gpus = 0;               // 0 on the CPU
+  int threads = 0;            // CPU threads (0 on a GPU run when not given)
+  std::string kvdice_version;
+  std::string git_commit;     // the commit the binary was built from ("unknown" outside git)
+  std::string command_line;
+  int samples = 0;
+  int64_t generated_tokens = 0;
+  std::vector<RunCell> cells;
 };
 
 std::filesystem::path results_db_path(const std::filesystem::path& root);
@@ -67,6 +100,16 @@ class ResultsStore {
   // (problem, run) pairs already recorded for the cell.
   std::set<std::pair<int, int>> recorded(const std::string& cell);
   void insert_record(const Record& record);
+  // The record and its run's totals (samples, tokens, ended_at, wall_seconds) in one transaction.
+  void insert_record(const Record& record, const std::string& run_id, double wall_seconds);
+  // A new run's row (samples and tokens start at 0; its cells are added as records arrive).
+  void begin_run(const RunInfo& run);
+  void finish_run(const std::string& run_id, double wall_seconds);
+  // Every run, oldest first, with its cells.
+  std::vector<RunInfo> runs();
+  // Writes a run row as it is (merge): a new run is inserted; a run already present is replaced when
+  // `run` covers more of it (more samples, or as many and longer), else left alone.
+  void put_run(const RunInfo& run);
   // All of them in one transaction: none is written unless all are.
   void insert_records(const std::vector<Record>& records);
   std::vector<Record> records(const std::string& cell);
@@ -78,6 +121,7 @@ class ResultsStore {
 
  private:
   void insert_row(const Record& record);
+  void migrate();
 
   SqliteDb db_;
 };

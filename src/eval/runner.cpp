@@ -3,8 +3,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <ctime>
+#include <fstream>
 #include <map>
+#include <random>
 #include <set>
+#include <thread>
 
 #include "analyze/retention_log.h"
 #include "core/error.h"
@@ -15,6 +19,10 @@
 #include "eval/hashing.h"
 #include "eval/results_store.h"
 #include "policy/eviction_policy.h"
+
+#ifndef KVDICE_GIT_COMMIT
+#define KVDICE_GIT_COMMIT "unknown"
+#endif
 
 namespace kvdice::eval {
 namespace {
@@ -45,6 +53,47 @@ std::string format_duration(double seconds) {
                    : fmt::format("{}m{:02}s", s / 60, s % 60);
 }
 
+std::string utc_iso(std::chrono::system_clock::time_point when) {
+  const std::time_t t = std::chrono::system_clock::to_time_t(when);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buffer;
+}
+
+// 128 random bits as hex: run ids from different machines never meet by chance.
+std::string new_run_id() {
+  std::random_device device;
+  std::string id;
+  for (int i = 0; i < 4; ++i) id += fmt::format("{:08x}", static_cast<uint32_t>(device()));
+  return id;
+}
+
+std::string command_line() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (char& c : raw)
+    if (c == '\0') c = ' ';
+  while (!raw.empty() && raw.back() == ' ') raw.pop_back();
+  return raw.empty() ? "unknown" : raw;
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) {
+        auto name = line.substr(colon + 1);
+        name.erase(0, name.find_first_not_of(' '));
+        return name;
+      }
+    }
+  return "unknown CPU";
+}
+
 }  // namespace
 
 std::vector<std::string> manifest_differences(const Json& stored, const Json& requested) {
@@ -65,6 +114,9 @@ std::vector<std::string> manifest_differences(const Json& stored, const Json& re
 }
 
 EvalRunSummary run_eval(const EvalRunOptions& o, const EvalLog& log) {
+  // The run's wall time counts from here: loading the weights is part of what a cell costs.
+  const auto invoked = Clock::now();
+  const auto invoked_utc = std::chrono::system_clock::now();
   // Everything cheap is validated before the weights load.
   TaskSpec task = o.task;
   if (o.runs) task.runs = *o.runs;
@@ -179,6 +231,22 @@ EvalRunSummary run_eval(const EvalRunOptions& o, const EvalLog& log) {
                   done.size(), bundle.source, backend->name(), o.policy,
                   evicts ? task.budget : 0, evicts ? task.window : 0, temperature));
 
+  RunInfo this_run;
+  this_run.run_id = new_run_id();
+  this_run.started_at = utc_iso(invoked_utc);
+  this_run.backend = backend->is_cpu() ? "cpu" : "cuda";
+  this_run.device = backend->is_cpu() ? fmt::format("{}; {}", cpu_model_name(), backend->name()) : backend->name();
+  this_run.gpus = backend->is_cpu() ? 0 : 1;
+  this_run.threads = o.threads > 0 ? o.threads
+                              : (backend->is_cpu() ? static_cast<int>(std::thread::hardware_concurrency()) : 0);
+  this_run.kvdice_version = kKvdiceVersion;
+  this_run.git_commit = KVDICE_GIT_COMMIT;
+  this_run.command_line = command_line();
+  this_run.wall_seconds = std::chrono::duration<double>(Clock::now() - invoked).count();
+  store.begin_run(this_run);
+  summary.run_id = this_run.run_id;
+  const auto wall = [&] { return std::chrono::duration<double>(Clock::now() - invoked).count(); };
+
   engine::Engine eng(*bundle.model, *backend, config);
   std::optional<analyze::RetentionLogWriter> retention;
   if (!o.retention_log.empty()) {
@@ -243,7 +311,7 @@ EvalRunSummary run_eval(const EvalRunOptions& o, const EvalLog& log) {
       r.eviction_rounds = result.stats.eviction_rounds;
       r.peak_resident_slots = result.stats.peak_resident_slots;
       r.seconds = result.stats.prefill_seconds + result.stats.decode_seconds;
-      store.insert_record(r);
+      store.insert_record(r, this_run.run_id, wall());
       ++summary.completed;
       summary.generated_tokens += r.generated_tokens;
     }
@@ -262,6 +330,8 @@ EvalRunSummary run_eval(const EvalRunOptions& o, const EvalLog& log) {
   }
   summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (retention) retention->commit();
+  summary.wall_seconds = wall();
+  store.finish_run(this_run.run_id, summary.wall_seconds);
   return summary;
 }
 

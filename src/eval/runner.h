@@ -54,7 +54,9 @@ struct EvalRunSummary {
   int skipped = 0;    // already recorded before this run
   int completed = 0;  // recorded by this run
   int64_t generated_tokens = 0;
-  double seconds = 0.0;
+  double seconds = 0.0;       // decoding (the step loop)
+  std::string run_id;         // this invocation's row in the results database's runs table
+  double wall_seconds = 0.0;  // the whole invocation, as recorded in its run row
 };
 
 using EvalLog = std::function<void(const std::string& line)>;

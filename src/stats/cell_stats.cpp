@@ -1,5 +1,6 @@
 #include "stats/cell_stats.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -38,6 +39,32 @@ std::vector<LevelAccuracy> accuracy_by_level(const eval::CellInfo& cell, const s
 
 }  // namespace
 
+CellCost cell_cost(const std::vector<eval::RunInfo>& runs, const std::string& cell, int records) {
+  CellCost cost;
+  int64_t claimed = 0;
+  bool gpu = false, cpu = false;
+  for (const auto& run : runs) {
+    int64_t run_tokens = 0;
+    const eval::RunCell* mine = nullptr;
+    for (const auto& c : run.cells) {
+      run_tokens += c.generated_tokens;
+      if (c.cell == cell) mine = &c;
+    }
+    if (mine == nullptr) continue;
+    claimed += mine->samples;
+    (run.gpus > 0 ? gpu : cpu) = true;
+    if (run_tokens <= 0) continue;
+    const double share = run.wall_seconds * static_cast<double>(mine->generated_tokens) / static_cast<double>(run_tokens);
+    cost.wall_seconds += share;
+    cost.device_seconds += share * std::max(run.gpus, 1);
+  }
+  cost.device_kind = gpu && cpu ? "mixed" : gpu ? "GPU" : cpu ? "CPU" : "";
+  // Records no run claims were written before the runs table (a merge may hold duplicates that
+  // several runs claim, so more claims than records is fine).
+  cost.known = records > 0 && claimed >= records;
+  return cost;
+}
+
 CellSummary summarize_cell(eval::ResultsStore& store, const eval::CellInfo& cell) {
   eval::check_cell(store, cell, {});
   CellSummary s;
@@ -62,6 +89,7 @@ CellSummary summarize_cell(eval::ResultsStore& store, const eval::CellInfo& cell
     if (t == terminated.end())
       fail("cell '{}': grade for problem {} run {} has no record", cell.name, g.problem, g.run);
     sums[g.problem] += g.score;
+    s.correct += g.score;
     strict_sums[g.problem] += t->second ? g.score : 0.0;
     run_sums[g.run] += g.score;
     ++counts[g.problem];
@@ -92,6 +120,18 @@ CellSummary summarize_cell(eval::ResultsStore& store, const eval::CellInfo& cell
     stops += r.finish == "stop";
   }
   s.termination_rate = stops / static_cast<double>(records.size());
+  s.exact_match_applies = cell.manifest.value("/task/grader"_json_pointer, std::string()) == "math";
+  if (s.exact_match_applies) {
+    double matches = 0.0;
+    bool all = !grades.empty();
+    for (const auto& g : grades) {
+      if (!g.exact_match) all = false;
+      else matches += *g.exact_match;
+    }
+    if (all) s.exact_match = matches / static_cast<double>(grades.size());
+  }
+  s.cost = cell_cost(store.runs(), cell.name, static_cast<int>(records.size()));
+  if (s.cost.known && s.cost.device_seconds > 0) s.correct_per_device_hour = s.correct / (s.cost.device_seconds / 3600.0);
   s.mean_generated = generated / static_cast<double>(records.size());
   s.mean_rounds = rounds / static_cast<double>(records.size());
   return s;

@@ -17,6 +17,18 @@ struct LevelAccuracy {
   double accuracy = 0.0;
 };
 
+// What a cell cost, from the results database's runs: each run's wall time split over the cells it
+// wrote by the tokens each generated in it (a run that generated nothing is not attributed), and
+// device time = wall time x GPUs (x 1 on the CPU). Unknown (`known` false) when the cell holds records
+// that no run row claims: written before the runs table existed.
+struct CellCost {
+  bool known = false;
+  double wall_seconds = 0.0;
+  double device_seconds = 0.0;
+  std::string device_kind;  // "GPU", "CPU" or "mixed" (GPU and CPU runs); empty when no run
+};
+CellCost cell_cost(const std::vector<eval::RunInfo>& runs, const std::string& cell, int records);
+
 struct CellSummary {
   eval::CellInfo info;
   std::string model;  // architecture
@@ -33,6 +45,15 @@ struct CellSummary {
   double run_std = 0.0;
   double mean_generated = 0.0;
   double mean_rounds = 0.0;
+  double correct = 0.0;  // sum of scores: correct answers (code: solutions passing every test)
+  CellCost cost;
+  // correct / (device seconds / 3600): per GPU-hour, or per CPU device-hour; nullopt when the cost is
+  // unknown or zero.
+  std::optional<double> correct_per_device_hour;
+  // lm-evaluation-harness's exact_match (MATH normalisation, string equality): mean over records.
+  // Math cells only; nullopt when some grade lacks it (graded before it was recorded: grade again).
+  bool exact_match_applies = false;
+  std::optional<double> exact_match;
   std::vector<double> per_problem;  // mean score over runs, by problem index
   std::vector<LevelAccuracy> by_level;  // when the dataset's problems carry "level" (MATH-500)
 };

@@ -23,6 +23,26 @@ std::string latex_escape(const std::string& s) {
   return out;
 }
 
+std::string per_hour_unit(const CellCost& cost) {
+  if (cost.device_kind == "GPU") return "GPU-h";
+  if (cost.device_kind == "CPU") return "CPU device-h";
+  return "device-h (GPU and CPU runs)";
+}
+
+// Markdown cells: "n/a" where the store cannot say (records from before the runs table, grades from
+// before exact_match), "-" where the figure does not apply.
+std::string wall_text(const CellSummary& c) {
+  return c.cost.known ? fmt::format("{:.1f}", c.cost.wall_seconds) : "n/a";
+}
+std::string per_hour_text(const CellSummary& c) {
+  return c.correct_per_device_hour ? fmt::format("{:.2f} per {}", *c.correct_per_device_hour, per_hour_unit(c.cost))
+                                   : "n/a";
+}
+std::string exact_match_text(const CellSummary& c, int digits) {
+  if (!c.exact_match_applies) return "-";
+  return c.exact_match ? fmt::format("{:.{}f}", *c.exact_match, digits) : "n/a";
+}
+
 }  // namespace
 
 TableFormat table_format_from_name(const std::string& name) {
@@ -38,14 +58,15 @@ std::string render_table(const std::vector<StatsRow>& rows, TableFormat format) 
     case TableFormat::Markdown:
       out +=
           "| cell | task | policy | T | problems x runs | accuracy | acc. strict | terminated | run sd | "
-          "mean gen. tokens | rounds | baseline | diff | 95% CI | boot p | sign p | result |\n";
-      out += "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---|\n";
+          "mean gen. tokens | rounds | baseline | diff | 95% CI | boot p | sign p | result | correct | wall s | "
+          "correct per device-hour | lm-eval EM |\n";
+      out += "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---|---:|---:|---:|---:|\n";
       break;
     case TableFormat::Csv:
       out +=
           "cell,task,policy,budget,problems,runs,accuracy,mean_generated_tokens,mean_rounds,baseline,diff,"
           "ci_low,ci_high,sign_positive,sign_negative,sign_p,result,acc_strict,termination_rate,run_std,"
-          "boot_p\n";  // columns added later go last, so readers by position keep working
+          "boot_p,correct,wall_seconds,correct_per_device_hour,device_hour_kind,lm_eval_exact_match\n";  // columns added later go last, so readers by position keep working
       break;
     case TableFormat::Latex:
       out +=
@@ -63,19 +84,20 @@ std::string render_table(const std::vector<StatsRow>& rows, TableFormat format) 
         const std::string bold = m == "win" || m == "loss" ? "**" : "";
         out += fmt::format(
             "| {} | {} | {} | {} | {}x{} | {:.4f} | {:.4f} | {:.4f} | {} | {:.1f} | {:.1f} | {} | {} | {} | {} | "
-            "{} | {} |\n",
+            "{} | {} | {:.0f} | {} | {} | {} |\n",
             c.info.name, c.task, c.policy, budget, c.info.problems, c.info.runs, c.accuracy, c.accuracy_strict,
             c.termination_rate, std::isnan(c.run_std) ? "-" : fmt::format("{:.4f}", c.run_std),
             c.mean_generated, c.mean_rounds, cmp ? cmp->baseline : "-",
             cmp ? fmt::format("{}{:+.4f}{}", bold, cmp->bootstrap.mean, bold) : "-",
             cmp ? fmt::format("[{:+.4f}, {:+.4f}]", cmp->bootstrap.low, cmp->bootstrap.high) : "-",
             cmp ? fmt::format("{:.4g}", cmp->bootstrap.p_value) : "-",
-            cmp ? fmt::format("{:.4g}", cmp->sign.p_value) : "-", m.empty() ? "-" : m);
+            cmp ? fmt::format("{:.4g}", cmp->sign.p_value) : "-", m.empty() ? "-" : m, c.correct, wall_text(c),
+            per_hour_text(c), exact_match_text(c, 4));
         break;
       }
       case TableFormat::Csv:
         out += fmt::format(
-            "{},{},{},{},{},{},{:.6f},{:.3f},{:.3f},{},{},{},{},{},{},{},{},{:.6f},{:.6f},{},{}\n",
+            "{},{},{},{},{},{},{:.6f},{:.3f},{:.3f},{},{},{},{},{},{},{},{},{:.6f},{:.6f},{},{},{:.0f},{},{},{},{}\n",
             eval::csv_field(c.info.name), c.task, c.policy, c.budget, c.info.problems, c.info.runs, c.accuracy,
             c.mean_generated, c.mean_rounds, cmp ? eval::csv_field(cmp->baseline) : "",
             cmp ? fmt::format("{:.6f}", cmp->bootstrap.mean) : "",
@@ -84,7 +106,10 @@ std::string render_table(const std::vector<StatsRow>& rows, TableFormat format) 
             cmp ? std::to_string(cmp->sign.positive) : "", cmp ? std::to_string(cmp->sign.negative) : "",
             cmp ? fmt::format("{:.6g}", cmp->sign.p_value) : "", m, c.accuracy_strict, c.termination_rate,
             std::isnan(c.run_std) ? "" : fmt::format("{:.6f}", c.run_std),
-            cmp ? fmt::format("{:.6g}", cmp->bootstrap.p_value) : "");
+            cmp ? fmt::format("{:.6g}", cmp->bootstrap.p_value) : "", c.correct,
+            c.cost.known ? fmt::format("{:.3f}", c.cost.wall_seconds) : "n/a",
+            c.correct_per_device_hour ? fmt::format("{:.6g}", *c.correct_per_device_hour) : "n/a",
+            c.cost.known ? c.cost.device_kind : "", exact_match_text(c, 6));
         break;
       case TableFormat::Latex: {
         std::string diff = "--";
