@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "eval/choice_answer.h"
 #include "eval/code_grader.h"
+#include "eval/lm_eval_math.h"
 #include "eval/math_answer.h"
 #include "eval/task.h"
 
@@ -10,10 +11,12 @@ namespace kvdice::eval {
 namespace {
 
 GradeOutcome grade_math(const std::string& completion, const std::string& gold, const GradeOptions& options) {
+  // The strict readout beside the verdict: lm-eval's own answer reading and string normalisation.
+  const double exact_match = lm_eval_exact_match(completion, gold);
   const auto boxed = last_boxed(completion);
-  if (!boxed) return {0.0, "", "no \\boxed{} answer"};
+  if (!boxed) return {0.0, "", "no \\boxed{} answer", exact_match};
   const MathVerdict verdict = math_equal(*boxed, gold, options.symbolic_timeout_s);
-  return {verdict.equal ? 1.0 : 0.0, *boxed, verdict.how};
+  return {verdict.equal ? 1.0 : 0.0, *boxed, verdict.how, exact_match};
 }
 
 GradeOutcome grade_choice(const std::string& completion, const std::string& gold, int choices) {
@@ -56,7 +59,7 @@ std::vector<Grade> grade_cell(ResultsStore& store, const CellInfo& cell, const D
         break;
     }
     grades.push_back({cell.name, r.problem, r.run, std::string(grader_name(task.grader)), outcome.score,
-                      outcome.extracted, outcome.detail});
+                      outcome.extracted, outcome.detail, outcome.exact_match});
     if (grades.size() % 100 == 0) log(fmt::format("graded {}/{}", grades.size(), records.size()));
   }
   return grades;
