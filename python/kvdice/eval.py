@@ -49,7 +49,7 @@ def run(
 ) -> dict:
     """Decodes one cell (``kvdice eval run``); unset values take the task's protocol defaults.
     Returns the cell name and counts: total, skipped (already recorded), completed, generated_tokens,
-    seconds."""
+    seconds (decoding), run_id and wall_seconds (this invocation's row in the database's runs table)."""
     return _kvdice.eval_run(
         os.fspath(results), os.fspath(model), kvdice_home(), task, os.fspath(dataset), policy, budget, window, runs,
         max_new_tokens, max_length, temperature, top_p, limit, seed, cell, long_prompt, backend, threads, max_batch,
@@ -71,5 +71,6 @@ def grade(results: str, cells: Optional[Sequence[str]] = None, *, dataset: Optio
 
 def records(results: str, cells: Optional[Sequence[str]] = None) -> list:
     """One flat dict per (cell, problem, run): completion, token counts, finish, eviction rounds, and
-    grader, score and extracted answer once graded. pandas.DataFrame(records(...)) is the table."""
+    grader, score, extracted answer and exact_match (lm-evaluation-harness's, math only, else None)
+    once graded. pandas.DataFrame(records(...)) is the table."""
     return _kvdice.eval_records(os.fspath(results), _cells(cells))

@@ -24,9 +24,13 @@ def compute(
     resamples: int = 10000,
     seed: int = 20240917,
 ) -> list:
-    """One dict per cell: cell, model, task, policy, budget, problems, runs, accuracy,
-    mean_generated, mean_rounds and, against its baseline, difference, ci_low, ci_high, significant
-    and the sign test's counts and p-value. pandas.DataFrame(compute(...)) is the table."""
+    """One dict per cell: cell, model, task, policy, budget, problems, runs, accuracy, acc_strict,
+    mean_generated, mean_rounds; correct (correct answers), wall_seconds (its runs' wall time split by
+    the tokens each cell generated in them), device_seconds, device_hour_kind ("GPU", "CPU" or
+    "mixed") and correct_per_device_hour (per GPU-hour, or per CPU device-hour), None for cells with
+    records written before the runs table; lm_eval_exact_match (lm-evaluation-harness's exact_match,
+    math cells graded with it, else None); and, against its baseline, difference, ci_low, ci_high,
+    significant and the sign test's counts and p-value. pandas.DataFrame(compute(...)) is the table."""
     return _kvdice.stats_rows(os.fspath(results), _cells(cells), baseline, baseline_policy, resamples, seed)
 
 

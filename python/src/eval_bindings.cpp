@@ -80,6 +80,8 @@ nb::dict eval_run(const std::string& results, const std::string& model, const st
   d["completed"] = s.completed;
   d["generated_tokens"] = s.generated_tokens;
   d["seconds"] = s.seconds;
+  d["run_id"] = s.run_id;
+  d["wall_seconds"] = s.wall_seconds;
   return d;
 }
 
@@ -154,6 +156,7 @@ std::vector<nb::dict> eval_records(const std::string& results, const std::vector
         d["grader"] = it->second.grader;
         d["score"] = it->second.score;
         d["extracted"] = it->second.extracted;
+        d["exact_match"] = it->second.exact_match ? nb::cast(*it->second.exact_match) : nb::none();
       }
       out.push_back(std::move(d));
     }
@@ -191,6 +194,15 @@ std::vector<nb::dict> stats_rows(const std::string& results, const std::vector<s
     d["accuracy"] = c.accuracy;
     d["mean_generated"] = c.mean_generated;
     d["mean_rounds"] = c.mean_rounds;
+    d["acc_strict"] = c.accuracy_strict;
+    d["correct"] = c.correct;
+    // None where the store cannot say: records from before the runs table, grades from before
+    // exact_match (or a task that is not math).
+    d["wall_seconds"] = c.cost.known ? nb::cast(c.cost.wall_seconds) : nb::none();
+    d["device_seconds"] = c.cost.known ? nb::cast(c.cost.device_seconds) : nb::none();
+    d["device_hour_kind"] = c.cost.known ? nb::cast(c.cost.device_kind) : nb::none();
+    d["correct_per_device_hour"] = c.correct_per_device_hour ? nb::cast(*c.correct_per_device_hour) : nb::none();
+    d["lm_eval_exact_match"] = c.exact_match ? nb::cast(*c.exact_match) : nb::none();
     if (row.comparison) {
       const auto& k = *row.comparison;
       d["baseline"] = k.baseline;

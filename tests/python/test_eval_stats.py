@@ -54,6 +54,14 @@ def test_stats_match_kvdice_stats(results):
         (rpp["difference"], rpp["ci_low"], rpp["ci_high"]), abs=1e-6)
     assert rpp["ci_low"] < rpp["ci_high"]
     assert (int(line["sign_positive"]), int(line["sign_negative"])) == (rpp["sign_positive"], rpp["sign_negative"])
+    # What each cell cost: its run's wall time (one run per cell here), CPU device-hours.
+    with sqlite3.connect(os.path.join(results, "results.sqlite")) as db:
+        wall = dict(db.execute("SELECT c.cell, r.wall_seconds FROM runs r JOIN run_cells c USING (run_id)"))
+    assert rpp["wall_seconds"] == pytest.approx(wall["rpp"]) and rpp["device_hour_kind"] == "CPU"
+    assert rpp["correct"] == 3 and rpp["correct_per_device_hour"] == pytest.approx(3 * 3600 / wall["rpp"])
+    assert float(line["wall_seconds"]) == pytest.approx(wall["rpp"], abs=1e-3)
+    assert rpp["lm_eval_exact_match"] == pytest.approx(float(line["lm_eval_exact_match"]))
+    assert all(r["exact_match"] in (0.0, 1.0) for r in kvdice.eval.records(results, "rpp"))
 
 
 def test_ctrl_c_stops_a_run_and_the_next_run_resumes(tmp_path):
