@@ -114,10 +114,16 @@ void run_eval_grade(const GradeFlags& f) {
     const auto dataset = eval::load_dataset(path, !code);
     const auto grades = eval::grade_cell(store, cell, dataset, f.options, log_line);
     store.replace_grades(cell.name, grades);
-    double total = 0.0;
-    for (const auto& g : grades) total += g.score;
-    fmt::print("cell {}: graded {} records, mean score {:.4f}\n", cell.name, grades.size(),
-               grades.empty() ? 0.0 : total / grades.size());
+    double total = 0.0, exact = 0.0;
+    bool strict = !grades.empty();
+    for (const auto& g : grades) {
+      total += g.score;
+      if (g.exact_match) exact += *g.exact_match;
+      else strict = false;
+    }
+    fmt::print("cell {}: graded {} records, mean score {:.4f}{}\n", cell.name, grades.size(),
+               grades.empty() ? 0.0 : total / grades.size(),
+               strict ? fmt::format(", lm-eval exact_match {:.4f}", exact / grades.size()) : std::string());
   }
 }
 
