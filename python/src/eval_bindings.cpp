@@ -201,7 +201,8 @@ std::vector<nb::dict> stats_rows(const std::string& results, const std::vector<s
     d["wall_seconds"] = c.cost.known ? nb::cast(c.cost.wall_seconds) : nb::none();
     d["device_seconds"] = c.cost.known ? nb::cast(c.cost.device_seconds) : nb::none();
     d["device_hour_kind"] = c.cost.known ? nb::cast(c.cost.device_kind) : nb::none();
-    d["correct_per_device_hour"] = c.correct_per_device_hour ? nb::cast(*c.correct_per_device_hour) : nb::none();
+    d["correct_per_device_hour"] =
+        c.correct_per_device_hour ? nb::cast(*c.correct_per_device_hour) : nb::none();
     d["lm_eval_exact_match"] = c.exact_match ? nb::cast(*c.exact_match) : nb::none();
     if (row.comparison) {
       const auto& k = *row.comparison;

@@ -118,8 +118,10 @@ void run_eval_grade(const GradeFlags& f) {
     bool strict = !grades.empty();
     for (const auto& g : grades) {
       total += g.score;
-      if (g.exact_match) exact += *g.exact_match;
-      else strict = false;
+      if (g.exact_match)
+        exact += *g.exact_match;
+      else
+        strict = false;
     }
     fmt::print("cell {}: graded {} records, mean score {:.4f}{}\n", cell.name, grades.size(),
                grades.empty() ? 0.0 : total / grades.size(),

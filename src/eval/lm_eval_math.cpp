@@ -67,8 +67,8 @@ std::optional<std::string> python_int(std::string_view text) {
     const char c = text[i];
     if (c >= '0' && c <= '9') {
       digits += c;
-    } else if (c == '_' && i > 0 && i + 1 < text.size() && text[i - 1] != '_' &&
-               text[i + 1] >= '0' && text[i + 1] <= '9') {
+    } else if (c == '_' && i > 0 && i + 1 < text.size() && text[i - 1] != '_' && text[i + 1] >= '0' &&
+               text[i + 1] <= '9') {
       continue;
     } else {
       return std::nullopt;

@@ -218,9 +218,10 @@ void ResultsStore::insert_record(const Record& r, const std::string& run_id, dou
   Transaction tx(db_);
   insert_row(r);
   const std::string now = now_utc();
-  Statement run(db_,
-                "UPDATE runs SET samples = samples + 1, generated_tokens = generated_tokens + ?, ended_at = ?, "
-                "wall_seconds = ? WHERE run_id = ?");
+  Statement run(
+      db_,
+      "UPDATE runs SET samples = samples + 1, generated_tokens = generated_tokens + ?, ended_at = ?, "
+      "wall_seconds = ? WHERE run_id = ?");
   run.bind(1, int64_t{r.generated_tokens})
       .bind(2, std::string_view(now))
       .bind(3, wall_seconds)
@@ -231,7 +232,10 @@ void ResultsStore::insert_record(const Record& r, const std::string& run_id, dou
                  "INSERT INTO run_cells(run_id, cell, samples, generated_tokens) VALUES (?, ?, 1, ?) "
                  "ON CONFLICT(run_id, cell) DO UPDATE SET samples = samples + 1, "
                  "generated_tokens = generated_tokens + excluded.generated_tokens");
-  cell.bind(1, std::string_view(run_id)).bind(2, std::string_view(r.cell)).bind(3, int64_t{r.generated_tokens}).run();
+  cell.bind(1, std::string_view(run_id))
+      .bind(2, std::string_view(r.cell))
+      .bind(3, int64_t{r.generated_tokens})
+      .run();
   Statement cells(db_,
                   "UPDATE runs SET cells = (SELECT json_group_array(cell) FROM (SELECT cell FROM run_cells "
                   "WHERE run_id = ?1 ORDER BY cell)) WHERE run_id = ?1");
@@ -242,10 +246,11 @@ void ResultsStore::insert_record(const Record& r, const std::string& run_id, dou
 namespace {
 
 void write_run_row(SqliteDb& db, const RunInfo& run, bool replace) {
-  Statement s(db, std::string(replace ? "INSERT OR REPLACE" : "INSERT") +
-                      " INTO runs(run_id, started_at, ended_at, wall_seconds, finished, backend, device, gpus, "
-                      "threads, kvdice_version, git_commit, command_line, cells, samples, generated_tokens) "
-                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  Statement s(db,
+              std::string(replace ? "INSERT OR REPLACE" : "INSERT") +
+                  " INTO runs(run_id, started_at, ended_at, wall_seconds, finished, backend, device, gpus, "
+                  "threads, kvdice_version, git_commit, command_line, cells, samples, generated_tokens) "
+                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   Json cells = Json::array();
   for (const auto& c : run.cells) cells.push_back(c.cell);
   s.bind(1, std::string_view(run.run_id))
@@ -294,10 +299,11 @@ std::vector<RunInfo> ResultsStore::runs() {
   std::vector<RunInfo> out;
   std::map<std::string, size_t> index;
   {
-    Statement s(db_,
-                "SELECT run_id, started_at, ended_at, wall_seconds, finished, backend, device, gpus, threads, "
-                "kvdice_version, git_commit, command_line, samples, generated_tokens FROM runs "
-                "ORDER BY started_at, run_id");
+    Statement s(
+        db_,
+        "SELECT run_id, started_at, ended_at, wall_seconds, finished, backend, device, gpus, threads, "
+        "kvdice_version, git_commit, command_line, samples, generated_tokens FROM runs "
+        "ORDER BY started_at, run_id");
     while (s.step()) {
       RunInfo r;
       r.run_id = s.column_text(0);
@@ -322,8 +328,7 @@ std::vector<RunInfo> ResultsStore::runs() {
   while (c.step()) {
     auto it = index.find(c.column_text(0));
     if (it == index.end()) continue;
-    out[it->second].cells.push_back(
-        {c.column_text(1), static_cast<int>(c.column_int(2)), c.column_int(3)});
+    out[it->second].cells.push_back({c.column_text(1), static_cast<int>(c.column_int(2)), c.column_int(3)});
   }
   return out;
 }

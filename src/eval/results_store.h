@@ -68,9 +68,9 @@ struct RunCell {
 
 // One `eval run` invocation.
 struct RunInfo {
-  std::string run_id;      // 32 hex digits, random: unique across machines, so shard roots merge
-  std::string started_at;  // UTC, ISO 8601
-  std::string ended_at;    // UTC: the last record's commit, then the run's end
+  std::string run_id;         // 32 hex digits, random: unique across machines, so shard roots merge
+  std::string started_at;     // UTC, ISO 8601
+  std::string ended_at;       // UTC: the last record's commit, then the run's end
   double wall_seconds = 0.0;  // from the start of the invocation (weights loading included)
   bool finished = false;      // false while running, or when it was killed or failed
   std::string backend;        // "cpu" or "cuda"
@@ -78,7 +78,7 @@ struct RunInfo {
   int gpus = 0;               // 0 on the CPU
   int threads = 0;            // CPU threads (0 on a GPU run when not given)
   std::string kvdice_version;
-  std::string git_commit;     // the commit the binary was built from ("unknown" outside git)
+  std::string git_commit;  // the commit the binary was built from ("unknown" outside git)
   std::string command_line;
   int samples = 0;
   int64_t generated_tokens = 0;

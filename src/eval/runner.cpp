@@ -235,10 +235,12 @@ EvalRunSummary run_eval(const EvalRunOptions& o, const EvalLog& log) {
   this_run.run_id = new_run_id();
   this_run.started_at = utc_iso(invoked_utc);
   this_run.backend = backend->is_cpu() ? "cpu" : "cuda";
-  this_run.device = backend->is_cpu() ? fmt::format("{}; {}", cpu_model_name(), backend->name()) : backend->name();
+  this_run.device =
+      backend->is_cpu() ? fmt::format("{}; {}", cpu_model_name(), backend->name()) : backend->name();
   this_run.gpus = backend->is_cpu() ? 0 : 1;
-  this_run.threads = o.threads > 0 ? o.threads
-                              : (backend->is_cpu() ? static_cast<int>(std::thread::hardware_concurrency()) : 0);
+  this_run.threads = o.threads > 0
+                         ? o.threads
+                         : (backend->is_cpu() ? static_cast<int>(std::thread::hardware_concurrency()) : 0);
   this_run.kvdice_version = kKvdiceVersion;
   this_run.git_commit = KVDICE_GIT_COMMIT;
   this_run.command_line = command_line();

@@ -54,7 +54,8 @@ CellCost cell_cost(const std::vector<eval::RunInfo>& runs, const std::string& ce
     claimed += mine->samples;
     (run.gpus > 0 ? gpu : cpu) = true;
     if (run_tokens <= 0) continue;
-    const double share = run.wall_seconds * static_cast<double>(mine->generated_tokens) / static_cast<double>(run_tokens);
+    const double share =
+        run.wall_seconds * static_cast<double>(mine->generated_tokens) / static_cast<double>(run_tokens);
     cost.wall_seconds += share;
     cost.device_seconds += share * std::max(run.gpus, 1);
   }
@@ -125,13 +126,16 @@ CellSummary summarize_cell(eval::ResultsStore& store, const eval::CellInfo& cell
     double matches = 0.0;
     bool all = !grades.empty();
     for (const auto& g : grades) {
-      if (!g.exact_match) all = false;
-      else matches += *g.exact_match;
+      if (!g.exact_match)
+        all = false;
+      else
+        matches += *g.exact_match;
     }
     if (all) s.exact_match = matches / static_cast<double>(grades.size());
   }
   s.cost = cell_cost(store.runs(), cell.name, static_cast<int>(records.size()));
-  if (s.cost.known && s.cost.device_seconds > 0) s.correct_per_device_hour = s.correct / (s.cost.device_seconds / 3600.0);
+  if (s.cost.known && s.cost.device_seconds > 0)
+    s.correct_per_device_hour = s.correct / (s.cost.device_seconds / 3600.0);
   s.mean_generated = generated / static_cast<double>(records.size());
   s.mean_rounds = rounds / static_cast<double>(records.size());
   return s;

@@ -35,8 +35,9 @@ std::string wall_text(const CellSummary& c) {
   return c.cost.known ? fmt::format("{:.1f}", c.cost.wall_seconds) : "n/a";
 }
 std::string per_hour_text(const CellSummary& c) {
-  return c.correct_per_device_hour ? fmt::format("{:.2f} per {}", *c.correct_per_device_hour, per_hour_unit(c.cost))
-                                   : "n/a";
+  return c.correct_per_device_hour
+             ? fmt::format("{:.2f} per {}", *c.correct_per_device_hour, per_hour_unit(c.cost))
+             : "n/a";
 }
 std::string exact_match_text(const CellSummary& c, int digits) {
   if (!c.exact_match_applies) return "-";
@@ -58,15 +59,28 @@ std::string render_table(const std::vector<StatsRow>& rows, TableFormat format) 
     case TableFormat::Markdown:
       out +=
           "| cell | task | policy | T | problems x runs | accuracy | acc. strict | terminated | run sd | "
-          "mean gen. tokens | rounds | baseline | diff | 95% CI | boot p | sign p | result | correct | wall s | "
+          "mean gen. tokens | rounds | baseline | diff | 95% CI | boot p | sign p | result | correct | wall "
+          "s | "
           "correct per device-hour | lm-eval EM |\n";
-      out += "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---|---:|---:|---:|---:|\n";
+      out +=
+          "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---|---:|---:|---:|---"
+          ":|\n";
       break;
     case TableFormat::Csv:
       out +=
           "cell,task,policy,budget,problems,runs,accuracy,mean_generated_tokens,mean_rounds,baseline,diff,"
           "ci_low,ci_high,sign_positive,sign_negative,sign_p,result,acc_strict,termination_rate,run_std,"
-          "boot_p,correct,wall_seconds,correct_per_device_hour,device_hour_kind,lm_eval_exact_match\n";  // columns added later go last, so readers by position keep working
+          "boot_p,correct,wall_seconds,correct_per_device_hour,device_hour_kind,lm_eval_exact_match\n";  // columns
+                                                                                                         // added
+                                                                                                         // later
+                                                                                                         // go
+                                                                                                         // last,
+                                                                                                         // so
+                                                                                                         // readers
+                                                                                                         // by
+                                                                                                         // position
+                                                                                                         // keep
+                                                                                                         // working
       break;
     case TableFormat::Latex:
       out +=
@@ -83,23 +97,26 @@ std::string render_table(const std::vector<StatsRow>& rows, TableFormat format) 
       case TableFormat::Markdown: {
         const std::string bold = m == "win" || m == "loss" ? "**" : "";
         out += fmt::format(
-            "| {} | {} | {} | {} | {}x{} | {:.4f} | {:.4f} | {:.4f} | {} | {:.1f} | {:.1f} | {} | {} | {} | {} | "
+            "| {} | {} | {} | {} | {}x{} | {:.4f} | {:.4f} | {:.4f} | {} | {:.1f} | {:.1f} | {} | {} | {} | "
+            "{} | "
             "{} | {} | {:.0f} | {} | {} | {} |\n",
-            c.info.name, c.task, c.policy, budget, c.info.problems, c.info.runs, c.accuracy, c.accuracy_strict,
-            c.termination_rate, std::isnan(c.run_std) ? "-" : fmt::format("{:.4f}", c.run_std),
-            c.mean_generated, c.mean_rounds, cmp ? cmp->baseline : "-",
+            c.info.name, c.task, c.policy, budget, c.info.problems, c.info.runs, c.accuracy,
+            c.accuracy_strict, c.termination_rate,
+            std::isnan(c.run_std) ? "-" : fmt::format("{:.4f}", c.run_std), c.mean_generated, c.mean_rounds,
+            cmp ? cmp->baseline : "-",
             cmp ? fmt::format("{}{:+.4f}{}", bold, cmp->bootstrap.mean, bold) : "-",
             cmp ? fmt::format("[{:+.4f}, {:+.4f}]", cmp->bootstrap.low, cmp->bootstrap.high) : "-",
             cmp ? fmt::format("{:.4g}", cmp->bootstrap.p_value) : "-",
-            cmp ? fmt::format("{:.4g}", cmp->sign.p_value) : "-", m.empty() ? "-" : m, c.correct, wall_text(c),
-            per_hour_text(c), exact_match_text(c, 4));
+            cmp ? fmt::format("{:.4g}", cmp->sign.p_value) : "-", m.empty() ? "-" : m, c.correct,
+            wall_text(c), per_hour_text(c), exact_match_text(c, 4));
         break;
       }
       case TableFormat::Csv:
         out += fmt::format(
-            "{},{},{},{},{},{},{:.6f},{:.3f},{:.3f},{},{},{},{},{},{},{},{},{:.6f},{:.6f},{},{},{:.0f},{},{},{},{}\n",
-            eval::csv_field(c.info.name), c.task, c.policy, c.budget, c.info.problems, c.info.runs, c.accuracy,
-            c.mean_generated, c.mean_rounds, cmp ? eval::csv_field(cmp->baseline) : "",
+            "{},{},{},{},{},{},{:.6f},{:.3f},{:.3f},{},{},{},{},{},{},{},{},{:.6f},{:.6f},{},{},{:.0f},{},{},"
+            "{},{}\n",
+            eval::csv_field(c.info.name), c.task, c.policy, c.budget, c.info.problems, c.info.runs,
+            c.accuracy, c.mean_generated, c.mean_rounds, cmp ? eval::csv_field(cmp->baseline) : "",
             cmp ? fmt::format("{:.6f}", cmp->bootstrap.mean) : "",
             cmp ? fmt::format("{:.6f}", cmp->bootstrap.low) : "",
             cmp ? fmt::format("{:.6f}", cmp->bootstrap.high) : "",

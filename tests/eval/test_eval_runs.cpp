@@ -20,10 +20,11 @@ const std::string kFixtureModel = std::string(KVDICE_FIXTURES_DIR) + "/qwen3";
 const std::string kArithmetic = std::string(KVDICE_FIXTURES_DIR) + "/eval/arithmetic.jsonl";
 
 std::vector<std::string> run_args(const std::string& results, std::vector<std::string> extra) {
-  std::vector<std::string> args = {"eval",      "run",         "--model", kFixtureModel,   "--task",  "math500",
-                                   "--dataset", kArithmetic,   "--results", results,       "--threads", "1",
-                                   "-q",        "--cell",      "c",       "--limit",       "3",       "--runs",
-                                   "2",         "--max-new-tokens", "12"};
+  std::vector<std::string> args = {"eval",      "run",       "--model",   kFixtureModel, "--task",
+                                   "math500",   "--dataset", kArithmetic, "--results",   results,
+                                   "--threads", "1",         "-q",        "--cell",      "c",
+                                   "--limit",   "3",         "--runs",    "2",           "--max-new-tokens",
+                                   "12"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
@@ -162,7 +163,8 @@ TEST_F(EvalRuns, MergeCarriesTheRuns) {
   }
   ASSERT_EQ(walls.size(), 2u);
   for (int repeat = 0; repeat < 2; ++repeat)
-    run_ok({"eval", "merge", "--into", root("merged"), root("s0"), root("s1")}, fmt::format("merge{}", repeat));
+    run_ok({"eval", "merge", "--into", root("merged"), root("s0"), root("s1")},
+           fmt::format("merge{}", repeat));
   run_ok({"eval", "grade", "--results", root("merged")}, "grade");
   eval::ResultsStore merged(root("merged"), false);
   const auto runs = merged.runs();

@@ -23,7 +23,8 @@ TEST(LmEvalExactMatch, EveryCorpusVerdictIsTheHarnesss) {
     const Json pair = Json::parse(line);
     ASSERT_TRUE(pair.contains("lm_eval_em")) << line;
     const bool reference = pair["lm_eval_em"];
-    const bool ours = lm_eval_exact_match(pair["completion"].get<std::string>(), pair["gold"].get<std::string>()) == 1.0;
+    const bool ours =
+        lm_eval_exact_match(pair["completion"].get<std::string>(), pair["gold"].get<std::string>()) == 1.0;
     ++total;
     matches += ours;
     if (ours == reference)
@@ -45,20 +46,34 @@ struct Case {
 
 TEST(LmEvalExactMatch, NormalisationRulesAreTheHarnesss) {
   const Case cases[] = {
-      {"\\frac12", "\\frac{1}{2}", true},      {"0.5", "\\frac{1}{2}", true},
-      {".5", "\\frac{1}{2}", true},            {"3/4", "\\frac{3}{4}", true},
-      {"03/4", "\\frac{3}{4}", false},         {"x/4", "\\frac{x}{4}", false},  // int() raises: raw strings
-      {"x/4", "x/4", true},                    {"10\\text{ cm}", "10", true},
-      {"\\$5", "5", true},                     {"k = 3", "3", true},
-      {"abc = 3", "3", false},                 {"\xc3\xa9 = 3", "3", true},  // two code points
-      {"\\sqrt3", "\\sqrt{3}", true},          {"90^\\circ", "90", true},
-      {"\\left( 1, 2 \\right)", "(1,2)", true}, {"025", "25", false},
-      {"\\dfrac{1}{2}", "\\frac{1}{2}", true}, {"50\\%", "50", true},
-      {"\\sqrt", "\\sqrt", true},              {"\\sqrt", " \\sqrt", false},  // raises: raw strings
-      {"1\\text{ a}\\text{ b}", "1", false},   {"\\frac1", "\\frac1", true},
+      {"\\frac12", "\\frac{1}{2}", true},
+      {"0.5", "\\frac{1}{2}", true},
+      {".5", "\\frac{1}{2}", true},
+      {"3/4", "\\frac{3}{4}", true},
+      {"03/4", "\\frac{3}{4}", false},
+      {"x/4", "\\frac{x}{4}", false},  // int() raises: raw strings
+      {"x/4", "x/4", true},
+      {"10\\text{ cm}", "10", true},
+      {"\\$5", "5", true},
+      {"k = 3", "3", true},
+      {"abc = 3", "3", false},
+      {"\xc3\xa9 = 3", "3", true},  // two code points
+      {"\\sqrt3", "\\sqrt{3}", true},
+      {"90^\\circ", "90", true},
+      {"\\left( 1, 2 \\right)", "(1,2)", true},
+      {"025", "25", false},
+      {"\\dfrac{1}{2}", "\\frac{1}{2}", true},
+      {"50\\%", "50", true},
+      {"\\sqrt", "\\sqrt", true},
+      {"\\sqrt", " \\sqrt", false},  // raises: raw strings
+      {"1\\text{ a}\\text{ b}", "1", false},
+      {"\\frac1", "\\frac1", true},
       {"\\frac{1}{2}\\frac", "\\frac{1}{2}\\frac", true},
-      {"2\\!000", "2000", true},               {"1,\\!000", "1000", false},
-      {"\\frac\xc3\xa9" "2", "\\frac{\xc3\xa9}{2}", true},
+      {"2\\!000", "2000", true},
+      {"1,\\!000", "1000", false},
+      {"\\frac\xc3\xa9"
+       "2",
+       "\\frac{\xc3\xa9}{2}", true},
   };
   for (const auto& c : cases) EXPECT_EQ(lm_eval_is_equiv(c.a, c.b), c.equal) << c.a << " vs " << c.b;
 }

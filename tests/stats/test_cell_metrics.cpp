@@ -134,9 +134,10 @@ TEST_F(CellMetrics, StrictTerminationRunSpreadLevelsAndOutcomes) {
   EXPECT_NE(csv.find("\nrpp,math500,random_pp,64,4,2,0.000000,5.000,0.000,full,-0.625000,"), std::string::npos) << csv;
   EXPECT_NE(csv.find(",loss,0.000000,1.000000,0.000000,"), std::string::npos) << csv;
   // No runs table rows and grades without exact_match here: cost and lm-eval EM read n/a.
-  EXPECT_NE(csv.find("\nfull,math500,full,0,4,2,0.625000,48.750,0.000,,,,,,,,,0.500000,0.750000,0.176777,,5,n/a,"
-                     "n/a,,n/a\n"),
-            std::string::npos)
+  EXPECT_NE(
+      csv.find("\nfull,math500,full,0,4,2,0.625000,48.750,0.000,,,,,,,,,0.500000,0.750000,0.176777,,5,n/a,"
+               "n/a,,n/a\n"),
+      std::string::npos)
       << csv;
   const std::string levels = stats::render_by_level(rows, stats::TableFormat::Csv);
   EXPECT_NE(levels.find("full,1,2,0.750000\nfull,2,1,0.000000\nfull,5,1,1.000000\n"), std::string::npos)
