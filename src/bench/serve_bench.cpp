@@ -665,9 +665,9 @@ Json run_serve_bench(const BenchOptions& o, const ServeBenchOptions& s) {
     so.api_key = s.api_key;
     so.model_name = s.served_model.empty() ? "default" : s.served_model;
     so.limits.kv.policy = o.policy;
-    so.limits.kv.window = o.window;
-    so.limits.kv.budget = policy::make_policy(o.policy)->evicts() ? o.budget : 0;
-    if (so.limits.kv.budget > 0) so.limits.kv.spec().validate();
+    so.limits.kv.budget.window = o.window;
+    so.limits.kv.budget.budget = policy::make_policy(o.policy)->evicts() ? o.budget : 0;
+    if (so.limits.kv.budget.bounded()) so.limits.kv.budget.validate();
     so.limits.default_max_tokens = std::max(so.limits.default_max_tokens, 1);
     so.engine.max_batch = s.max_batch > 0 ? s.max_batch : local->backend->is_cpu() ? 64 : 1024;  // serve's
     so.engine.max_queue = s.max_queue > 0 ? s.max_queue : s.num_requests;
@@ -686,8 +686,8 @@ Json run_serve_bench(const BenchOptions& o, const ServeBenchOptions& s) {
     server_json = Json{{"kind", "kvdice serve in this process"},
                        {"url", client.target.base},
                        {"policy", so.limits.kv.policy},
-                       {"budget", so.limits.kv.budget},
-                       {"window", so.limits.kv.window},
+                       {"budget", so.limits.kv.budget.budget},
+                       {"window", so.limits.kv.budget.window},
                        {"max_batch", so.engine.max_batch},
                        {"max_queue", so.engine.max_queue},
                        {"kv_slots", local->server->engine_host().options().kv_slots},

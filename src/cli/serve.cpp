@@ -35,12 +35,12 @@ void run_serve(ServeOptions& o) {
   server::ServerOptions& s = o.server;
   if (o.long_prompt != "warn" && o.long_prompt != "error")
     fail("--long-prompt must be warn or error (got '{}')", o.long_prompt);
-  s.limits.kv.long_prompt = o.long_prompt == "error" ? kv::LongPromptRule::Error : kv::LongPromptRule::Warn;
+  s.limits.kv.budget.long_prompt = o.long_prompt == "error" ? kv::LongPromptRule::Error : kv::LongPromptRule::Warn;
   if (policy::make_policy(s.limits.kv.policy)->evicts()) {
-    if (s.limits.kv.budget <= 0) s.limits.kv.budget = kv::kDefaultServeBudget;  // docs/server.md
-    s.limits.kv.spec().validate();
+    if (s.limits.kv.budget.budget <= 0) s.limits.kv.budget.budget = kv::kDefaultServeBudget;  // docs/server.md
+    s.limits.kv.budget.validate();
   } else {
-    s.limits.kv.budget = 0;
+    s.limits.kv.budget.budget = 0;
   }
   s.model_name = o.model_name.empty() ? o.model : o.model_name;
 
@@ -54,15 +54,15 @@ void run_serve(ServeOptions& o) {
   // One line on stdout, flushed, so scripts and tests can wait for it.
   const server::EngineHost& host = srv.engine_host();
   const engine::MemoryPlan& plan = host.memory_plan();
-  const int64_t budgeted = int64_t{s.limits.kv.budget} + s.limits.kv.window;
+  const int64_t budgeted = int64_t{s.limits.kv.budget.budget} + s.limits.kv.budget.window;
   fmt::print(
       "kvdice serve: listening on http://{}:{} model '{}' ({}), backend {}, default kv {} T={} r={}; "
       "KV pool {} slots ({:.2f} GiB, {}), max batch {}: {} sequences of T + r = {} fit, {} of the full "
       "context {}\n",
-      s.host, port, s.model_name, bundle.source, backend->name(), s.limits.kv.policy, s.limits.kv.budget,
-      s.limits.kv.window, host.options().kv_slots, plan.kv_pool_bytes / (1024.0 * 1024.0 * 1024.0),
+      s.host, port, s.model_name, bundle.source, backend->name(), s.limits.kv.policy, s.limits.kv.budget.budget,
+      s.limits.kv.budget.window, host.options().kv_slots, plan.kv_pool_bytes / (1024.0 * 1024.0 * 1024.0),
       plan.kv_pool_rule, s.engine.max_batch,
-      s.limits.kv.budget > 0 ? host.sequences_that_fit(budgeted) : 0, budgeted,
+      s.limits.kv.budget.bounded() ? host.sequences_that_fit(budgeted) : 0, budgeted,
       host.sequences_that_fit(plan.max_context), plan.max_context);
   std::fflush(stdout);
   const int code = srv.serve_until_signal();
@@ -86,9 +86,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--api-key", s.api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
   cmd->add_option("--policy", s.limits.kv.policy,
                   "Default eviction policy (a request's kv.policy overrides)");
-  add_int_option(cmd, "--budget,-T", s.limits.kv.budget, 0, kMaxTokens,
+  add_int_option(cmd, "--budget,-T", s.limits.kv.budget.budget, 0, kMaxTokens,
                  fmt::format("Default KV budget T (kv.budget overrides; default {})", kv::kDefaultServeBudget));
-  add_int_option(cmd, "--window,-r", s.limits.kv.window, 1, kMaxTokens,
+  add_int_option(cmd, "--window,-r", s.limits.kv.budget.window, 1, kMaxTokens,
                  "Default recency window r (kv.window overrides)");
   cmd->add_option("--long-prompt", o->long_prompt, "Default for a prompt longer than T - r: warn or error");
   add_int_option(cmd, "--max-tokens", s.limits.default_max_tokens, 1, kMaxTokens,

@@ -14,10 +14,13 @@ namespace kvdice::engine {
 enum class FinishReason { Running, Stop, Length, Cancelled };
 std::string_view finish_reason_name(FinishReason reason);
 
-// A request's own eviction policy and budget (overrides the engine's defaults).
+// A request's own eviction policy (name[:key=value,...]) and budget (overrides the engine's defaults);
+// the one spec type from the server's `kv` object and the command line to the engine.
 struct KvSettings {
   std::string policy;
   kv::BudgetSpec budget;
+
+  auto operator<=>(const KvSettings&) const = default;
 };
 
 struct GenerationRequest {

@@ -18,6 +18,7 @@ struct BudgetSpec {
   int window = 64;  // r: newest slots never candidates; rounds fire every r decode tokens
   LongPromptRule long_prompt = LongPromptRule::Warn;
 
+  auto operator<=>(const BudgetSpec&) const = default;
   bool bounded() const { return budget > 0; }
   int selection() const { return budget - window; }  // K_sel
   // Throws Error if bounded and not (T > r, T % r == 0, r > 0).

@@ -80,10 +80,10 @@ Json usage_json(const ResponseContext& ctx, const Job& job, const std::vector<Ch
     const ChoiceProgress& c = job.choices[i];
     engine::SequenceStats stats =
         c.result ? c.result->stats
-                 : trace_stats(ctx.kv.spec(), ctx.prompt_tokens, static_cast<int>(texts[i].consumed));
+                 : trace_stats(ctx.kv.budget, ctx.prompt_tokens, static_cast<int>(texts[i].consumed));
     // A choice cut by a stop string counts the tokens up to it, not what the engine ran on.
     if (!c.result || texts[i].finish_reason == "stop_string") {
-      stats = trace_stats(ctx.kv.spec(), ctx.prompt_tokens, static_cast<int>(texts[i].consumed));
+      stats = trace_stats(ctx.kv.budget, ctx.prompt_tokens, static_cast<int>(texts[i].consumed));
     }
     completion += stats.generated_tokens;
     rounds += stats.eviction_rounds;
@@ -96,8 +96,8 @@ Json usage_json(const ResponseContext& ctx, const Job& job, const std::vector<Ch
               {"total_tokens", ctx.prompt_tokens + completion},
               {"kv",
                {{"policy", ctx.kv.policy},
-                {"budget", ctx.kv.budget},
-                {"window", ctx.kv.window},
+                {"budget", ctx.kv.budget.budget},
+                {"window", ctx.kv.budget.window},
                 {"reserved_slots", job.reserved_slots},
                 {"peak_slots", peak_slots},
                 {"peak_bytes", peak_bytes},

@@ -21,7 +21,7 @@ struct ResponseContext {
   bool stream = false;
   bool include_usage = false;
   int prompt_tokens = 0;
-  KvSettings kv;
+  engine::KvSettings kv;
   std::vector<std::string> stop;
   std::vector<int> stop_ids;
   bool ignore_eos = false;

@@ -161,10 +161,10 @@ void EngineHost::admit_locked() {
     const int64_t per_choice = job->reserved_slots / n;
     try {
       const kv::BudgetSpec spec =
-          engine::effective_budget(*policy::make_policy(job->kv.policy), job->kv.spec());
+          engine::effective_budget(*policy::make_policy(job->kv.policy), job->kv.budget);
       for (int i = 0; i < n; ++i) {
         engine::GenerationRequest request = job->requests[static_cast<size_t>(i)];
-        request.kv = engine::KvSettings{job->kv.policy, job->kv.spec()};
+        request.kv = job->kv;
         const int prompt_len = static_cast<int>(request.prompt.size());
         const uint64_t id = engine_->submit(std::move(request));
         live_[id] = Seq{job, i, per_choice, spec, prompt_len, 0, Clock::now()};

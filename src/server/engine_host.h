@@ -39,7 +39,7 @@ struct ChoiceProgress {
 
 // A request with n choices: n sequences admitted together, with one KV setting.
 struct Job {
-  KvSettings kv;
+  engine::KvSettings kv;
   // The request's place in the engine's policy table, held from its arrival until the job ends, so a
   // job accepted is never refused its policy when the engine thread submits it.
   engine::PolicyTable::Hold policy;

@@ -100,20 +100,20 @@ std::vector<tokenizer::ChatMessage> parse_messages(const Json& v) {
   return out;
 }
 
-KvSettings parse_kv(const Json& v, KvSettings kv) {
+engine::KvSettings parse_kv(const Json& v, engine::KvSettings kv) {
   if (!v.is_object()) wrong_type("kv", "an object", v);
   for (const auto& [key, value] : v.items()) {
     const std::string field = "kv." + key;
     if (key == "policy") {
       kv.policy = get_string(value, field);
     } else if (key == "budget") {
-      kv.budget = static_cast<int>(get_integer(value, field, 0, 1 << 24));
+      kv.budget.budget = static_cast<int>(get_integer(value, field, 0, 1 << 24));
     } else if (key == "window") {
-      kv.window = static_cast<int>(get_integer(value, field, 1, 1 << 20));
+      kv.budget.window = static_cast<int>(get_integer(value, field, 1, 1 << 20));
     } else if (key == "long_prompt") {
       const std::string rule = get_string(value, field);
       if (rule != "warn" && rule != "error") bad_request(field, "'kv.long_prompt' must be 'warn' or 'error'");
-      kv.long_prompt = rule == "error" ? kv::LongPromptRule::Error : kv::LongPromptRule::Warn;
+      kv.budget.long_prompt = rule == "error" ? kv::LongPromptRule::Error : kv::LongPromptRule::Warn;
     } else {
       bad_request(field,
                   fmt::format("unknown field '{}' in 'kv' (policy, budget, window, long_prompt)", key));
@@ -132,12 +132,12 @@ KvSettings parse_kv(const Json& v, KvSettings kv) {
     bad_request("kv.policy", fmt::format("'kv.policy': {}", e.what()));
   }
   if (!policy->evicts()) {
-    kv.budget = 0;  // full attention keeps everything; its budget is meaningless
+    kv.budget.budget = 0;  // full attention keeps everything; its budget is meaningless
   } else {
-    if (kv.budget <= 0)
+    if (kv.budget.budget <= 0)
       bad_request("kv.budget", fmt::format("policy '{}' evicts and needs 'kv.budget' T > 0", kv.policy));
     try {
-      kv.spec().validate();
+      kv.budget.validate();
     } catch (const Error& e) {
       bad_request("kv.budget", e.what());
     }

@@ -9,27 +9,16 @@
 #include <vector>
 
 #include "core/json.h"
-#include "kv/budget.h"
+#include "engine/request.h"
 #include "tokenizer/chat_template.h"
 
 namespace kvdice::server {
 
 enum class Endpoint { Chat, Completion };
 
-// A request's KV-cache settings; requests with equal settings can share one engine today.
-struct KvSettings {
-  std::string policy = "random_pp";
-  int budget = 0;  // T; 0 = unbounded (only for policies that keep everything)
-  int window = 64;
-  kv::LongPromptRule long_prompt = kv::LongPromptRule::Warn;
-
-  kv::BudgetSpec spec() const { return {budget, window, long_prompt}; }
-  auto operator<=>(const KvSettings&) const = default;
-};
-
 // Server-wide defaults and limits, from the command line.
 struct RequestLimits {
-  KvSettings kv;
+  engine::KvSettings kv{"random_pp", {}};
   int default_max_tokens = 512;
   int max_n = 16;
   size_t max_stop = 4;
@@ -54,7 +43,7 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;
   bool ignore_eos = false;
-  KvSettings kv;
+  engine::KvSettings kv;
 };
 
 // Throws ApiError(400) naming the field. The policy name and budget rules are checked here too.

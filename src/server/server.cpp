@@ -331,7 +331,7 @@ void Server::Impl::completion(const httplib::Request&, const std::string& text, 
             r.max_tokens_field, "context_length_exceeded");
       max_tokens = *r.max_tokens;
     }
-    const kv::BudgetSpec spec = r.kv.spec();
+    const kv::BudgetSpec spec = r.kv.budget;
     try {
       spec.check_prompt(prompt_len);
     } catch (const Error& e) {
