@@ -108,8 +108,7 @@ TEST(QuantDot, EveryKernelEqualsFp32OfTheDequantisedWeights) {
           magnitude += std::fabs(static_cast<double>(w[i]) * xhat);
           rounding_bound += std::fabs(w[i]) * s / 2.0;
         }
-        const double got =
-            dot(m.data + r * m.row_bytes, xq.q_row(0), xq.scale_row(0), xq.sum16_row(0), m.cols);
+        const double got = dot(m.data + r * m.row_bytes, xq, 0);
         EXPECT_NEAR(got, same_inputs, kRounding * magnitude + 1e-6) << "row " << r;
         EXPECT_NEAR(got, exact, rounding_bound * (1.0 + 1e-3) + kRounding * magnitude + 1e-6) << "row " << r;
         ++checked;
@@ -145,7 +144,7 @@ TEST(QuantDot, TileKernelIsBitIdenticalToTheOneRowKernel) {
             std::vector<uint32_t> want(static_cast<size_t>(rows));
             for (int64_t r = 0; r < rows; ++r)
               want[static_cast<size_t>(r)] =
-                  std::bit_cast<uint32_t>(one(w, xq.q_row(r), xq.scale_row(r), xq.sum16_row(r), cols));
+                  std::bit_cast<uint32_t>(one(w, xq, r));
             for (int n = 1; n <= cpu::kTileRows; ++n) {
               for (int64_t r0 = 0; r0 + n <= rows; ++r0) {
                 float got[cpu::kTileRows];

@@ -171,37 +171,64 @@ class CpuBackend final : public Backend {
 
   // y[r][o] (+)= dot(weight row o in its blocks, x row r quantised to int8 blocks of 32). The
   // activations are quantised once per op; each chunk is a contiguous range of output rows, each
-  // weight row read once for all x rows.
+  // weight row read once for all x rows: a few x rows (decode) take runs of kRunRows weight rows per x
+  // row (the run stays in L1 for the next x row), more take tiles of kTileRows x rows per weight row.
+  // Either way a result is bit-identical to the one-row kernel's, so it does not depend on the batch.
   void matmul_blocks(const View& x, const Weight& w, const View& y, bool accumulate) {
     const int64_t rows = x.rows, in = x.cols;
     cpu::quantize_rows(f32(x), rows, in, x.ld, activations_);
     struct Part {
-      cpu::TileDot dot;
+      cpu::TileDot tile;
+      cpu::RunDot run;
       const uint8_t* data;
       int64_t begin, end, row_bytes;
     };
-    std::vector<Part> parts;
+    constexpr int kMaxParts = 8;
+    KVDICE_CHECK(w.blocks.size() <= kMaxParts, "a weight of {} block parts (at most {})", w.blocks.size(),
+                 kMaxParts);
+    Part parts[kMaxParts];
+    int n_parts = 0;
     int64_t out = 0;
     for (const BlockRows& b : w.blocks) {
       KVDICE_CHECK(b.row_bytes == cpu::block_row_bytes(b.ggml_type, in),
                    "block rows of {} bytes for {} columns", b.row_bytes, in);
-      parts.push_back({cpu::tile_dot(b.ggml_type, isa_), b.data, out, out + b.rows, b.row_bytes});
+      parts[n_parts++] = {cpu::tile_dot(b.ggml_type, isa_), cpu::run_dot(b.ggml_type, isa_), b.data, out,
+                          out + b.rows, b.row_bytes};
       out += b.rows;
     }
     KVDICE_CHECK(out == w.w.rows, "block rows add up to {}, the weight has {}", out, w.w.rows);
     const cpu::QuantizedRows& xq = activations_;
+    const bool runs = rows < 4;
+    // Chunks of whole runs: a multiple of kRunRows weight rows each.
+    const int64_t units = (out + cpu::kRunRows - 1) / cpu::kRunRows;
     const int slices = static_cast<int>(std::min<int64_t>(4 * threads_, std::max<int64_t>(1, out / 64)));
     for_each(slices, [&](int64_t t_index) {
       const int t = static_cast<int>(t_index);
-      const int64_t begin = out * t / slices, end = out * (t + 1) / slices;
-      for (const Part& p : parts) {
-        for (int64_t o = std::max(begin, p.begin); o < std::min(end, p.end); ++o) {
+      const int64_t begin = std::min(out, units * t / slices * cpu::kRunRows),
+                    end = std::min(out, units * (t + 1) / slices * cpu::kRunRows);
+      for (int pi = 0; pi < n_parts; ++pi) {
+        const Part& p = parts[pi];
+        const int64_t lo = std::max(begin, p.begin), hi = std::min(end, p.end);
+        if (runs) {
+          for (int64_t o = lo; o < hi; o += cpu::kRunRows) {
+            const int n = static_cast<int>(std::min<int64_t>(cpu::kRunRows, hi - o));
+            const uint8_t* wr = p.data + (o - p.begin) * p.row_bytes;
+            for (int64_t r = 0; r < rows; ++r) {
+              float v[cpu::kRunRows];
+              p.run(wr, p.row_bytes, n, xq, r, v);
+              float* dst = row(y, r) + o;
+              for (int j = 0; j < n; ++j) dst[j] = accumulate ? dst[j] + v[j] : v[j];
+            }
+          }
+          continue;
+        }
+        for (int64_t o = lo; o < hi; ++o) {
           const uint8_t* wr = p.data + (o - p.begin) * p.row_bytes;
           // A tile of activation rows per weight row: each weight block is read once per tile.
           for (int64_t r0 = 0; r0 < rows; r0 += cpu::kTileRows) {
             const int n = static_cast<int>(std::min<int64_t>(cpu::kTileRows, rows - r0));
             float v[cpu::kTileRows];
-            p.dot(wr, xq, r0, n, v);
+            p.tile(wr, xq, r0, n, v);
             for (int i = 0; i < n; ++i) {
               float& dst = row(y, r0 + i)[o];
               dst = accumulate ? dst + v[i] : v[i];

@@ -126,9 +126,12 @@ void scalar_rows(const uint8_t* w, const int8_t* const* q, const float* const* s
 }
 
 template <uint32_t Type>
-float scalar_dot(const uint8_t* w, const int8_t* q, const float* scale, const int32_t* sum16, int64_t cols) {
+float scalar_dot(const uint8_t* w, const QuantizedRows& x, int64_t r) {
+  const int8_t* q = x.q_row(r);
+  const float* scale = x.scale_row(r);
+  const int32_t* sum16 = x.sum16_row(r);
   float out;
-  scalar_rows<Type>(w, &q, &scale, &sum16, 1, cols, &out);
+  scalar_rows<Type>(w, &q, &scale, &sum16, 1, x.cols, &out);
   return out;
 }
 
@@ -145,6 +148,11 @@ void scalar_tile(const uint8_t* w, const QuantizedRows& x, int64_t r0, int n, fl
   scalar_rows<Type>(w, q, scale, sum16, n, x.cols, out);
 }
 
+template <uint32_t Type>
+void scalar_run(const uint8_t* w, int64_t row_bytes, int n, const QuantizedRows& x, int64_t r, float* out) {
+  for (int j = 0; j < n; ++j) out[j] = scalar_dot<Type>(w + j * row_bytes, x, r);
+}
+
 }  // namespace
 
 bool is_block_type(uint32_t ggml_type) { return find_layout(ggml_type) != nullptr; }
@@ -157,6 +165,8 @@ void quantize_rows(const float* x, int64_t rows, int64_t cols, int64_t ld, Quant
   out.q.resize(static_cast<size_t>(rows * cols));
   out.scale.resize(static_cast<size_t>(rows * cols / 32));
   out.sum16.resize(static_cast<size_t>(rows * cols / 16));
+  out.ssum16.resize(static_cast<size_t>(rows * cols / 16));
+  out.ssum32.resize(static_cast<size_t>(rows * cols / 32));
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * ld;
     int8_t* q = out.q.data() + r * cols;
@@ -173,7 +183,10 @@ void quantize_rows(const float* x, int64_t rows, int64_t cols, int64_t ld, Quant
           sum += v;
         }
         out.sum16[r * (cols / 16) + 2 * b + half16] = sum;
+        out.ssum16[r * (cols / 16) + 2 * b + half16] = d * static_cast<float>(sum);
       }
+      const int32_t sum32 = out.sum16[r * (cols / 16) + 2 * b] + out.sum16[r * (cols / 16) + 2 * b + 1];
+      out.ssum32[r * (cols / 32) + b] = d * static_cast<float>(sum32);
     }
   }
 }
@@ -223,6 +236,24 @@ RowDot row_dot(uint32_t ggml_type, Isa isa) {
       return scalar_dot<kQ4_K>;
     case kQ6_K:
       return scalar_dot<kQ6_K>;
+  }
+  fail("ggml type {} has no CPU block kernel", ggml_type);
+}
+
+RunDot run_dot(uint32_t ggml_type, Isa isa) {
+#if defined(__x86_64__)
+  if (isa == Isa::Avx512Vnni) return detail::avx512vnni_run_kernel(ggml_type);
+  if (isa == Isa::Avx2) return detail::avx2_run_kernel(ggml_type);
+#endif
+  switch (ggml_type) {
+    case kQ5_0:
+      return scalar_run<kQ5_0>;
+    case kQ8_0:
+      return scalar_run<kQ8_0>;
+    case kQ4_K:
+      return scalar_run<kQ4_K>;
+    case kQ6_K:
+      return scalar_run<kQ6_K>;
   }
   fail("ggml type {} has no CPU block kernel", ggml_type);
 }
