@@ -164,6 +164,45 @@ TEST(QuantDot, TileKernelIsBitIdenticalToTheOneRowKernel) {
   EXPECT_GE(checked, 1000);
 }
 
+// The run kernel (decode's matmul: consecutive weight rows against one activation row) against the
+// one-row kernel, bit for bit, for every run length and start, at block counts that leave a partial
+// stretch of 8 blocks (Q5_0 / Q8_0 at 896 columns: 28 blocks).
+TEST(QuantDot, RunKernelIsBitIdenticalToTheOneRowKernel) {
+  int checked = 0;
+  for (cpu::Isa isa : cpu::available_isas()) {
+    for (const char* name : kNames) {
+      const BlockMatrix m = block_matrix(name);
+      const int64_t be = cpu::block_elements(m.type);
+      for (int64_t cols : {be, 3 * be, m.cols}) {
+        if (cols > m.cols) continue;
+        SCOPED_TRACE(std::string(name) + " on " + std::string(cpu::isa_name(isa)) + ", " + std::to_string(cols) +
+                     " columns");
+        const std::vector<float> x = activations(2, cols);
+        cpu::QuantizedRows xq;
+        cpu::quantize_rows(x.data(), 2, cols, cols, xq);
+        const cpu::RowDot one = cpu::row_dot(m.type, isa);
+        const cpu::RunDot run = cpu::run_dot(m.type, isa);
+        const int64_t row_bytes = m.row_bytes;  // rows keep their full stride; the dot reads `cols`
+        for (int64_t r = 0; r < 2; ++r) {
+          for (int n = 1; n <= cpu::kRunRows; ++n) {
+            for (int64_t o0 = 0; o0 + n <= std::min<int64_t>(m.rows, 9); ++o0) {
+              float got[cpu::kRunRows];
+              run(m.data + o0 * row_bytes, row_bytes, n, xq, r, got);
+              for (int j = 0; j < n; ++j) {
+                const float want = one(m.data + (o0 + j) * row_bytes, xq, r);
+                ASSERT_EQ(std::bit_cast<uint32_t>(got[j]), std::bit_cast<uint32_t>(want))
+                    << "run of " << n << " from weight row " << o0 << ", row " << o0 + j << ", x row " << r;
+                ++checked;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(checked, 500);
+}
+
 TEST(QuantDot, QuantisedActivationsRoundToNearestWithinTheirBlockScale) {
   const std::vector<float> x = activations(2, 96);
   cpu::QuantizedRows xq;
@@ -178,6 +217,37 @@ TEST(QuantDot, QuantisedActivationsRoundToNearestWithinTheirBlockScale) {
   int32_t sum = 0;
   for (int i = 16; i < 32; ++i) sum += xq.q_row(1)[i];
   EXPECT_EQ(xq.sum16_row(1)[1], sum);
+}
+
+// quantize_rows against the plain loop (std::nearbyint, the block's max|x| by std::max), bit for bit:
+// halves round to even (127 / max|x| = 1 here, so x = k + 0.5 is a tie), signs, zeros, a NaN (ignored by
+// the maximum) and the scaled sums the kernels read.
+TEST(QuantDot, QuantisationEqualsThePlainLoopBitForBit) {
+  const int64_t cols = 96;
+  std::vector<float> x = activations(1, cols);
+  for (int i = 0; i < 32; ++i) x[static_cast<size_t>(32 + i)] = static_cast<float>(i - 16) + 0.5f;
+  x[32] = 127.0f;  // max|x| of the block: the scale is exactly 1
+  cpu::QuantizedRows xq;
+  cpu::quantize_rows(x.data(), 1, cols, cols, xq);
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[static_cast<size_t>(32 * b + i)]));
+    const float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    EXPECT_EQ(std::bit_cast<uint32_t>(xq.scale_row(0)[b]), std::bit_cast<uint32_t>(d)) << "block " << b;
+    int32_t sums[2] = {0, 0};
+    for (int i = 0; i < 32; ++i) {
+      const int v = static_cast<int>(std::nearbyint(x[static_cast<size_t>(32 * b + i)] * inv));
+      ASSERT_EQ(xq.q_row(0)[32 * b + i], v) << "element " << 32 * b + i << " = " << x[static_cast<size_t>(32 * b + i)];
+      sums[i / 16] += v;
+    }
+    for (int h = 0; h < 2; ++h) {
+      EXPECT_EQ(xq.sum16_row(0)[2 * b + h], sums[h]);
+      EXPECT_EQ(xq.ssum16_row(0)[2 * b + h], d * static_cast<float>(sums[h]));
+    }
+    EXPECT_EQ(xq.ssum32_row(0)[b], d * static_cast<float>(sums[0] + sums[1]));
+  }
+  EXPECT_EQ(xq.q_row(0)[33], -14);  // -14.5 rounds to even
+  EXPECT_EQ(xq.q_row(0)[34], -14);  // -13.5 too
 }
 
 // The backend's matmul over one weight stacked from parts of four block types, against the exact

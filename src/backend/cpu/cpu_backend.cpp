@@ -294,27 +294,74 @@ class CpuBackend final : public Backend {
   void attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
                  float scale) override {
     const int hd = kv.head_dim, group = n_heads / kv.n_kv_heads;
-    // One task per (row, query head): its query against the head's visible slots.
-    const int n_tasks = batch.n_rows * n_heads;
+    // One task per (row, KV head): the group's queries against the head's visible slots, each key and
+    // value read once for the whole group.
+    const int n_tasks = batch.n_rows * kv.n_kv_heads;
     for_each(n_tasks, [&](int64_t task_index) {
       const int task = static_cast<int>(task_index);
-      const int r = task / n_heads, head = task % n_heads, g = head / group;
+      const int r = task / kv.n_kv_heads, g = task % kv.n_kv_heads;
       const int s = batch.row_seq[r];
       const int visible = batch.length[s] + (r - batch.seq_row_begin[s]) + 1;
       const int32_t* pages = batch.page_table + int64_t{s} * batch.max_pages;
-      auto slot_offset = [&](int slot) {
-        return kv.slot_index(pages[slot / kv.page_slots], g, slot % kv.page_slots) * hd;
-      };
-      std::vector<float> weights;
-      attention_weights(kv, pages, g, row(q, r) + int64_t{head} * hd, visible, scale, weights);
-      float* oi = row(out, r) + int64_t{head} * hd;
-      std::fill_n(oi, hd, 0.0f);
+      thread_local std::vector<float> weights;  // [group][visible]
+      group_attention_weights(kv, pages, g, row(q, r) + int64_t{g} * group * hd, group, visible, scale, weights);
+      float* o = row(out, r) + int64_t{g} * group * hd;
+      std::fill_n(o, int64_t{group} * hd, 0.0f);
       for (int j = 0; j < visible; ++j) {
-        const float* vj = static_cast<const float*>(kv.values) + slot_offset(j);
-        for (int c = 0; c < hd; ++c) oi[c] += weights[j] * vj[c];
+        const float* vj = static_cast<const float*>(kv.values) +
+                          kv.slot_index(pages[j / kv.page_slots], g, j % kv.page_slots) * hd;
+        for (int h = 0; h < group; ++h) {
+          const float wj = weights[static_cast<size_t>(h) * visible + j];
+          float* oi = o + int64_t{h} * hd;
+          for (int c = 0; c < hd; ++c) oi[c] += wj * vj[c];
+        }
       }
     });
     if (kv.attention_mass) accumulate_attention(batch, q, kv, n_heads, scale);
+  }
+
+  // attention_weights for the `group` consecutive query heads at `q` that share KV head g, into
+  // weights[h * visible + j]: the same numbers, bit for bit (each head's dot products are summed over
+  // the head dimension in order, a multiply then an add per element, as the one-head loop does), with
+  // the heads in vector lanes so the sums run side by side and each key is read once.
+  static void group_attention_weights(const KvLayer& kv, const int32_t* pages, int g, const float* q, int group,
+                                      int visible, float scale, std::vector<float>& weights) {
+    using v4 = float __attribute__((vector_size(16)));
+    constexpr int kLanes = 4, kMaxChunks = 4;  // up to 16 heads per pass
+    const int hd = kv.head_dim;
+    weights.resize(static_cast<size_t>(group) * visible);
+    thread_local std::vector<v4> qt;  // [chunk][c]: element c of the chunk's heads
+    for (int h0 = 0; h0 < group; h0 += kLanes * kMaxChunks) {
+      const int heads = std::min(group - h0, kLanes * kMaxChunks), chunks = (heads + kLanes - 1) / kLanes;
+      qt.assign(static_cast<size_t>(chunks) * hd, v4{0, 0, 0, 0});
+      for (int h = 0; h < heads; ++h)
+        for (int c = 0; c < hd; ++c) qt[static_cast<size_t>(h / kLanes) * hd + c][h % kLanes] = q[int64_t{h0 + h} * hd + c];
+      for (int j = 0; j < visible; ++j) {
+        const float* kj = static_cast<const float*>(kv.keys) +
+                          kv.slot_index(pages[j / kv.page_slots], g, j % kv.page_slots) * hd;
+        v4 dot[kMaxChunks] = {};
+        for (int c = 0; c < hd; ++c) {
+          const v4 k{kj[c], kj[c], kj[c], kj[c]};
+          for (int t = 0; t < chunks; ++t) {
+            const v4 product = qt[static_cast<size_t>(t) * hd + c] * k;
+            dot[t] = dot[t] + product;
+          }
+        }
+        for (int h = 0; h < heads; ++h) weights[static_cast<size_t>(h0 + h) * visible + j] = dot[h / kLanes][h % kLanes] * scale;
+      }
+    }
+    for (int h = 0; h < group; ++h) {
+      float* w = weights.data() + static_cast<size_t>(h) * visible;
+      float max_score = -INFINITY;
+      for (int j = 0; j < visible; ++j) max_score = std::max(max_score, w[j]);
+      double denom = 0.0;
+      for (int j = 0; j < visible; ++j) {
+        w[j] = std::exp(w[j] - max_score);
+        denom += w[j];
+      }
+      const float inv = static_cast<float>(1.0 / denom);
+      for (int j = 0; j < visible; ++j) w[j] *= inv;
+    }
   }
 
   // Softmax weights of query `qi` over slots [0, visible) of KV head g.
