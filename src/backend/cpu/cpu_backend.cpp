@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_eviction.h"
+#include "backend/cpu/cpu_sampling.h"
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/worker_pool.h"
 #include "backend/sampling_rule.h"
@@ -447,8 +448,10 @@ class CpuBackend final : public Backend {
         batch.forced_is_argmax[s] = score.is_argmax ? 1 : 0;
         batch.next_token[s] = batch.forced[s];
       } else {
-        batch.next_token[s] = sample_reference(l, vocab, batch.temperature[s], batch.top_k[s], batch.top_p[s],
-                                               batch.sample_key[s], static_cast<uint32_t>(batch.gen_step[s]));
+        thread_local cpu::SamplingScratch scratch;  // a pool thread runs one task at a time
+        batch.next_token[s] =
+            cpu::sample_tokens(l, vocab, batch.temperature[s], batch.top_k[s], batch.top_p[s], batch.sample_key[s],
+                               static_cast<uint32_t>(batch.gen_step[s]), scratch);
       }
       batch.gen_step[s] += 1;
     });
@@ -510,6 +513,7 @@ class CpuBackend final : public Backend {
   cpu::Isa isa_;
   cpu::WorkerPool pool_;
   cpu::QuantizedRows activations_;  // scratch of matmul_blocks, kept to avoid an allocation per op
+
 };
 
 }  // namespace
