@@ -253,7 +253,8 @@ class CpuBackend final : public Backend {
       const float* src = row(qkv, r);
       float* q_out = row(q, r);
       std::copy_n(src, int64_t{n_heads} * hd, q_out);
-      std::vector<float> k(src + int64_t{n_heads} * hd, src + int64_t{n_heads + n_kv} * hd);
+      thread_local std::vector<float> k;  // a pool thread runs one task at a time
+      k.assign(src + int64_t{n_heads} * hd, src + int64_t{n_heads + n_kv} * hd);
       const float* v = src + int64_t{n_heads + n_kv} * hd;
       for (int h = 0; h < n_heads; ++h)
         norm_and_rotate(q_out + int64_t{h} * hd, q_norm, eps, rope, hd, position);
