@@ -295,6 +295,47 @@ TEST(QuantDot, MatmulOverStackedBlockRowsMatchesTheExactBackend) {
     }
 }
 
+// The backend's matmul over stacked block parts gives each x row the same bits whatever batch it came
+// in: alone (decode's runs of weight rows), 3 rows (runs), 9 and 17 rows (tiles of 8 and a remainder),
+// accumulating into the same starting values.
+TEST(QuantDot, MatmulRowsDoNotDependOnTheirBatch) {
+  std::vector<BlockMatrix> parts;
+  for (const char* name : {"Q5_0.real", "Q8_0.real", "Q4_K.random", "Q6_K.random"})
+    parts.push_back(block_matrix(name));
+  const int64_t cols = 512;
+  Weight w;
+  int64_t out = 0;
+  for (const BlockMatrix& m : parts) {
+    w.blocks.push_back({m.type, m.data, m.rows, m.row_bytes});
+    out += m.rows;
+  }
+  w.w = View{nullptr, DType::F32, out, cols, cols};
+  auto fast = make_cpu_backend(2, CpuMath::Fast);
+  const int64_t max_rows = 17;
+  const std::vector<float> x = activations(max_rows, cols);
+  const auto start = [&](int64_t r, int64_t o) { return 0.125f * static_cast<float>((r * 7 + o) % 13) - 0.5f; };
+  std::vector<float> alone(static_cast<size_t>(max_rows * out));
+  for (int64_t r = 0; r < max_rows; ++r) {
+    std::vector<float> y(static_cast<size_t>(out));
+    for (int64_t o = 0; o < out; ++o) y[static_cast<size_t>(o)] = start(r, o);
+    fast->matmul(View{const_cast<float*>(x.data()) + r * cols, DType::F32, 1, cols, cols}, w,
+                 View{y.data(), DType::F32, 1, out, out}, true);
+    std::copy(y.begin(), y.end(), alone.begin() + r * out);
+  }
+  for (int64_t rows : {3, 9, 17}) {
+    std::vector<float> y(static_cast<size_t>(rows * out));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t o = 0; o < out; ++o) y[static_cast<size_t>(r * out + o)] = start(r, o);
+    fast->matmul(View{const_cast<float*>(x.data()), DType::F32, rows, cols, cols}, w,
+                 View{y.data(), DType::F32, rows, out, out}, true);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t o = 0; o < out; ++o)
+        ASSERT_EQ(std::bit_cast<uint32_t>(y[static_cast<size_t>(r * out + o)]),
+                  std::bit_cast<uint32_t>(alone[static_cast<size_t>(r * out + o)]))
+            << rows << " rows: row " << r << " output " << o;
+  }
+}
+
 TEST(QuantDot, EmbeddingRowsComeFromTheRightPart) {
   const BlockMatrix a = block_matrix("Q5_0.random"), b = block_matrix("Q8_0.random");
   ASSERT_EQ(a.cols, b.cols);
