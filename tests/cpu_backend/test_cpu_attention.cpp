@@ -106,8 +106,8 @@ TEST(CpuAttention, EqualsTheOneHeadLoopBitForBit) {
         for (int i = 0; i < q_cols; ++i)
           ASSERT_EQ(std::bit_cast<uint32_t>(out[static_cast<size_t>(r * q_cols + i)]),
                     std::bit_cast<uint32_t>(want[static_cast<size_t>(i)]))
-              << "row " << r << " head " << i / hd << " [" << i % hd << "]: " << out[static_cast<size_t>(r * q_cols + i)]
-              << " vs " << want[static_cast<size_t>(i)];
+              << "row " << r << " head " << i / hd << " [" << i % hd
+              << "]: " << out[static_cast<size_t>(r * q_cols + i)] << " vs " << want[static_cast<size_t>(i)];
       }
     }
   }

@@ -143,8 +143,7 @@ TEST(QuantDot, TileKernelIsBitIdenticalToTheOneRowKernel) {
             const uint8_t* w = m.data + o * m.row_bytes;
             std::vector<uint32_t> want(static_cast<size_t>(rows));
             for (int64_t r = 0; r < rows; ++r)
-              want[static_cast<size_t>(r)] =
-                  std::bit_cast<uint32_t>(one(w, xq, r));
+              want[static_cast<size_t>(r)] = std::bit_cast<uint32_t>(one(w, xq, r));
             for (int n = 1; n <= cpu::kTileRows; ++n) {
               for (int64_t r0 = 0; r0 + n <= rows; ++r0) {
                 float got[cpu::kTileRows];
@@ -175,8 +174,8 @@ TEST(QuantDot, RunKernelIsBitIdenticalToTheOneRowKernel) {
       const int64_t be = cpu::block_elements(m.type);
       for (int64_t cols : {be, 3 * be, m.cols}) {
         if (cols > m.cols) continue;
-        SCOPED_TRACE(std::string(name) + " on " + std::string(cpu::isa_name(isa)) + ", " + std::to_string(cols) +
-                     " columns");
+        SCOPED_TRACE(std::string(name) + " on " + std::string(cpu::isa_name(isa)) + ", " +
+                     std::to_string(cols) + " columns");
         const std::vector<float> x = activations(2, cols);
         cpu::QuantizedRows xq;
         cpu::quantize_rows(x.data(), 2, cols, cols, xq);
@@ -237,7 +236,8 @@ TEST(QuantDot, QuantisationEqualsThePlainLoopBitForBit) {
     int32_t sums[2] = {0, 0};
     for (int i = 0; i < 32; ++i) {
       const int v = static_cast<int>(std::nearbyint(x[static_cast<size_t>(32 * b + i)] * inv));
-      ASSERT_EQ(xq.q_row(0)[32 * b + i], v) << "element " << 32 * b + i << " = " << x[static_cast<size_t>(32 * b + i)];
+      ASSERT_EQ(xq.q_row(0)[32 * b + i], v)
+          << "element " << 32 * b + i << " = " << x[static_cast<size_t>(32 * b + i)];
       sums[i / 16] += v;
     }
     for (int h = 0; h < 2; ++h) {
@@ -313,7 +313,9 @@ TEST(QuantDot, MatmulRowsDoNotDependOnTheirBatch) {
   auto fast = make_cpu_backend(2, CpuMath::Fast);
   const int64_t max_rows = 17;
   const std::vector<float> x = activations(max_rows, cols);
-  const auto start = [&](int64_t r, int64_t o) { return 0.125f * static_cast<float>((r * 7 + o) % 13) - 0.5f; };
+  const auto start = [&](int64_t r, int64_t o) {
+    return 0.125f * static_cast<float>((r * 7 + o) % 13) - 0.5f;
+  };
   std::vector<float> alone(static_cast<size_t>(max_rows * out));
   for (int64_t r = 0; r < max_rows; ++r) {
     std::vector<float> y(static_cast<size_t>(out));

@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
   // Weights grouped by name without the layer prefix and by block type.
   std::map<std::string, std::vector<const formats::GgufTensor*>> groups;
   for (const formats::GgufTensor& t : file.tensors()) {
-    if (t.dims.size() != 2 || !cpu::is_block_type(static_cast<uint32_t>(t.type)) || t.name == "token_embd.weight")
+    if (t.dims.size() != 2 || !cpu::is_block_type(static_cast<uint32_t>(t.type)) ||
+        t.name == "token_embd.weight")
       continue;
     std::string key = t.name.rfind("blk.", 0) == 0 ? t.name.substr(t.name.find('.', 4) + 1) : t.name;
     key += std::string(" ") + std::string(formats::ggml_type_name(t.type));
@@ -72,15 +73,17 @@ int main(int argc, char** argv) {
         backend->matmul(View{x.data(), DType::F32, 1, cols, cols}, w,
                         View{y.data(), DType::F32, 1, w.w.rows, w.w.rows}, false);
       clock_gettime(clock, &b);
-      times.push_back(static_cast<double>(b.tv_sec - a.tv_sec) * 1e3 + static_cast<double>(b.tv_nsec - a.tv_nsec) * 1e-6);
+      times.push_back(static_cast<double>(b.tv_sec - a.tv_sec) * 1e3 +
+                      static_cast<double>(b.tv_nsec - a.tv_nsec) * 1e-6);
     }
     std::sort(times.begin(), times.end());
     const double ms = times[times.size() / 2];
     total_ms += ms;
     total_bytes += bytes;
-    std::printf("%-28s x%-3zu %7.1f MB  median %8.3f ms  min %8.3f ms  %5.1f GB/s\n", name.c_str(), weights.size(),
-                bytes / 1e6, ms, times[0], bytes / ms / 1e6);
+    std::printf("%-28s x%-3zu %7.1f MB  median %8.3f ms  min %8.3f ms  %5.1f GB/s\n", name.c_str(),
+                weights.size(), bytes / 1e6, ms, times[0], bytes / ms / 1e6);
   }
-  std::printf("total %.1f MB  %.3f ms  %.1f GB/s\n", total_bytes / 1e6, total_ms, total_bytes / total_ms / 1e6);
+  std::printf("total %.1f MB  %.3f ms  %.1f GB/s\n", total_bytes / 1e6, total_ms,
+              total_bytes / total_ms / 1e6);
   return 0;
 }

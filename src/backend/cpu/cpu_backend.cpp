@@ -193,8 +193,12 @@ class CpuBackend final : public Backend {
     for (const BlockRows& b : w.blocks) {
       KVDICE_CHECK(b.row_bytes == cpu::block_row_bytes(b.ggml_type, in),
                    "block rows of {} bytes for {} columns", b.row_bytes, in);
-      parts[n_parts++] = {cpu::tile_dot(b.ggml_type, isa_), cpu::run_dot(b.ggml_type, isa_), b.data, out,
-                          out + b.rows, b.row_bytes};
+      parts[n_parts++] = {cpu::tile_dot(b.ggml_type, isa_),
+                          cpu::run_dot(b.ggml_type, isa_),
+                          b.data,
+                          out,
+                          out + b.rows,
+                          b.row_bytes};
       out += b.rows;
     }
     KVDICE_CHECK(out == w.w.rows, "block rows add up to {}, the weight has {}", out, w.w.rows);
@@ -306,7 +310,8 @@ class CpuBackend final : public Backend {
       const int visible = batch.length[s] + (r - batch.seq_row_begin[s]) + 1;
       const int32_t* pages = batch.page_table + int64_t{s} * batch.max_pages;
       thread_local std::vector<float> weights;  // [group][visible]
-      group_attention_weights(kv, pages, g, row(q, r) + int64_t{g} * group * hd, group, visible, scale, weights);
+      group_attention_weights(kv, pages, g, row(q, r) + int64_t{g} * group * hd, group, visible, scale,
+                              weights);
       float* o = row(out, r) + int64_t{g} * group * hd;
       std::fill_n(o, int64_t{group} * hd, 0.0f);
       for (int j = 0; j < visible; ++j) {
@@ -326,8 +331,8 @@ class CpuBackend final : public Backend {
   // weights[h * visible + j]: the same numbers, bit for bit (each head's dot products are summed over
   // the head dimension in order, a multiply then an add per element, as the one-head loop does), with
   // the heads in vector lanes so the sums run side by side and each key is read once.
-  static void group_attention_weights(const KvLayer& kv, const int32_t* pages, int g, const float* q, int group,
-                                      int visible, float scale, std::vector<float>& weights) {
+  static void group_attention_weights(const KvLayer& kv, const int32_t* pages, int g, const float* q,
+                                      int group, int visible, float scale, std::vector<float>& weights) {
     using v4 = float __attribute__((vector_size(16)));
     constexpr int kLanes = 4, kMaxChunks = 4;  // up to 16 heads per pass
     const int hd = kv.head_dim;
@@ -337,7 +342,8 @@ class CpuBackend final : public Backend {
       const int heads = std::min(group - h0, kLanes * kMaxChunks), chunks = (heads + kLanes - 1) / kLanes;
       qt.assign(static_cast<size_t>(chunks) * hd, v4{0, 0, 0, 0});
       for (int h = 0; h < heads; ++h)
-        for (int c = 0; c < hd; ++c) qt[static_cast<size_t>(h / kLanes) * hd + c][h % kLanes] = q[int64_t{h0 + h} * hd + c];
+        for (int c = 0; c < hd; ++c)
+          qt[static_cast<size_t>(h / kLanes) * hd + c][h % kLanes] = q[int64_t{h0 + h} * hd + c];
       for (int j = 0; j < visible; ++j) {
         const float* kj = static_cast<const float*>(kv.keys) +
                           kv.slot_index(pages[j / kv.page_slots], g, j % kv.page_slots) * hd;
@@ -349,7 +355,8 @@ class CpuBackend final : public Backend {
             dot[t] = dot[t] + product;
           }
         }
-        for (int h = 0; h < heads; ++h) weights[static_cast<size_t>(h0 + h) * visible + j] = dot[h / kLanes][h % kLanes] * scale;
+        for (int h = 0; h < heads; ++h)
+          weights[static_cast<size_t>(h0 + h) * visible + j] = dot[h / kLanes][h % kLanes] * scale;
       }
     }
     for (int h = 0; h < group; ++h) {
@@ -451,8 +458,8 @@ class CpuBackend final : public Backend {
       } else {
         thread_local cpu::SamplingScratch scratch;  // a pool thread runs one task at a time
         batch.next_token[s] =
-            cpu::sample_tokens(l, vocab, batch.temperature[s], batch.top_k[s], batch.top_p[s], batch.sample_key[s],
-                               static_cast<uint32_t>(batch.gen_step[s]), scratch);
+            cpu::sample_tokens(l, vocab, batch.temperature[s], batch.top_k[s], batch.top_p[s],
+                               batch.sample_key[s], static_cast<uint32_t>(batch.gen_step[s]), scratch);
       }
       batch.gen_step[s] += 1;
     });
@@ -514,7 +521,6 @@ class CpuBackend final : public Backend {
   cpu::Isa isa_;
   cpu::WorkerPool pool_;
   cpu::QuantizedRows activations_;  // scratch of matmul_blocks, kept to avoid an allocation per op
-
 };
 
 }  // namespace
