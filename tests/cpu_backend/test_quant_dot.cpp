@@ -108,8 +108,7 @@ TEST(QuantDot, EveryKernelEqualsFp32OfTheDequantisedWeights) {
           magnitude += std::fabs(static_cast<double>(w[i]) * xhat);
           rounding_bound += std::fabs(w[i]) * s / 2.0;
         }
-        const double got =
-            dot(m.data + r * m.row_bytes, xq.q_row(0), xq.scale_row(0), xq.sum16_row(0), m.cols);
+        const double got = dot(m.data + r * m.row_bytes, xq, 0);
         EXPECT_NEAR(got, same_inputs, kRounding * magnitude + 1e-6) << "row " << r;
         EXPECT_NEAR(got, exact, rounding_bound * (1.0 + 1e-3) + kRounding * magnitude + 1e-6) << "row " << r;
         ++checked;
@@ -144,8 +143,7 @@ TEST(QuantDot, TileKernelIsBitIdenticalToTheOneRowKernel) {
             const uint8_t* w = m.data + o * m.row_bytes;
             std::vector<uint32_t> want(static_cast<size_t>(rows));
             for (int64_t r = 0; r < rows; ++r)
-              want[static_cast<size_t>(r)] =
-                  std::bit_cast<uint32_t>(one(w, xq.q_row(r), xq.scale_row(r), xq.sum16_row(r), cols));
+              want[static_cast<size_t>(r)] = std::bit_cast<uint32_t>(one(w, xq, r));
             for (int n = 1; n <= cpu::kTileRows; ++n) {
               for (int64_t r0 = 0; r0 + n <= rows; ++r0) {
                 float got[cpu::kTileRows];
@@ -165,6 +163,45 @@ TEST(QuantDot, TileKernelIsBitIdenticalToTheOneRowKernel) {
   EXPECT_GE(checked, 1000);
 }
 
+// The run kernel (decode's matmul: consecutive weight rows against one activation row) against the
+// one-row kernel, bit for bit, for every run length and start, at block counts that leave a partial
+// stretch of 8 blocks (Q5_0 / Q8_0 at 896 columns: 28 blocks).
+TEST(QuantDot, RunKernelIsBitIdenticalToTheOneRowKernel) {
+  int checked = 0;
+  for (cpu::Isa isa : cpu::available_isas()) {
+    for (const char* name : kNames) {
+      const BlockMatrix m = block_matrix(name);
+      const int64_t be = cpu::block_elements(m.type);
+      for (int64_t cols : {be, 3 * be, m.cols}) {
+        if (cols > m.cols) continue;
+        SCOPED_TRACE(std::string(name) + " on " + std::string(cpu::isa_name(isa)) + ", " +
+                     std::to_string(cols) + " columns");
+        const std::vector<float> x = activations(2, cols);
+        cpu::QuantizedRows xq;
+        cpu::quantize_rows(x.data(), 2, cols, cols, xq);
+        const cpu::RowDot one = cpu::row_dot(m.type, isa);
+        const cpu::RunDot run = cpu::run_dot(m.type, isa);
+        const int64_t row_bytes = m.row_bytes;  // rows keep their full stride; the dot reads `cols`
+        for (int64_t r = 0; r < 2; ++r) {
+          for (int n = 1; n <= cpu::kRunRows; ++n) {
+            for (int64_t o0 = 0; o0 + n <= std::min<int64_t>(m.rows, 9); ++o0) {
+              float got[cpu::kRunRows];
+              run(m.data + o0 * row_bytes, row_bytes, n, xq, r, got);
+              for (int j = 0; j < n; ++j) {
+                const float want = one(m.data + (o0 + j) * row_bytes, xq, r);
+                ASSERT_EQ(std::bit_cast<uint32_t>(got[j]), std::bit_cast<uint32_t>(want))
+                    << "run of " << n << " from weight row " << o0 << ", row " << o0 + j << ", x row " << r;
+                ++checked;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(checked, 500);
+}
+
 TEST(QuantDot, QuantisedActivationsRoundToNearestWithinTheirBlockScale) {
   const std::vector<float> x = activations(2, 96);
   cpu::QuantizedRows xq;
@@ -179,6 +216,38 @@ TEST(QuantDot, QuantisedActivationsRoundToNearestWithinTheirBlockScale) {
   int32_t sum = 0;
   for (int i = 16; i < 32; ++i) sum += xq.q_row(1)[i];
   EXPECT_EQ(xq.sum16_row(1)[1], sum);
+}
+
+// quantize_rows against the plain loop (std::nearbyint, the block's max|x| by std::max), bit for bit:
+// halves round to even (127 / max|x| = 1 here, so x = k + 0.5 is a tie), signs, zeros, a NaN (ignored by
+// the maximum) and the scaled sums the kernels read.
+TEST(QuantDot, QuantisationEqualsThePlainLoopBitForBit) {
+  const int64_t cols = 96;
+  std::vector<float> x = activations(1, cols);
+  for (int i = 0; i < 32; ++i) x[static_cast<size_t>(32 + i)] = static_cast<float>(i - 16) + 0.5f;
+  x[32] = 127.0f;  // max|x| of the block: the scale is exactly 1
+  cpu::QuantizedRows xq;
+  cpu::quantize_rows(x.data(), 1, cols, cols, xq);
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[static_cast<size_t>(32 * b + i)]));
+    const float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    EXPECT_EQ(std::bit_cast<uint32_t>(xq.scale_row(0)[b]), std::bit_cast<uint32_t>(d)) << "block " << b;
+    int32_t sums[2] = {0, 0};
+    for (int i = 0; i < 32; ++i) {
+      const int v = static_cast<int>(std::nearbyint(x[static_cast<size_t>(32 * b + i)] * inv));
+      ASSERT_EQ(xq.q_row(0)[32 * b + i], v)
+          << "element " << 32 * b + i << " = " << x[static_cast<size_t>(32 * b + i)];
+      sums[i / 16] += v;
+    }
+    for (int h = 0; h < 2; ++h) {
+      EXPECT_EQ(xq.sum16_row(0)[2 * b + h], sums[h]);
+      EXPECT_EQ(xq.ssum16_row(0)[2 * b + h], d * static_cast<float>(sums[h]));
+    }
+    EXPECT_EQ(xq.ssum32_row(0)[b], d * static_cast<float>(sums[0] + sums[1]));
+  }
+  EXPECT_EQ(xq.q_row(0)[33], -14);  // -14.5 rounds to even
+  EXPECT_EQ(xq.q_row(0)[34], -14);  // -13.5 too
 }
 
 // The backend's matmul over one weight stacked from parts of four block types, against the exact
@@ -224,6 +293,49 @@ TEST(QuantDot, MatmulOverStackedBlockRowsMatchesTheExactBackend) {
       EXPECT_NEAR(y_fast[static_cast<size_t>(r * out + o)], y_exact[static_cast<size_t>(r * out + o)], bound)
           << "row " << r << " output " << o;
     }
+}
+
+// The backend's matmul over stacked block parts gives each x row the same bits whatever batch it came
+// in: alone (decode's runs of weight rows), 3 rows (runs), 9 and 17 rows (tiles of 8 and a remainder),
+// accumulating into the same starting values.
+TEST(QuantDot, MatmulRowsDoNotDependOnTheirBatch) {
+  std::vector<BlockMatrix> parts;
+  for (const char* name : {"Q5_0.real", "Q8_0.real", "Q4_K.random", "Q6_K.random"})
+    parts.push_back(block_matrix(name));
+  const int64_t cols = 512;
+  Weight w;
+  int64_t out = 0;
+  for (const BlockMatrix& m : parts) {
+    w.blocks.push_back({m.type, m.data, m.rows, m.row_bytes});
+    out += m.rows;
+  }
+  w.w = View{nullptr, DType::F32, out, cols, cols};
+  auto fast = make_cpu_backend(2, CpuMath::Fast);
+  const int64_t max_rows = 17;
+  const std::vector<float> x = activations(max_rows, cols);
+  const auto start = [&](int64_t r, int64_t o) {
+    return 0.125f * static_cast<float>((r * 7 + o) % 13) - 0.5f;
+  };
+  std::vector<float> alone(static_cast<size_t>(max_rows * out));
+  for (int64_t r = 0; r < max_rows; ++r) {
+    std::vector<float> y(static_cast<size_t>(out));
+    for (int64_t o = 0; o < out; ++o) y[static_cast<size_t>(o)] = start(r, o);
+    fast->matmul(View{const_cast<float*>(x.data()) + r * cols, DType::F32, 1, cols, cols}, w,
+                 View{y.data(), DType::F32, 1, out, out}, true);
+    std::copy(y.begin(), y.end(), alone.begin() + r * out);
+  }
+  for (int64_t rows : {3, 9, 17}) {
+    std::vector<float> y(static_cast<size_t>(rows * out));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t o = 0; o < out; ++o) y[static_cast<size_t>(r * out + o)] = start(r, o);
+    fast->matmul(View{const_cast<float*>(x.data()), DType::F32, rows, cols, cols}, w,
+                 View{y.data(), DType::F32, rows, out, out}, true);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t o = 0; o < out; ++o)
+        ASSERT_EQ(std::bit_cast<uint32_t>(y[static_cast<size_t>(r * out + o)]),
+                  std::bit_cast<uint32_t>(alone[static_cast<size_t>(r * out + o)]))
+            << rows << " rows: row " << r << " output " << o;
+  }
 }
 
 TEST(QuantDot, EmbeddingRowsComeFromTheRightPart) {

@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_eviction.h"
+#include "backend/cpu/cpu_sampling.h"
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/worker_pool.h"
 #include "backend/sampling_rule.h"
@@ -171,37 +172,68 @@ class CpuBackend final : public Backend {
 
   // y[r][o] (+)= dot(weight row o in its blocks, x row r quantised to int8 blocks of 32). The
   // activations are quantised once per op; each chunk is a contiguous range of output rows, each
-  // weight row read once for all x rows.
+  // weight row read once for all x rows: a few x rows (decode) take runs of kRunRows weight rows per x
+  // row (the run stays in L1 for the next x row), more take tiles of kTileRows x rows per weight row.
+  // Either way a result is bit-identical to the one-row kernel's, so it does not depend on the batch.
   void matmul_blocks(const View& x, const Weight& w, const View& y, bool accumulate) {
     const int64_t rows = x.rows, in = x.cols;
     cpu::quantize_rows(f32(x), rows, in, x.ld, activations_);
     struct Part {
-      cpu::TileDot dot;
+      cpu::TileDot tile;
+      cpu::RunDot run;
       const uint8_t* data;
       int64_t begin, end, row_bytes;
     };
-    std::vector<Part> parts;
+    constexpr int kMaxParts = 8;
+    KVDICE_CHECK(w.blocks.size() <= kMaxParts, "a weight of {} block parts (at most {})", w.blocks.size(),
+                 kMaxParts);
+    Part parts[kMaxParts];
+    int n_parts = 0;
     int64_t out = 0;
     for (const BlockRows& b : w.blocks) {
       KVDICE_CHECK(b.row_bytes == cpu::block_row_bytes(b.ggml_type, in),
                    "block rows of {} bytes for {} columns", b.row_bytes, in);
-      parts.push_back({cpu::tile_dot(b.ggml_type, isa_), b.data, out, out + b.rows, b.row_bytes});
+      parts[n_parts++] = {cpu::tile_dot(b.ggml_type, isa_),
+                          cpu::run_dot(b.ggml_type, isa_),
+                          b.data,
+                          out,
+                          out + b.rows,
+                          b.row_bytes};
       out += b.rows;
     }
     KVDICE_CHECK(out == w.w.rows, "block rows add up to {}, the weight has {}", out, w.w.rows);
     const cpu::QuantizedRows& xq = activations_;
+    const bool runs = rows < 4;
+    // Chunks of whole runs: a multiple of kRunRows weight rows each.
+    const int64_t units = (out + cpu::kRunRows - 1) / cpu::kRunRows;
     const int slices = static_cast<int>(std::min<int64_t>(4 * threads_, std::max<int64_t>(1, out / 64)));
     for_each(slices, [&](int64_t t_index) {
       const int t = static_cast<int>(t_index);
-      const int64_t begin = out * t / slices, end = out * (t + 1) / slices;
-      for (const Part& p : parts) {
-        for (int64_t o = std::max(begin, p.begin); o < std::min(end, p.end); ++o) {
+      const int64_t begin = std::min(out, units * t / slices * cpu::kRunRows),
+                    end = std::min(out, units * (t + 1) / slices * cpu::kRunRows);
+      for (int pi = 0; pi < n_parts; ++pi) {
+        const Part& p = parts[pi];
+        const int64_t lo = std::max(begin, p.begin), hi = std::min(end, p.end);
+        if (runs) {
+          for (int64_t o = lo; o < hi; o += cpu::kRunRows) {
+            const int n = static_cast<int>(std::min<int64_t>(cpu::kRunRows, hi - o));
+            const uint8_t* wr = p.data + (o - p.begin) * p.row_bytes;
+            for (int64_t r = 0; r < rows; ++r) {
+              float v[cpu::kRunRows];
+              p.run(wr, p.row_bytes, n, xq, r, v);
+              float* dst = row(y, r) + o;
+              for (int j = 0; j < n; ++j) dst[j] = accumulate ? dst[j] + v[j] : v[j];
+            }
+          }
+          continue;
+        }
+        for (int64_t o = lo; o < hi; ++o) {
           const uint8_t* wr = p.data + (o - p.begin) * p.row_bytes;
           // A tile of activation rows per weight row: each weight block is read once per tile.
           for (int64_t r0 = 0; r0 < rows; r0 += cpu::kTileRows) {
             const int n = static_cast<int>(std::min<int64_t>(cpu::kTileRows, rows - r0));
             float v[cpu::kTileRows];
-            p.dot(wr, xq, r0, n, v);
+            p.tile(wr, xq, r0, n, v);
             for (int i = 0; i < n; ++i) {
               float& dst = row(y, r0 + i)[o];
               dst = accumulate ? dst + v[i] : v[i];
@@ -225,7 +257,8 @@ class CpuBackend final : public Backend {
       const float* src = row(qkv, r);
       float* q_out = row(q, r);
       std::copy_n(src, int64_t{n_heads} * hd, q_out);
-      std::vector<float> k(src + int64_t{n_heads} * hd, src + int64_t{n_heads + n_kv} * hd);
+      thread_local std::vector<float> k;  // a pool thread runs one task at a time
+      k.assign(src + int64_t{n_heads} * hd, src + int64_t{n_heads + n_kv} * hd);
       const float* v = src + int64_t{n_heads + n_kv} * hd;
       for (int h = 0; h < n_heads; ++h)
         norm_and_rotate(q_out + int64_t{h} * hd, q_norm, eps, rope, hd, position);
@@ -267,27 +300,77 @@ class CpuBackend final : public Backend {
   void attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
                  float scale) override {
     const int hd = kv.head_dim, group = n_heads / kv.n_kv_heads;
-    // One task per (row, query head): its query against the head's visible slots.
-    const int n_tasks = batch.n_rows * n_heads;
+    // One task per (row, KV head): the group's queries against the head's visible slots, each key and
+    // value read once for the whole group.
+    const int n_tasks = batch.n_rows * kv.n_kv_heads;
     for_each(n_tasks, [&](int64_t task_index) {
       const int task = static_cast<int>(task_index);
-      const int r = task / n_heads, head = task % n_heads, g = head / group;
+      const int r = task / kv.n_kv_heads, g = task % kv.n_kv_heads;
       const int s = batch.row_seq[r];
       const int visible = batch.length[s] + (r - batch.seq_row_begin[s]) + 1;
       const int32_t* pages = batch.page_table + int64_t{s} * batch.max_pages;
-      auto slot_offset = [&](int slot) {
-        return kv.slot_index(pages[slot / kv.page_slots], g, slot % kv.page_slots) * hd;
-      };
-      std::vector<float> weights;
-      attention_weights(kv, pages, g, row(q, r) + int64_t{head} * hd, visible, scale, weights);
-      float* oi = row(out, r) + int64_t{head} * hd;
-      std::fill_n(oi, hd, 0.0f);
+      thread_local std::vector<float> weights;  // [group][visible]
+      group_attention_weights(kv, pages, g, row(q, r) + int64_t{g} * group * hd, group, visible, scale,
+                              weights);
+      float* o = row(out, r) + int64_t{g} * group * hd;
+      std::fill_n(o, int64_t{group} * hd, 0.0f);
       for (int j = 0; j < visible; ++j) {
-        const float* vj = static_cast<const float*>(kv.values) + slot_offset(j);
-        for (int c = 0; c < hd; ++c) oi[c] += weights[j] * vj[c];
+        const float* vj = static_cast<const float*>(kv.values) +
+                          kv.slot_index(pages[j / kv.page_slots], g, j % kv.page_slots) * hd;
+        for (int h = 0; h < group; ++h) {
+          const float wj = weights[static_cast<size_t>(h) * visible + j];
+          float* oi = o + int64_t{h} * hd;
+          for (int c = 0; c < hd; ++c) oi[c] += wj * vj[c];
+        }
       }
     });
     if (kv.attention_mass) accumulate_attention(batch, q, kv, n_heads, scale);
+  }
+
+  // attention_weights for the `group` consecutive query heads at `q` that share KV head g, into
+  // weights[h * visible + j]: the same numbers, bit for bit (each head's dot products are summed over
+  // the head dimension in order, a multiply then an add per element, as the one-head loop does), with
+  // the heads in vector lanes so the sums run side by side and each key is read once.
+  static void group_attention_weights(const KvLayer& kv, const int32_t* pages, int g, const float* q,
+                                      int group, int visible, float scale, std::vector<float>& weights) {
+    using v4 = float __attribute__((vector_size(16)));
+    constexpr int kLanes = 4, kMaxChunks = 4;  // up to 16 heads per pass
+    const int hd = kv.head_dim;
+    weights.resize(static_cast<size_t>(group) * visible);
+    thread_local std::vector<v4> qt;  // [chunk][c]: element c of the chunk's heads
+    for (int h0 = 0; h0 < group; h0 += kLanes * kMaxChunks) {
+      const int heads = std::min(group - h0, kLanes * kMaxChunks), chunks = (heads + kLanes - 1) / kLanes;
+      qt.assign(static_cast<size_t>(chunks) * hd, v4{0, 0, 0, 0});
+      for (int h = 0; h < heads; ++h)
+        for (int c = 0; c < hd; ++c)
+          qt[static_cast<size_t>(h / kLanes) * hd + c][h % kLanes] = q[int64_t{h0 + h} * hd + c];
+      for (int j = 0; j < visible; ++j) {
+        const float* kj = static_cast<const float*>(kv.keys) +
+                          kv.slot_index(pages[j / kv.page_slots], g, j % kv.page_slots) * hd;
+        v4 dot[kMaxChunks] = {};
+        for (int c = 0; c < hd; ++c) {
+          const v4 k{kj[c], kj[c], kj[c], kj[c]};
+          for (int t = 0; t < chunks; ++t) {
+            const v4 product = qt[static_cast<size_t>(t) * hd + c] * k;
+            dot[t] = dot[t] + product;
+          }
+        }
+        for (int h = 0; h < heads; ++h)
+          weights[static_cast<size_t>(h0 + h) * visible + j] = dot[h / kLanes][h % kLanes] * scale;
+      }
+    }
+    for (int h = 0; h < group; ++h) {
+      float* w = weights.data() + static_cast<size_t>(h) * visible;
+      float max_score = -INFINITY;
+      for (int j = 0; j < visible; ++j) max_score = std::max(max_score, w[j]);
+      double denom = 0.0;
+      for (int j = 0; j < visible; ++j) {
+        w[j] = std::exp(w[j] - max_score);
+        denom += w[j];
+      }
+      const float inv = static_cast<float>(1.0 / denom);
+      for (int j = 0; j < visible; ++j) w[j] *= inv;
+    }
   }
 
   // Softmax weights of query `qi` over slots [0, visible) of KV head g.
@@ -373,8 +456,10 @@ class CpuBackend final : public Backend {
         batch.forced_is_argmax[s] = score.is_argmax ? 1 : 0;
         batch.next_token[s] = batch.forced[s];
       } else {
-        batch.next_token[s] = sample_reference(l, vocab, batch.temperature[s], batch.top_k[s], batch.top_p[s],
-                                               batch.sample_key[s], static_cast<uint32_t>(batch.gen_step[s]));
+        thread_local cpu::SamplingScratch scratch;  // a pool thread runs one task at a time
+        batch.next_token[s] =
+            cpu::sample_tokens(l, vocab, batch.temperature[s], batch.top_k[s], batch.top_p[s],
+                               batch.sample_key[s], static_cast<uint32_t>(batch.gen_step[s]), scratch);
       }
       batch.gen_step[s] += 1;
     });

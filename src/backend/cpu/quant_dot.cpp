@@ -4,6 +4,10 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/gguf_scales.h"
@@ -126,9 +130,12 @@ void scalar_rows(const uint8_t* w, const int8_t* const* q, const float* const* s
 }
 
 template <uint32_t Type>
-float scalar_dot(const uint8_t* w, const int8_t* q, const float* scale, const int32_t* sum16, int64_t cols) {
+float scalar_dot(const uint8_t* w, const QuantizedRows& x, int64_t r) {
+  const int8_t* q = x.q_row(r);
+  const float* scale = x.scale_row(r);
+  const int32_t* sum16 = x.sum16_row(r);
   float out;
-  scalar_rows<Type>(w, &q, &scale, &sum16, 1, cols, &out);
+  scalar_rows<Type>(w, &q, &scale, &sum16, 1, x.cols, &out);
   return out;
 }
 
@@ -145,6 +152,54 @@ void scalar_tile(const uint8_t* w, const QuantizedRows& x, int64_t r0, int n, fl
   scalar_rows<Type>(w, q, scale, sum16, n, x.cols, out);
 }
 
+template <uint32_t Type>
+void scalar_run(const uint8_t* w, int64_t row_bytes, int n, const QuantizedRows& x, int64_t r, float* out) {
+  for (int j = 0; j < n; ++j) out[j] = scalar_dot<Type>(w + j * row_bytes, x, r);
+}
+
+// One block of 32: q = round-to-nearest-even(x * 127 / max|x|), the sums of q over each half of 16;
+// returns the scale max|x| / 127. SSE2 where there is one (the same numbers: the conversion rounds to
+// nearest even, as nearbyint does in the default rounding mode, and a maximum does not depend on the
+// order it is taken in), else the scalar loop.
+float quantize_block(const float* x, int8_t* q, int32_t* sum16) {
+#if defined(__SSE2__)
+  const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
+  __m128 m = _mm_setzero_ps();
+  // max(|x|, m) keeps m where x is NaN, as std::max(amax, |x|) does.
+  for (int i = 0; i < 32; i += 4) m = _mm_max_ps(_mm_and_ps(_mm_loadu_ps(x + i), abs_mask), m);
+  m = _mm_max_ps(m, _mm_shuffle_ps(m, m, _MM_SHUFFLE(1, 0, 3, 2)));
+  m = _mm_max_ps(m, _mm_shuffle_ps(m, m, _MM_SHUFFLE(2, 3, 0, 1)));
+  const float amax = _mm_cvtss_f32(m);
+  const float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  const __m128 vinv = _mm_set1_ps(inv);
+  for (int h = 0; h < 2; ++h) {
+    __m128i v[4];
+    for (int k = 0; k < 4; ++k) v[k] = _mm_cvtps_epi32(_mm_mul_ps(_mm_loadu_ps(x + 16 * h + 4 * k), vinv));
+    __m128i s = _mm_add_epi32(_mm_add_epi32(v[0], v[1]), _mm_add_epi32(v[2], v[3]));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    sum16[h] = _mm_cvtsi128_si32(s);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * h),
+                     _mm_packs_epi16(_mm_packs_epi32(v[0], v[1]), _mm_packs_epi32(v[2], v[3])));
+  }
+  return d;
+#else
+  float amax = 0.0f;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  for (int h = 0; h < 2; ++h) {
+    int32_t sum = 0;
+    for (int i = 16 * h; i < 16 * h + 16; ++i) {
+      const int v = static_cast<int>(std::nearbyint(x[i] * inv));
+      q[i] = static_cast<int8_t>(v);
+      sum += v;
+    }
+    sum16[h] = sum;
+  }
+  return d;
+#endif
+}
+
 }  // namespace
 
 bool is_block_type(uint32_t ggml_type) { return find_layout(ggml_type) != nullptr; }
@@ -157,23 +212,19 @@ void quantize_rows(const float* x, int64_t rows, int64_t cols, int64_t ld, Quant
   out.q.resize(static_cast<size_t>(rows * cols));
   out.scale.resize(static_cast<size_t>(rows * cols / 32));
   out.sum16.resize(static_cast<size_t>(rows * cols / 16));
+  out.ssum16.resize(static_cast<size_t>(rows * cols / 16));
+  out.ssum32.resize(static_cast<size_t>(rows * cols / 32));
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * ld;
     int8_t* q = out.q.data() + r * cols;
     for (int64_t b = 0; b < cols / 32; ++b) {
-      float amax = 0.0f;
-      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xr[32 * b + i]));
-      const float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      int32_t* sum16 = out.sum16.data() + r * (cols / 16) + 2 * b;
+      const float d = quantize_block(xr + 32 * b, q + 32 * b, sum16);
       out.scale[r * (cols / 32) + b] = d;
-      for (int half16 = 0; half16 < 2; ++half16) {
-        int32_t sum = 0;
-        for (int i = 16 * half16; i < 16 * half16 + 16; ++i) {
-          const int v = static_cast<int>(std::nearbyint(xr[32 * b + i] * inv));
-          q[32 * b + i] = static_cast<int8_t>(v);
-          sum += v;
-        }
-        out.sum16[r * (cols / 16) + 2 * b + half16] = sum;
-      }
+      out.ssum16[r * (cols / 16) + 2 * b] = d * static_cast<float>(sum16[0]);
+      out.ssum16[r * (cols / 16) + 2 * b + 1] = d * static_cast<float>(sum16[1]);
+      const int32_t sum32 = out.sum16[r * (cols / 16) + 2 * b] + out.sum16[r * (cols / 16) + 2 * b + 1];
+      out.ssum32[r * (cols / 32) + b] = d * static_cast<float>(sum32);
     }
   }
 }
@@ -223,6 +274,24 @@ RowDot row_dot(uint32_t ggml_type, Isa isa) {
       return scalar_dot<kQ4_K>;
     case kQ6_K:
       return scalar_dot<kQ6_K>;
+  }
+  fail("ggml type {} has no CPU block kernel", ggml_type);
+}
+
+RunDot run_dot(uint32_t ggml_type, Isa isa) {
+#if defined(__x86_64__)
+  if (isa == Isa::Avx512Vnni) return detail::avx512vnni_run_kernel(ggml_type);
+  if (isa == Isa::Avx2) return detail::avx2_run_kernel(ggml_type);
+#endif
+  switch (ggml_type) {
+    case kQ5_0:
+      return scalar_run<kQ5_0>;
+    case kQ8_0:
+      return scalar_run<kQ8_0>;
+    case kQ4_K:
+      return scalar_run<kQ4_K>;
+    case kQ6_K:
+      return scalar_run<kQ6_K>;
   }
   fail("ggml type {} has no CPU block kernel", ggml_type);
 }

@@ -23,15 +23,19 @@ inline int64_t block_row_bytes(uint32_t ggml_type, int64_t cols) {
 
 // Activation rows as int8 blocks of 32: x[r][i] ~ scale[r][i / 32] * q[r][i] (round to nearest,
 // scale = max|x| / 127 per block); sum16[r][j] is the sum of q over elements [16 j, 16 j + 16), which
-// the formats with an offset or a minimum need.
+// the formats with an offset or a minimum need, and ssum16 / ssum32 the same sums over 16 and over 32
+// times the block's scale (fp32), made once per op for every weight row's offset term.
 struct QuantizedRows {
   int64_t cols = 0;
   std::vector<int8_t> q;
   std::vector<float> scale;
   std::vector<int32_t> sum16;
+  std::vector<float> ssum16, ssum32;
   const int8_t* q_row(int64_t r) const { return q.data() + r * cols; }
   const float* scale_row(int64_t r) const { return scale.data() + r * (cols / 32); }
   const int32_t* sum16_row(int64_t r) const { return sum16.data() + r * (cols / 16); }
+  const float* ssum16_row(int64_t r) const { return ssum16.data() + r * (cols / 16); }
+  const float* ssum32_row(int64_t r) const { return ssum32.data() + r * (cols / 32); }
 };
 // `x` is [rows, cols] with leading dimension ld; cols must be a multiple of 32.
 void quantize_rows(const float* x, int64_t rows, int64_t cols, int64_t ld, QuantizedRows& out);
@@ -43,8 +47,7 @@ std::vector<Isa> available_isas();
 Isa best_isa();
 
 // dot(weight row in `ggml_type` blocks, activation row r of `x`).
-using RowDot = float (*)(const uint8_t* w, const int8_t* q, const float* scale, const int32_t* sum16,
-                         int64_t cols);
+using RowDot = float (*)(const uint8_t* w, const QuantizedRows& x, int64_t r);
 RowDot row_dot(uint32_t ggml_type, Isa isa);
 
 // The same dot for a tile of activation rows: out[i] = dot(weight row, row r0 + i of `x`) for i < n,
@@ -55,6 +58,15 @@ inline constexpr int kTileRows = 8;
 using TileDot = void (*)(const uint8_t* w, const QuantizedRows& x, int64_t r0, int n, float* out);
 TileDot tile_dot(uint32_t ggml_type, Isa isa);
 
+// The same dot for a run of consecutive weight rows against one activation row (decode's matmul):
+// out[j] = dot(weight row j, row r of `x`) for j < n, 1 <= n <= kRunRows, weight row j at
+// w + j * row_bytes. The rows' independent sums keep the core busy while one row waits on its previous
+// step; out[j] is bit-identical to row_dot's result, as the tile kernel's is.
+inline constexpr int kRunRows = 4;
+using RunDot = void (*)(const uint8_t* w, int64_t row_bytes, int n, const QuantizedRows& x, int64_t r,
+                        float* out);
+RunDot run_dot(uint32_t ggml_type, Isa isa);
+
 // One weight row back to fp32 (the embedding lookup of a table kept in blocks).
 void dequantize_row(uint32_t ggml_type, const uint8_t* w, int64_t cols, float* out);
 
@@ -63,6 +75,8 @@ RowDot avx2_kernel(uint32_t ggml_type);
 RowDot avx512vnni_kernel(uint32_t ggml_type);
 TileDot avx2_tile_kernel(uint32_t ggml_type);
 TileDot avx512vnni_tile_kernel(uint32_t ggml_type);
+RunDot avx2_run_kernel(uint32_t ggml_type);
+RunDot avx512vnni_run_kernel(uint32_t ggml_type);
 }  // namespace detail
 
 }  // namespace kvdice::backend::cpu

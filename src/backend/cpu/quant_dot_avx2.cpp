@@ -3,7 +3,8 @@
 #include "backend/cpu/quant_dot_x86.inc"
 
 namespace kvdice::backend::cpu::detail {
-RowDot avx2_kernel(uint32_t ggml_type) { return kernel_for(ggml_type); }
-TileDot avx2_tile_kernel(uint32_t ggml_type) { return tile_kernel_for(ggml_type); }
+RowDot avx2_kernel(uint32_t ggml_type) { return kernels_for(ggml_type).row; }
+TileDot avx2_tile_kernel(uint32_t ggml_type) { return kernels_for(ggml_type).tile; }
+RunDot avx2_run_kernel(uint32_t ggml_type) { return kernels_for(ggml_type).run; }
 }  // namespace kvdice::backend::cpu::detail
 #endif
