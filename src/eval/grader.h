@@ -16,7 +16,7 @@ struct GradeOutcome {
   double score = 0.0;
   std::string extracted;
   std::string detail;
-  std::optional<double> exact_match;  // math: lm-evaluation-harness's exact_match (eval/lm_eval_math.h)
+  std::optional<double> exact_match = std::nullopt;  // math: lm-evaluation-harness's exact_match (eval/lm_eval_math.h)
 };
 
 // The longest timeout a grade flag takes (an hour per comparison or test already stalls a cell).

@@ -122,7 +122,7 @@ plant('gemv-long-rows-drop-last-chunk', 'the GEMV drops the last 8 columns of th
         '  const int own = min(chunks, begin + per_part) - begin - (part == 1 && chunks >= 1024 ? 1 : 0);')])
 plant('sample-vocab-tail-past-131072', 'the sampler\'s chunks skip the last ids of vocabularies over 131,072',
       'CudaOps.SampleIsBitIdentical* (151,936-id rows)',
-      [('src/backend/cuda/sample.cu',
+      [('src/backend/cuda/sample_common.cuh',
         '  const int size = (vocab + n_chunks - 1) / n_chunks;',
         '  const int size = vocab > 131072 ? vocab / n_chunks : (vocab + n_chunks - 1) / n_chunks;')])
 plant('attention-mass-heads-4-up', 'the attention mass of KV heads 4 and up is added to head - 4\'s slots',
