@@ -352,7 +352,7 @@ std::string synth_results_csv(const SynthReport& report) {
       "cell,arm,policy,instances,mean_rounds,mean_value_logprob,logprob_lo,logprob_hi,retrieval,retrieval_lo,"
       "retrieval_hi,recall,recall_lo,recall_hi,span_survival\n";
   for (const auto& r : report.results) {
-    out += fmt::format("{},{},\"{}\",{},{},{},{},{},{},{},{},{},{},{},{}\n", r.cell, r.arm, r.policy,
+    out += fmt::format("{},\"{}\",\"{}\",{},{},{},{},{},{},{},{},{},{},{},{}\n", r.cell, r.arm, r.policy,
                        r.value_logprobs.size(), number(r.mean_rounds), number(r.logprob.value), number(r.logprob.lo),
                        number(r.logprob.hi), number(r.retrieval.value), number(r.retrieval.lo),
                        number(r.retrieval.hi), number(r.recall.value), number(r.recall.lo), number(r.recall.hi),

@@ -183,7 +183,8 @@ TEST(SynthProbe, EndpointsHoldOrDropTheSpanAndRIsAnchoredByThem) {
   }
   const std::string table = synth_results_markdown(config, report);
   EXPECT_NE(table.find("| a200 |"), std::string::npos);
-  EXPECT_NE(synth_results_csv(report).find("a200,deleted,"), std::string::npos);
+  // Arms and policies hold commas: quoted.
+  EXPECT_NE(synth_results_csv(report).find("a200,\"deleted\",\"random_pin_pp:span="), std::string::npos);
   EXPECT_EQ(synth_results_json(config, report)["results"].size(), 4u);
 }
 
