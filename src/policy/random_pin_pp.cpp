@@ -3,7 +3,9 @@
 // other site they are always evicted; every other candidate is drawn exactly as random_pp draws
 // (random_subset.h's algorithm over the remaining unprotected candidates in slot order, stream c = KV
 // head). Without a span it keeps the same slots as random_pp, bit for bit. The endpoints of the
-// synthetic probe are heads=all (span kept everywhere) and heads=none (span deleted everywhere).
+// synthetic probe are heads=all (span kept everywhere) and heads=none (span deleted everywhere). With
+// deal=1 the span's tokens are dealt over the listed heads instead (token k of a span kept only in head
+// heads[k % n], in every listed layer): the fact fragmented across heads, no head holding all of it.
 #include "policy/random_pin_pp.h"
 
 #include <fmt/format.h>
@@ -63,7 +65,7 @@ class RandomPinPpPolicy final : public EvictionPolicy {
       : span_(options.get_string("span", "")),
         layers_(options.get_string("layers", "all")),
         heads_(options.get_string("heads", "all")),
-        pin_(parse_pin_spec(span_, layers_, heads_)) {}
+        pin_(parse_pin_spec(span_, layers_, heads_, options.get_int("deal", 0, 0, 1) != 0)) {}
   std::string_view name() const override { return "random_pin_pp"; }
   std::string_view summary() const override {
     return "random_pp with spans of positions kept in chosen (layer, head) sites and evicted in all others";
@@ -72,8 +74,8 @@ class RandomPinPpPolicy final : public EvictionPolicy {
   std::string options() const override {
     std::string span;
     for (const auto& [lo, hi] : pin_.spans) span += fmt::format("{}{}-{}", span.empty() ? "" : "+", lo, hi);
-    return fmt::format("span={},layers={},heads={}", span, sites_text(pin_.all_layers, pin_.layers),
-                       sites_text(pin_.all_heads, pin_.heads));
+    return fmt::format("span={},layers={},heads={},deal={}", span, sites_text(pin_.all_layers, pin_.layers),
+                       sites_text(pin_.all_heads, pin_.heads), pin_.deal ? 1 : 0);
   }
   DeviceParams device_params() const override {
     DeviceParams params;
@@ -86,13 +88,13 @@ class RandomPinPpPolicy final : public EvictionPolicy {
                  keep.size(), input.n_candidates);
     std::fill(keep.begin(), keep.end(), uint8_t{0});
     for (int slot = 0; slot < input.n_protected; ++slot) keep[slot] = 1;
-    const bool pinned = pin_.pinned(input.layer, input.kv_head);
     int span_kept = 0;
     std::vector<int32_t> pool;
     for (int slot = input.n_protected; slot < input.n_candidates; ++slot) {
-      if (!pin_.in_span(input.positions[slot])) {
+      const int site = pin_.site_keeps(input.layer, input.kv_head, input.positions[slot]);
+      if (site < 0) {
         pool.push_back(slot);
-      } else if (pinned) {
+      } else if (site == 1) {
         keep[slot] = 1;
         ++span_kept;
       }
@@ -123,6 +125,16 @@ bool PinSpec::pinned(int layer, int kv_head) const {
   return layer_in && head_in;
 }
 
+int PinSpec::site_keeps(int layer, int kv_head, int32_t position) const {
+  for (const auto& [lo, hi] : spans) {
+    if (position < lo || position >= hi) continue;
+    if (!deal) return pinned(layer, kv_head) ? 1 : 0;
+    const bool layer_in = all_layers || std::binary_search(layers.begin(), layers.end(), layer);
+    return layer_in && heads[static_cast<size_t>(position - lo) % heads.size()] == kv_head ? 1 : 0;
+  }
+  return -1;
+}
+
 std::vector<double> PinSpec::table() const {
   std::vector<double> t{static_cast<double>(spans.size())};
   for (const auto& [lo, hi] : spans) {
@@ -133,11 +145,13 @@ std::vector<double> PinSpec::table() const {
   for (int l : layers) t.push_back(l);
   t.push_back(all_heads ? -1.0 : static_cast<double>(heads.size()));
   for (int h : heads) t.push_back(h);
+  t.push_back(deal ? 1.0 : 0.0);
   return t;
 }
 
-PinSpec parse_pin_spec(const std::string& span, const std::string& layers, const std::string& heads) {
+PinSpec parse_pin_spec(const std::string& span, const std::string& layers, const std::string& heads, bool deal) {
   PinSpec pin;
+  pin.deal = deal;
   if (!span.empty()) {
     for (const std::string& item : split_plus(span)) {
       const size_t dash = item.find('-');
@@ -151,6 +165,9 @@ PinSpec parse_pin_spec(const std::string& span, const std::string& layers, const
   }
   parse_sites(layers, "layer", pin.all_layers, pin.layers);
   parse_sites(heads, "head", pin.all_heads, pin.heads);
+  if (deal && (pin.all_heads || pin.heads.empty()))
+    fail("policy 'random_pin_pp': deal=1 deals the span over a listed set of heads; give heads=I+J+... (got '{}')",
+         heads);
   return pin;
 }
 

@@ -75,19 +75,20 @@ std::string synth_arm_policy(const std::string& arm, const std::vector<std::pair
     spec = "random_pin_pp:" + span + ",layers=all,heads=all";
   } else if (arm == "deleted") {
     spec = "random_pin_pp:" + span + ",heads=none";
-  } else if (arm.starts_with("pin:") || arm == "pin") {
-    const std::string options = arm.size() > 4 ? arm.substr(4) : "";
-    if (options.find("span=") != std::string::npos)
-      fail("--arms: arm '{}': a pin arm takes layers= and heads= only; its span is the cell's fact", arm);
-    spec = "random_pin_pp:" + span + (options.empty() ? "" : "," + options);
+  } else if (arm.starts_with("pin:") || arm == "pin" || arm.starts_with("deal:")) {
+    const bool deal = arm.starts_with("deal:");
+    const std::string options = arm.substr(std::min(arm.size(), size_t{deal ? 5u : 4u}));
+    if (options.find("span=") != std::string::npos || options.find("deal=") != std::string::npos)
+      fail("--arms: arm '{}': a pin or deal arm takes layers= and heads= only; its span is the cell's fact", arm);
+    spec = "random_pin_pp:" + span + (options.empty() ? "" : "," + options) + (deal ? ",deal=1" : "");
   } else {
     spec = arm;
   }
   try {
     return policy::describe(*policy::make_policy(spec));
   } catch (const Error& e) {
-    fail("--arms: unknown or malformed arm '{}' (arms are kept, deleted, pin:heads=...,layers=..., or a policy "
-         "spec): {}",
+    fail("--arms: unknown or malformed arm '{}' (arms are kept, deleted, pin:heads=...,layers=..., "
+         "deal:heads=I+J+..., or a policy spec): {}",
          arm, e.what());
   }
 }
@@ -137,7 +138,8 @@ SynthReport run_synth_probe(const engine::ModelBundle& bundle, backend::Backend&
            task.cell.name, stub, span_tokens, config.budget - config.window);
     // A site that drops the span still keeps T - r of a round's T candidates: only r can go.
     bool drops = false;
-    for (const std::string& arm : config.arms) drops |= arm == "deleted" || arm == "pin" || arm.starts_with("pin:");
+    for (const std::string& arm : config.arms)
+      drops |= arm == "deleted" || arm == "pin" || arm.starts_with("pin:") || arm.starts_with("deal:");
     if (drops && span_tokens > config.window)
       fail("probe synth: cell {}: its fact spans hold {} tokens, more than the window r={}; a round drops only r "
            "of its candidates, so a site cannot drop them all; raise --window",

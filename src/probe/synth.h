@@ -22,7 +22,8 @@ struct SynthConfig {
   SynthTaskConfig task;
   std::vector<std::string> cells{"a768f", "a1536", "a3072", "adeep"};
   // Policy specs, or: kept (fact spans kept in every site), deleted (dropped in every site), pin:OPTIONS
-  // (random_pin_pp's layers=/heads= options; the spans are filled in per cell).
+  // (random_pin_pp's layers=/heads= options; the spans are filled in per cell), deal:heads=I+J+... (the
+  // span's tokens dealt one head each, round robin over the listed heads).
   std::vector<std::string> arms{"random_pp", "kept", "deleted"};
   int budget = 1088;  // T
   int window = 64;    // r

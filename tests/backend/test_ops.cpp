@@ -934,7 +934,8 @@ INSTANTIATE_TEST_SUITE_P(Policies, CudaEvict,
                                          // spans of at most 5 candidates: every due row can hold or drop them
                                          "random_pin_pp", "random_pin_pp:span=7-9+20-23",
                                          "random_pin_pp:span=7-9+20-23,heads=none",
-                                         "random_pin_pp:span=7-9+20-23,layers=1,heads=0"));
+                                         "random_pin_pp:span=7-9+20-23,layers=1,heads=0",
+                                         "random_pin_pp:span=7-9+20-23,heads=1+0,deal=1"));
 
 TEST(CudaEvictPolicies, PoliciesWithoutACudaSelectionAreRefused) {
 #ifndef KVDICE_WITH_CUDA

@@ -138,7 +138,7 @@ SynthConfig probe_config() {
   c.task = task_config();
   c.task.instances = 6;
   c.cells = {"a200"};
-  c.arms = {"random_pp", "kept", "deleted", "pin:heads=0"};
+  c.arms = {"random_pp", "kept", "deleted", "pin:heads=0", "deal:heads=0+1"};
   c.budget = 128;  // the fixture's stub is 49 tokens, a box about 20
   c.window = 32;
   c.bootstrap = 200;
@@ -151,7 +151,7 @@ TEST(SynthProbe, EndpointsHoldOrDropTheSpanAndRIsAnchoredByThem) {
   const SynthReport report = run_synth_probe(bundle(), *backend::make_cpu_backend(2), config,
                                              [&](const SynthArmResult& r) { seen.push_back(r.arm); });
   EXPECT_EQ(seen, config.arms);
-  ASSERT_EQ(report.results.size(), 4u);
+  ASSERT_EQ(report.results.size(), 5u);
   ASSERT_TRUE(report.parity.checked);
   EXPECT_LT(report.parity.max_abs_delta, 1e-3);
   auto survival = [](const SynthArmResult& r) {
@@ -160,11 +160,12 @@ TEST(SynthProbe, EndpointsHoldOrDropTheSpanAndRIsAnchoredByThem) {
     return s / r.span_survival.size();
   };
   const SynthArmResult &natural = report.results[0], &kept = report.results[1], &deleted = report.results[2],
-                       &pin = report.results[3];
+                       &pin = report.results[3], &dealt = report.results[4];
   EXPECT_GE(kept.mean_rounds, 3.0);
   EXPECT_EQ(survival(kept), 1.0);
   EXPECT_EQ(survival(deleted), 0.0);
   EXPECT_EQ(survival(pin), 0.5);  // head 0 of the fixture's two KV heads, every layer
+  EXPECT_EQ(survival(dealt), 0.0);  // every token in one head: no site holds the whole fact
   EXPECT_LT(survival(natural), 1.0);
   EXPECT_NEAR(kept.recall.value, 1.0, 1e-12);
   EXPECT_NEAR(deleted.recall.value, 0.0, 1e-12);
@@ -185,7 +186,7 @@ TEST(SynthProbe, EndpointsHoldOrDropTheSpanAndRIsAnchoredByThem) {
   EXPECT_NE(table.find("| a200 |"), std::string::npos);
   // Arms and policies hold commas: quoted.
   EXPECT_NE(synth_results_csv(report).find("a200,\"deleted\",\"random_pin_pp:span="), std::string::npos);
-  EXPECT_EQ(synth_results_json(config, report)["results"].size(), 4u);
+  EXPECT_EQ(synth_results_json(config, report)["results"].size(), 5u);
 }
 
 TEST(SynthProbe, PercentileIntervalInterpolates) {
@@ -205,6 +206,8 @@ TEST(SynthProbe, BadArmsCellsAndSizesAreRefusedBeforeAnyRun) {
   c.arms = {"random_pp", "bogus_policy"};
   EXPECT_NE(error_of([&] { validate_synth_config(c); }).find("unknown or malformed arm 'bogus_policy'"),
             std::string::npos);
+  c.arms = {"deal:heads=all"};
+  EXPECT_NE(error_of([&] { validate_synth_config(c); }).find("deal=1 deals the span"), std::string::npos);
   c.arms = {"pin:span=1-3"};
   EXPECT_NE(error_of([&] { validate_synth_config(c); }).find("layers= and heads= only"), std::string::npos);
   c.arms = {"pin:heads=x"};

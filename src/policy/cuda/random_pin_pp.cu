@@ -1,7 +1,8 @@
 // random_pin_pp on the device (twin of policy/random_pin_pp.cpp): the prompt kept, span candidates kept in
 // pinned (layer, KV head) sites and evicted elsewhere, and the CPU's draw_victims over the other
-// unprotected candidates in slot order (stream c = KV head) decides the rest. The options arrive as the
-// policy's device table (PinSpec::table()).
+// unprotected candidates in slot order (stream c = KV head) decides the rest; with deal=1 a span's k-th
+// token is kept only in the k % n-th listed head. The options arrive as the policy's device table
+// (PinSpec::table()).
 #include <cub/block/block_scan.cuh>
 
 #include "policy/cuda/random_subset.cuh"
@@ -29,11 +30,18 @@ struct RandomPinPpDevice {
     const int n_layers = static_cast<int>(layer_entry[0]);
     const double* head_entry = layer_entry + 1 + (n_layers > 0 ? n_layers : 0);
     const int n_heads = static_cast<int>(head_entry[0]);
-    const bool pinned = listed(layer_entry + 1, n_layers, h.layer) && listed(head_entry + 1, n_heads, h.kv_head);
-    auto in_span = [&](int32_t position) {
-      for (int i = 0; i < n_spans; ++i)
-        if (spans[2 * i] <= position && position < spans[2 * i + 1]) return true;
-      return false;
+    const bool deal = head_entry[1 + (n_heads > 0 ? n_heads : 0)] != 0.0;
+    const bool layer_in = listed(layer_entry + 1, n_layers, h.layer);
+    const bool pinned = layer_in && listed(head_entry + 1, n_heads, h.kv_head);
+    // PinSpec::site_keeps: -1 outside every span, 1 kept in this site, 0 dropped.
+    auto site_keeps = [&](int32_t position) {
+      for (int i = 0; i < n_spans; ++i) {
+        const int32_t lo = static_cast<int32_t>(spans[2 * i]);
+        if (position < lo || position >= static_cast<int32_t>(spans[2 * i + 1])) continue;
+        if (!deal) return pinned ? 1 : 0;
+        return layer_in && static_cast<int>(head_entry[1 + (position - lo) % n_heads]) == h.kv_head ? 1 : 0;
+      }
+      return -1;
     };
     cuda::HeadScratch w(scratch, args.capacity);
     int32_t* pool = w.slot_of_age;
@@ -42,14 +50,15 @@ struct RandomPinPpDevice {
     int carry = 0, span_kept = 0;
     for (int base = first; base < h.n_candidates; base += blockDim.x) {
       const int slot = base + static_cast<int>(threadIdx.x);
-      const bool inside = slot < h.n_candidates && in_span(h.position(slot));
-      const int in_pool = slot < h.n_candidates && !inside ? 1 : 0;
-      if (inside && pinned) keep[slot] = 1;
+      const int site = slot < h.n_candidates ? site_keeps(h.position(slot)) : 2;
+      const int in_pool = site == -1 ? 1 : 0;
+      const bool kept = site == 1;
+      if (kept) keep[slot] = 1;
       int rank = 0, total = 0;
       Scan(scan).ExclusiveSum(in_pool, rank, total);
       __syncthreads();
       int kept_rank = 0, kept_total = 0;
-      Scan(scan).ExclusiveSum(inside && pinned ? 1 : 0, kept_rank, kept_total);
+      Scan(scan).ExclusiveSum(kept ? 1 : 0, kept_rank, kept_total);
       if (in_pool) pool[carry + rank] = slot;
       carry += total;
       span_kept += kept_total;
