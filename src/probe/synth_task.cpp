@@ -109,6 +109,9 @@ SynthTask build_synth_task(const engine::ModelBundle& bundle, const SynthTaskCon
     return fmt::format("\nNote: the vault code is {}.\n", value);
   };
 
+  if (config.instances * n_facts > 5000)
+    fail("probe synth: cell {}: {} instances x {} facts need more distinct values than the 5000 in [5000, 9999]",
+         cell.name, config.instances, n_facts);
   SynthTask task;
   task.cell = cell;
   const PhiloxKey key = philox_key(config.seed, 0, RngDomain::Sampling);
