@@ -95,6 +95,8 @@ void run_synth(SynthOptions& o) {
   auto backend = backend::make_backend(o.backend);
   fmt::print(stderr, "kvdice: synthetic retrieval on {}: T={} r={} instances={} cells={} arms={}\n", bundle.source,
              o.config.budget, o.config.window, o.config.task.instances, o.cells, o.arms);
+  if (o.config.parity)
+    fmt::print(stderr, "kvdice: parity check first: the first instance forced and prefilled, every token kept\n");
   const probe::SynthReport report =
       probe::run_synth_probe(bundle, *backend, o.config, [](const probe::SynthArmResult& r) {
         double retrieved = 0;
