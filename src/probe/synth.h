@@ -72,7 +72,7 @@ std::string synth_results_markdown(const SynthConfig& config, const SynthReport&
 std::string synth_results_csv(const SynthReport& report);
 Json synth_results_json(const SynthConfig& config, const SynthReport& report);
 
-// Percentile bootstrap helper (exposed for tests): the `confidence` interval of `values` by linear
+// The percentile bootstrap interval (exposed for tests): the `confidence` interval of `values` by linear
 // interpolation between order statistics.
 std::pair<double, double> percentile_interval(std::vector<double> values, double confidence);
 
