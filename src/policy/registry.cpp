@@ -20,6 +20,7 @@ std::unique_ptr<EvictionPolicy> make_recency_policy();
 std::unique_ptr<EvictionPolicy> make_streaming_policy();
 std::unique_ptr<EvictionPolicy> make_random_block_pp_policy(PolicyOptions& options);
 std::unique_ptr<EvictionPolicy> make_random_pp_rec_policy(PolicyOptions& options);
+std::unique_ptr<EvictionPolicy> make_random_pin_pp_policy(PolicyOptions& options);
 std::unique_ptr<EvictionPolicy> make_snapkv_policy(PolicyOptions& options);
 std::unique_ptr<EvictionPolicy> make_snapkv_pp_policy(PolicyOptions& options);
 std::unique_ptr<EvictionPolicy> make_h2o_policy(PolicyOptions& options);
@@ -58,6 +59,7 @@ constexpr std::array kPolicies{
     // refused on --backend cuda; every evicting policy has a CUDA file.
     Entry{"random_block_pp", make_random_block_pp_policy, KVDICE_CUDA_SELECTION(random_block_pp)},
     Entry{"random_pp_rec", make_random_pp_rec_policy, KVDICE_CUDA_SELECTION(random_pp_rec)},
+    Entry{"random_pin_pp", make_random_pin_pp_policy, KVDICE_CUDA_SELECTION(random_pin_pp)},
     Entry{"snapkv", make_snapkv_policy, KVDICE_CUDA_SELECTION(snapkv)},
     Entry{"snapkv_pp", make_snapkv_pp_policy, KVDICE_CUDA_SELECTION(snapkv_pp)},
     Entry{"h2o", make_h2o_policy, KVDICE_CUDA_SELECTION(h2o)},

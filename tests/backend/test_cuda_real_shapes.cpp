@@ -318,7 +318,10 @@ std::string write_random_stats(const RealShape& shape, uint64_t seed) {
 const std::vector<std::string> kRealShapePolicies = {
     "random_pp", "random", "random_shared", "recency_pp", "recency", "streaming", "random_block_pp",
     "random_block_pp:block=4", "random_pp_rec", "random_pp_rec:recent=0.25", "snapkv", "snapkv_pp", "h2o",
-    "h2o_pp", "vase", "vase_pp", "rkv", "rkv_pp", "rkv_official", "triattention"};
+    "h2o_pp", "vase", "vase_pp", "rkv", "rkv_pp", "rkv_official", "triattention", "random_pin_pp",
+    // A span inside most rows' prompts (past the 37-token one) and one position past the 959-token
+    // prompt, whose row has a single free selection slot.
+    "random_pin_pp:span=20-60+1500-1501,heads=1+3"};
 
 std::string base_name(const std::string& spec) { return spec.substr(0, spec.find(':')); }
 

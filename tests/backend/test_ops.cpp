@@ -930,7 +930,12 @@ INSTANTIATE_TEST_SUITE_P(Policies, CudaEvict,
                                          "random_block_pp:block=1", "random_block_pp:block=4,grid=candidates", "random_pp_rec", "random_pp_rec:recent=0.25",
                                          // 0.3 · K_sel = 9.6 and 0.125 · 20 = 2.5 (half to even: 2)
                                          "random_pp_rec:recent=0.3", "random_pp_rec:recent=0.125",
-                                         "random_pp_rec:recent=1", "random_pp_rec:recent=0"));
+                                         "random_pp_rec:recent=1", "random_pp_rec:recent=0",
+                                         // spans of at most 5 candidates: every due row can hold or drop them
+                                         "random_pin_pp", "random_pin_pp:span=7-9+20-23",
+                                         "random_pin_pp:span=7-9+20-23,heads=none",
+                                         "random_pin_pp:span=7-9+20-23,layers=1,heads=0",
+                                         "random_pin_pp:span=7-9+20-23,heads=1+0,deal=1"));
 
 TEST(CudaEvictPolicies, PoliciesWithoutACudaSelectionAreRefused) {
 #ifndef KVDICE_WITH_CUDA

@@ -63,6 +63,26 @@ class FixtureCopy {
   fs::path dir_;
 };
 
+TEST(HardeningCli, ProbeSynthRefusesBadArmsCellsAndFillers) {
+  const std::string filler = std::string(KVDICE_SOURCE_DIR) + "/configs/synth/filler.txt";
+  const std::vector<std::string> base = {"probe", "synth", "--model", kModel, "-T", "128", "-r", "32", "-n", "2"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  expect_all_fail({
+      {with({"--filler", filler, "--arms", "random_pp;bogus"}), "unknown or malformed arm 'bogus'"},
+      {with({"--filler", filler, "--arms", "pin:heads=two"}), "'pin:heads=two'"},
+      {with({"--filler", filler, "--cells", "b300"}), "unknown cell 'b300'"},
+      {with({"--filler", filler, "--cells", "a9000"}), "longer than the longest context"},
+      {with({"--filler", "/nonexistent/filler.txt", "--cells", "a200"}), "--filler /nonexistent/filler.txt: no such file"},
+      {with({"--cells", "a200"}), "--filler is required"},
+      {with({"--filler", filler, "--confidence", "1.5"}), "--confidence"},
+      {with({"--filler", filler, "--instances", "0"}), "--instances"},
+  });
+}
+
 TEST(HardeningCli, IntegerAndNumberFlagsAreBoundedNotNarrowed) {
   const std::vector<std::string> g = {"generate", "--model", kModel, "-p", "hi"};
   auto with = [&](std::vector<std::string> extra) {

@@ -12,7 +12,7 @@ namespace {
 
 const std::vector<std::string> kExpected{"full",          "random_pp",    "random",      "random_shared",
                                          "recency_pp",    "recency",      "streaming",   "random_block_pp",
-                                         "random_pp_rec", "snapkv",       "snapkv_pp",   "h2o",
+                                         "random_pp_rec", "random_pin_pp", "snapkv",     "snapkv_pp",   "h2o",
                                          "h2o_pp",        "vase",         "vase_pp",     "rkv",
                                          "rkv_pp",        "rkv_official", "triattention"};
 
