@@ -35,6 +35,7 @@ struct Engine::Sequence {
   kv::BudgetSpec budget;
   int n_protected = 0;
   std::vector<int32_t> pages;
+  int ring_row = -1;  // its row of the pool's query ring while it runs (policies reading window queries)
   int length = 0;
   int64_t appended = 0;
   std::vector<int> generated;
@@ -217,15 +218,22 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
   // Signals are recorded only when the engine's policy needs them (both backends record the
   // query ring and value ranges, only the CPU the attention mass).
   const policy::SignalNeeds signals = policies_->at(0).needs();
-  const int n_query_heads = model_.config().n_heads;
-  const int64_t page_bytes =
-      kv::KvPool::bytes_per_page(shape, backend_.kv_dtype(), page_slots, signals, n_query_heads);
+  if (config_.query_window < 0) fail("query window must be >= 0 (got {})", config_.query_window);
+  // The query ring is per running sequence, not per page: max_batch rows of the widest r served.
+  kv::QueryRingShape ring;
+  if (signals.window_queries)
+    ring = {config_.max_batch, config_.query_window > 0 ? config_.query_window : budget_.window,
+            model_.config().n_heads};
+  const int64_t ring_bytes = kv::KvPool::query_ring_bytes(shape, ring);
+  const int64_t page_bytes = kv::KvPool::bytes_per_page(shape, backend_.kv_dtype(), page_slots, signals);
   int64_t pages = 0;
   const backend::MemoryInfo memory = backend_.memory();
   if (config_.kv_pool_bytes > 0) {
-    pages = config_.kv_pool_bytes / page_bytes;
+    pages = (config_.kv_pool_bytes - ring_bytes) / page_bytes;
     plan_.kv_pool_rule = fmt::format("{} bytes", config_.kv_pool_bytes);
-    if (pages < 1) fail("a KV pool of {} bytes holds no page of {} bytes", config_.kv_pool_bytes, page_bytes);
+    if (pages < 1)
+      fail("a KV pool of {} bytes holds no page of {} bytes after its query ring of {} bytes", config_.kv_pool_bytes,
+           page_bytes, ring_bytes);
   } else {
     kv::PoolInputs in;
     in.cpu = backend_.is_cpu();
@@ -235,6 +243,7 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
     // workspaces stay outside the pool.
     in.reserve_bytes = static_cast<int64_t>(kGiB) + memory.total_bytes / 50;
     in.page_bytes = page_bytes;
+    in.fixed_bytes = ring_bytes;
     in.page_slots = page_slots;
     in.max_batch = config_.max_batch;
     in.cpu_default_pages = int64_t{config_.max_batch} * max_pages_;
@@ -248,7 +257,7 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
     plan_.kv_pool_rule = sized.rule;
   }
   pool_ = std::make_unique<kv::KvPool>(backend_, shape, std::min<int64_t>(pages, INT32_MAX), page_slots,
-                                       signals, n_query_heads);
+                                       signals, ring);
   plan_.weight_bytes = forward_->weights().bytes;
   plan_.embed_bytes = forward_->weights().embed_bytes;
   plan_.activation_bytes = forward_->activation_bytes();
@@ -256,6 +265,8 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
   plan_.kv_pool_slots = pool_->n_pages() * page_slots;
   plan_.kv_page_slots = page_slots;
   plan_.kv_bytes_per_slot = page_bytes / page_slots;
+  plan_.kv_query_ring_bytes = ring_bytes;
+  plan_.query_window = ring.window;
   plan_.kv_capacity_slots = config_.kv_slot_limit > 0 ? std::min(config_.kv_slot_limit, plan_.kv_pool_slots)
                                                       : plan_.kv_pool_slots;
   plan_.max_context = max_context;
@@ -324,6 +335,11 @@ uint64_t Engine::submit(GenerationRequest request) {
         "Raise --budget or pass --long-prompt error.",
         prompt_len, budget.selection(), budget.selection() - 1);
   }
+  if (needs_ring_row(policy, budget) && budget.window > pool_->query_ring().window)
+    fail("request window r={} is wider than the {} queries per sequence this engine's query ring keeps for "
+         "policy '{}' (its default r, or the engine's query window): lower the request's window or start the "
+         "engine with a wider one",
+         budget.window, pool_->query_ring().window, policy.name());
   const int64_t reservation = budget.bounded() ? std::max<int64_t>(prompt_len, budget.budget) + budget.window
                                                : prompt_len + request.max_new_tokens;
   const int64_t max_slots = int64_t{max_pages_} * pool_->page_slots();
@@ -401,6 +417,13 @@ void Engine::admit() {
     std::vector<int32_t> pages = pool_->allocate(next.stats.reserved_slots);
     if (pages.empty()) break;  // waits for running sequences to retire; never preempts them
     next.pages = std::move(pages);
+    // A policy reading window queries keeps them in a ring row of its own; the ring has a row for each
+    // of max_batch sequences, so one is always free here.
+    if (needs_ring_row(policies_->at(next.policy), next.budget)) {
+      next.ring_row = pool_->allocate_ring_row();
+      KVDICE_CHECK(next.ring_row >= 0, "no free query ring row with {} sequences running of {}", running_.size(),
+                   config_.max_batch);
+    }
     reserved_slots_ += next.stats.reserved_slots;
     rows += prompt;
     running_.push_back(std::move(waiting_.front()));
@@ -425,8 +448,7 @@ void Engine::admit() {
 void Engine::prefill_chunk_step() {
   Sequence& seq = *chunking_;
   if (seq.finish == FinishReason::Cancelled) {  // cancelled between its chunks
-    reserved_slots_ -= seq.stats.reserved_slots;
-    pool_->release(seq.pages);
+    release_kv(seq);
     finished_.push_back({seq.id, std::move(seq.request.prompt), {}, {}, {}, FinishReason::Cancelled, seq.stats});
     chunking_.reset();
     return;
@@ -454,8 +476,9 @@ bool Engine::prefill(const std::vector<Sequence*>& batch) {
     b.seq_row_begin[s] = row;
     b.length[s] = seq.length;
     b.appended[s] = static_cast<int32_t>(seq.appended);
-    b.budget[s] = seq.budget.budget;  // the query ring (signals) fills only under a budget,
-    b.window[s] = seq.budget.window;  // with r as its modulus
+    b.budget[s] = seq.budget.budget;
+    b.window[s] = seq.budget.window;  // the query ring's modulus
+    b.ring_row[s] = seq.ring_row;
     std::fill_n(b.page_table + int64_t{s} * max_pages_, max_pages_, 0);
     std::copy(seq.pages.begin(), seq.pages.end(), b.page_table + int64_t{s} * max_pages_);
     b.sample_key[s] = philox_key(seq.request.sampling.seed, seq.stream_id, RngDomain::Sampling);
@@ -508,6 +531,7 @@ void Engine::write_decode_row(int row) {
   std::copy(seq.pages.begin(), seq.pages.end(), b.page_table + int64_t{row} * max_pages_);
   b.budget[row] = seq.budget.budget;
   b.window[row] = seq.budget.window;
+  b.ring_row[row] = seq.ring_row;
   b.n_protected[row] = seq.n_protected;
   b.policy_id[row] = seq.policy;
   b.round[row] = seq.stats.eviction_rounds;
@@ -648,6 +672,18 @@ void Engine::forget_reused_policies(const std::vector<uint8_t>& policy_used) {
   }
 }
 
+bool Engine::needs_ring_row(const policy::EvictionPolicy& policy, const kv::BudgetSpec& budget) const {
+  return pool_->signals().window_queries && policy.needs().window_queries && budget.bounded();
+}
+
+void Engine::release_kv(Sequence& seq) {
+  reserved_slots_ -= seq.stats.reserved_slots;
+  pool_->release(seq.pages);
+  seq.pages.clear();
+  if (seq.ring_row >= 0) pool_->release_ring_row(seq.ring_row);
+  seq.ring_row = -1;
+}
+
 void Engine::finish_round(Sequence& seq) {
   // The backend already ran the round inside the step; the host mirrors its effect.
   seq.length = seq.budget.budget;
@@ -696,8 +732,7 @@ void Engine::retire_finished() {
     }
     seq.stats.generated_tokens = static_cast<int>(seq.generated.size());
     seq.stats.final_resident_slots = seq.length;
-    reserved_slots_ -= seq.stats.reserved_slots;
-    pool_->release(seq.pages);
+    release_kv(seq);
     finished_.push_back({seq.id, std::move(seq.request.prompt), std::move(seq.generated),
                          std::move(seq.forced_logprobs), std::move(seq.forced_is_argmax), seq.finish,
                          seq.stats});

@@ -29,12 +29,14 @@ struct PoolInputs {
   int64_t total_bytes = 0;      // device memory (CUDA) or RAM (CPU)
   int64_t free_bytes = 0;       // free now
   int64_t reserve_bytes = 0;    // kept free for scratch that grows with the first steps (CUDA)
-  int64_t page_bytes = 0;       // one page: all layers and KV heads, K, V, positions, signals
+  int64_t page_bytes = 0;       // one page: all layers and KV heads, K, V, positions, per-slot signals
+  int64_t fixed_bytes = 0;      // what the pool holds besides its pages: the query ring (per sequence)
   int page_slots = 16;
   int max_batch = 1;            // a page of rounding per running sequence on top of --kv-slots
   int64_t cpu_default_pages = 0;  // the CPU pool when nothing is requested
 };
 
+// The pool's bytes are fixed_bytes plus pages x page_bytes; every size asked for counts both.
 struct PoolPlan {
   int64_t pages = 0;
   int64_t slot_limit = 0;  // reserved slots across running sequences at most; 0 = the pool's pages
