@@ -86,6 +86,29 @@ TEST(PoolSizing, CpuKeepsItsDefaultAndChecksTheRam) {
   EXPECT_TRUE(has(error_of([&] { plan_kv_pool(gpu, in); }), "CUDA"));
 }
 
+// The query ring (window-query policies) is per running sequence, not per page: it comes off every
+// size before the pages are counted.
+TEST(PoolSizing, TheQueryRingComesOffBeforeThePages) {
+  PoolInputs in = device();
+  // Qwen3-4B's ring for 128 sequences of r = 64: 36 layers x 128 x 32 query heads x 64 x 128 x fp32.
+  in.fixed_bytes = int64_t{36} * 128 * 32 * 64 * 128 * 4;
+  const int64_t allowed = static_cast<int64_t>(0.9 * static_cast<double>(in.total_bytes)) - 9 * kGiB;
+  EXPECT_EQ(plan_kv_pool({}, in).pages, (allowed - in.fixed_bytes) / in.page_bytes);
+  PoolRequest gib;
+  gib.kv_memory_gib = 10;
+  EXPECT_EQ(plan_kv_pool(gib, in).pages, (10 * kGiB - in.fixed_bytes) / in.page_bytes);
+  PoolRequest slots;
+  slots.kv_slots = 300000;
+  EXPECT_EQ(plan_kv_pool(slots, in).pages, (300000 + 15) / 16 + 128);  // pages as before; the ring beside
+  PoolRequest tiny;
+  tiny.kv_memory_gib = 2;  // the ring alone is 4.5 GiB
+  EXPECT_TRUE(has(error_of([&] { plan_kv_pool(tiny, in); }), "query ring of")) << "a pool the ring fills";
+  PoolRequest over;
+  over.kv_slots = 60000000;  // pages that fit without the ring do not with it
+  in.free_bytes = in.reserve_bytes + 3750000 * in.page_bytes + in.fixed_bytes / 2;
+  EXPECT_TRUE(has(error_of([&] { plan_kv_pool(over, in); }), "query ring of")) << "the ring counts in the fit";
+}
+
 TEST(PoolSizing, SequencesThatFitCountWholePagesAndTheSlotLimit) {
   EXPECT_EQ(sequences_that_fit(4096, 16, 0, 2048 + 64), 4096 / 132);
   EXPECT_EQ(sequences_that_fit(4096, 16, 65536, 2048 + 64), 31);  // the limit binds: 65536 / 2112
