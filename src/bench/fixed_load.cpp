@@ -120,15 +120,13 @@ LoadResult run_load(const model::Model& model, backend::Backend& backend, const 
     const int page_slots = kv::KvPool::kDefaultPageSlots;
     const int64_t page_bytes =
         kv::KvPool::bytes_per_page(model.kv_shape(), backend.kv_dtype(), page_slots, policy->needs());
-    // The engine's query ring (window queries) has a row for each of max_batch sequences.
-    const int64_t ring_bytes =
+    // A policy reading window queries also keeps one query ring row of r queries per sequence.
+    const int64_t ring_row_bytes =
         policy->needs().window_queries
-            ? kv::KvPool::query_ring_bytes(model.kv_shape(),
-                                           kv::QueryRingShape{spec.max_batch, config.budget.window, mc.n_heads})
+            ? kv::KvPool::query_ring_bytes(model.kv_shape(), kv::QueryRingShape{1, config.budget.window, mc.n_heads})
             : 0;
     config.kv_pool_bytes = int64_t{std::min(spec.requests, spec.max_batch)} *
-                               ((config.max_context + page_slots - 1) / page_slots) * page_bytes +
-                           ring_bytes;
+                           (((config.max_context + page_slots - 1) / page_slots) * page_bytes + ring_row_bytes);
   }
   engine::Engine engine(model, backend, config);
 

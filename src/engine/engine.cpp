@@ -219,44 +219,44 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
   // query ring and value ranges, only the CPU the attention mass).
   const policy::SignalNeeds signals = policies_->at(0).needs();
   if (config_.query_window < 0) fail("query window must be >= 0 (got {})", config_.query_window);
-  // The query ring is per running sequence, not per page: max_batch rows of the widest r served.
+  // The query ring is per running sequence, not per page: a row of the widest r served for each
+  // sequence that can run at once (max_batch, or fewer where the pool cannot hold that many).
   kv::QueryRingShape ring;
   if (signals.window_queries)
-    ring = {config_.max_batch, config_.query_window > 0 ? config_.query_window : budget_.window,
-            model_.config().n_heads};
-  const int64_t ring_bytes = kv::KvPool::query_ring_bytes(shape, ring);
+    ring = {1, config_.query_window > 0 ? config_.query_window : budget_.window, model_.config().n_heads};
   const int64_t page_bytes = kv::KvPool::bytes_per_page(shape, backend_.kv_dtype(), page_slots, signals);
-  int64_t pages = 0;
   const backend::MemoryInfo memory = backend_.memory();
+  kv::PoolInputs in;
+  in.cpu = backend_.is_cpu();
+  in.total_bytes = memory.total_bytes;
+  in.free_bytes = memory.free_bytes;
+  // Scratch that grows with the first steps (attention partials, sampling, eviction) and library
+  // workspaces stay outside the pool.
+  in.reserve_bytes = static_cast<int64_t>(kGiB) + memory.total_bytes / 50;
+  in.page_bytes = page_bytes;
+  in.ring_row_bytes = kv::KvPool::query_ring_bytes(shape, ring);
+  in.sequence_slots = budget_.bounded() ? int64_t{budget_.budget} + budget_.window : 0;
+  in.page_slots = page_slots;
+  in.max_batch = config_.max_batch;
+  kv::PoolPlan sized;
   if (config_.kv_pool_bytes > 0) {
-    pages = (config_.kv_pool_bytes - ring_bytes) / page_bytes;
-    plan_.kv_pool_rule = fmt::format("{} bytes", config_.kv_pool_bytes);
-    if (pages < 1)
-      fail("a KV pool of {} bytes holds no page of {} bytes after its query ring of {} bytes", config_.kv_pool_bytes,
-           page_bytes, ring_bytes);
+    sized = kv::split_kv_pool_bytes(config_.kv_pool_bytes, in);
+    sized.rule = fmt::format("{} bytes", config_.kv_pool_bytes);
+    if (sized.pages < 1)
+      fail("a KV pool of {} bytes holds no page of {} bytes beside its query ring of {} rows of {} bytes",
+           config_.kv_pool_bytes, page_bytes, sized.ring_rows, in.ring_row_bytes);
   } else {
-    kv::PoolInputs in;
-    in.cpu = backend_.is_cpu();
-    in.total_bytes = memory.total_bytes;
-    in.free_bytes = memory.free_bytes;
-    // Scratch that grows with the first steps (attention partials, sampling, eviction) and library
-    // workspaces stay outside the pool.
-    in.reserve_bytes = static_cast<int64_t>(kGiB) + memory.total_bytes / 50;
-    in.page_bytes = page_bytes;
-    in.fixed_bytes = ring_bytes;
-    in.page_slots = page_slots;
-    in.max_batch = config_.max_batch;
     in.cpu_default_pages = int64_t{config_.max_batch} * max_pages_;
     if (config_.kv_slot_limit > 0)
       in.cpu_default_pages = std::min(in.cpu_default_pages, config_.kv_slot_limit / page_slots + config_.max_batch);
-    const kv::PoolPlan sized = kv::plan_kv_pool(config_.pool, in);
-    pages = sized.pages;
+    sized = kv::plan_kv_pool(config_.pool, in);
     if (sized.slot_limit > 0)
       config_.kv_slot_limit =
           config_.kv_slot_limit > 0 ? std::min(config_.kv_slot_limit, sized.slot_limit) : sized.slot_limit;
-    plan_.kv_pool_rule = sized.rule;
   }
-  pool_ = std::make_unique<kv::KvPool>(backend_, shape, std::min<int64_t>(pages, INT32_MAX), page_slots,
+  plan_.kv_pool_rule = sized.rule;
+  ring.rows = sized.ring_rows;
+  pool_ = std::make_unique<kv::KvPool>(backend_, shape, std::min<int64_t>(sized.pages, INT32_MAX), page_slots,
                                        signals, ring);
   plan_.weight_bytes = forward_->weights().bytes;
   plan_.embed_bytes = forward_->weights().embed_bytes;
@@ -265,7 +265,8 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
   plan_.kv_pool_slots = pool_->n_pages() * page_slots;
   plan_.kv_page_slots = page_slots;
   plan_.kv_bytes_per_slot = page_bytes / page_slots;
-  plan_.kv_query_ring_bytes = ring_bytes;
+  plan_.kv_query_ring_bytes = kv::KvPool::query_ring_bytes(shape, ring);
+  plan_.kv_query_ring_rows = ring.rows;
   plan_.query_window = ring.window;
   plan_.kv_capacity_slots = config_.kv_slot_limit > 0 ? std::min(config_.kv_slot_limit, plan_.kv_pool_slots)
                                                       : plan_.kv_pool_slots;
@@ -273,7 +274,10 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
 }
 
 int64_t Engine::sequences_that_fit(int64_t reservation_slots) const {
-  return kv::sequences_that_fit(pool_->n_pages(), pool_->page_slots(), config_.kv_slot_limit, reservation_slots);
+  const int64_t n =
+      kv::sequences_that_fit(pool_->n_pages(), pool_->page_slots(), config_.kv_slot_limit, reservation_slots);
+  // Under the default policy a sequence reading window queries also needs a ring row.
+  return pool_->query_ring().rows > 0 ? std::min<int64_t>(n, pool_->query_ring().rows) : n;
 }
 
 // The decode graphs bake in this engine's pool and batch buffers: they go with it.
@@ -417,12 +421,15 @@ void Engine::admit() {
     std::vector<int32_t> pages = pool_->allocate(next.stats.reserved_slots);
     if (pages.empty()) break;  // waits for running sequences to retire; never preempts them
     next.pages = std::move(pages);
-    // A policy reading window queries keeps them in a ring row of its own; the ring has a row for each
-    // of max_batch sequences, so one is always free here.
+    // A policy reading window queries keeps them in a ring row of its own; with every row taken (a
+    // pool with fewer rows than max_batch, sequences of smaller budgets) it waits like one short of pages.
     if (needs_ring_row(policies_->at(next.policy), next.budget)) {
       next.ring_row = pool_->allocate_ring_row();
-      KVDICE_CHECK(next.ring_row >= 0, "no free query ring row with {} sequences running of {}", running_.size(),
-                   config_.max_batch);
+      if (next.ring_row < 0) {
+        pool_->release(next.pages);
+        next.pages.clear();
+        break;
+      }
     }
     reserved_slots_ += next.stats.reserved_slots;
     rows += prompt;

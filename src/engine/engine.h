@@ -44,7 +44,8 @@ struct EngineConfig {
   int max_context = 0;         // longest reservation of one sequence in slots; 0 = the model's max position
   // Width of the query ring a pool recording window queries keeps (snapkv, rkv, vase, ...): the widest
   // window r a request under such a policy may bring; 0 = the default budget's r. One row of this many
-  // queries per query head for each of max_batch sequences.
+  // queries per query head for each sequence that can run at once (max_batch, or as many sequences of
+  // the default budget as the pool holds, if fewer).
   int query_window = 0;
   bool graphs = true;          // replay each decode-step shape as one graph where the backend can
   // Read a decode step's sampled tokens while the next step runs (one step late), so the device
@@ -75,10 +76,12 @@ struct MemoryPlan {
   int64_t kv_pool_slots = 0;  // per (layer, KV head)
   int kv_page_slots = 0;
   int64_t kv_bytes_per_slot = 0;  // all layers and heads, K, V, position and per-slot signals
-  // Of kv_pool_bytes, the query ring (0 unless the policy reads window queries): max_batch rows of
-  // query_window queries per query head and layer, fp32; one sequence's share is one row.
+  // Of kv_pool_bytes, the query ring (0 unless the policy reads window queries): a row of query_window
+  // queries per query head and layer, fp32, for each of kv_query_ring_rows sequences; one sequence's
+  // share is one row.
   int64_t kv_query_ring_bytes = 0;
-  int query_window = 0;  // queries per ring row (0: no ring)
+  int kv_query_ring_rows = 0;  // sequences that can hold a ring row at once (max_batch or fewer)
+  int query_window = 0;        // queries per ring row (0: no ring)
   // Slots (per layer and KV head) running sequences may reserve together: the pool's, or the slot
   // limit where one is set and smaller. What /metrics reports as capacity.
   int64_t kv_capacity_slots = 0;

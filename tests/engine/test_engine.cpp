@@ -431,6 +431,7 @@ TEST(Engine, QueryRingIsOneRowPerRunningSequence) {
   const model::ModelConfig& mc = bundle().model->config();
   const MemoryPlan& plan = engine.memory_plan();
   EXPECT_EQ(plan.query_window, 8);
+  EXPECT_EQ(plan.kv_query_ring_rows, 3);
   EXPECT_EQ(plan.kv_query_ring_bytes, int64_t{mc.n_layers} * 3 * 8 * mc.n_heads * mc.head_dim * 4);
   EXPECT_EQ(plan.kv_pool_bytes, plan.kv_pool_slots * plan.kv_bytes_per_slot + plan.kv_query_ring_bytes);
   GenerationRequest wide = request("wide", 5);
@@ -453,6 +454,43 @@ TEST(Engine, QueryRingIsOneRowPerRunningSequence) {
   EngineConfig plain = budgeted("random_pp", 32, 8);
   Engine without(*bundle().model, *backend, plain);
   EXPECT_EQ(without.memory_plan().kv_query_ring_bytes, 0) << "random_pp reads no window queries";
+}
+
+}  // namespace
+}  // namespace kvdice::engine
+
+namespace kvdice::engine {
+namespace {
+
+// A pool whose bytes hold two sequences of T + r with their ring rows gets two rows however large
+// max_batch is; a third sequence of a smaller budget, whose pages would fit, waits for a row.
+TEST(Engine, RingRowsFollowTheSequencesThePoolHolds) {
+  const model::ModelConfig& mc = bundle().model->config();
+  const int64_t row = int64_t{mc.n_layers} * 8 * mc.n_heads * mc.head_dim * 4;
+  const int64_t page = int64_t{mc.n_layers} * mc.n_kv_heads * 16 * (2 * mc.head_dim * 4 + 4);
+  EngineConfig config = budgeted("snapkv", 32, 8);
+  config.max_batch = 8;
+  config.kv_pool_bytes = 2 * (3 * page + row) + page;  // two sequences of 40 slots (3 pages) and a page
+  auto backend = backend::make_cpu_backend(1);
+  Engine engine(*bundle().model, *backend, config);
+  EXPECT_EQ(engine.memory_plan().kv_query_ring_rows, 2);
+  EXPECT_EQ(engine.memory_plan().kv_pool_slots, 7 * 16);
+  EXPECT_EQ(engine.sequences_that_fit(40), 2);
+  for (int i = 0; i < 3; ++i) {
+    GenerationRequest r = request("row " + std::to_string(i), 30);
+    r.ignore_eos = true;
+    r.kv = KvSettings{"snapkv", kv::BudgetSpec{16, 8}};  // 24 slots: 2 pages each, 3 fit by pages
+    engine.submit(std::move(r));
+  }
+  int most_running = 0;
+  while (!engine.idle()) {
+    engine.step();
+    most_running = std::max(most_running, engine.running());
+  }
+  EXPECT_EQ(most_running, 2) << "a sequence ran without a ring row";
+  const auto out = engine.take_finished();
+  ASSERT_EQ(out.size(), 3u);
+  for (const auto& result : out) EXPECT_EQ(result.tokens.size(), 30u);
 }
 
 }  // namespace
