@@ -20,8 +20,8 @@ Json run_capacity(const BenchContext& ctx) {
   const auto policy = policy::make_policy(o.policy);
   const model::ModelConfig& mc = ctx.model.config();
   const int page_slots = kv::KvPool::kDefaultPageSlots;
-  const int64_t page_bytes = kv::KvPool::bytes_per_page(ctx.model.kv_shape(), ctx.backend.kv_dtype(),
-                                                        page_slots, policy->needs());
+  const int64_t page_bytes =
+      kv::KvPool::bytes_per_page(ctx.model.kv_shape(), ctx.backend.kv_dtype(), page_slots, policy->needs());
   const kv::BudgetSpec& b = spec.budget.engine;
   const int64_t slots =
       b.bounded() ? std::max(o.prompt_len, b.budget) + b.window : int64_t{o.prompt_len} + o.output_len;

@@ -105,8 +105,9 @@ class FilledPool {
       backend_.fill_zero(layer.keys, kv_bytes);
       backend_.fill_zero(layer.values, kv_bytes);
       if (layer.query_ring != nullptr)
-        backend_.fill_zero(layer.query_ring, static_cast<size_t>(kv::KvPool::query_ring_bytes(
-                                                 shape, pool_->query_ring()) / shape.n_layers));
+        backend_.fill_zero(
+            layer.query_ring,
+            static_cast<size_t>(kv::KvPool::query_ring_bytes(shape, pool_->query_ring()) / shape.n_layers));
     }
     view_ = storage_->device(/*self_feeding=*/true);
     reset();

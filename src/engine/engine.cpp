@@ -340,10 +340,11 @@ uint64_t Engine::submit(GenerationRequest request) {
         prompt_len, budget.selection(), budget.selection() - 1);
   }
   if (needs_ring_row(policy, budget) && budget.window > pool_->query_ring().window)
-    fail("request window r={} is wider than the {} queries per sequence this engine's query ring keeps for "
-         "policy '{}' (its default r, or the engine's query window): lower the request's window or start the "
-         "engine with a wider one",
-         budget.window, pool_->query_ring().window, policy.name());
+    fail(
+        "request window r={} is wider than the {} queries per sequence this engine's query ring keeps for "
+        "policy '{}' (its default r, or the engine's query window): lower the request's window or start the "
+        "engine with a wider one",
+        budget.window, pool_->query_ring().window, policy.name());
   const int64_t reservation = budget.bounded() ? std::max<int64_t>(prompt_len, budget.budget) + budget.window
                                                : prompt_len + request.max_new_tokens;
   const int64_t max_slots = int64_t{max_pages_} * pool_->page_slots();

@@ -33,8 +33,9 @@ KvPool::KvPool(backend::Backend& backend, KvShape shape, int64_t n_pages, int pa
   if (page_slots <= 0) fail("KV page size must be > 0 slots, got {}", page_slots);
   if (n_pages <= 0 || n_pages > INT32_MAX) fail("KV pool must hold 1 .. 2^31-1 pages, got {}", n_pages);
   if (signals.window_queries && (ring_.rows <= 0 || ring_.window <= 0 || ring_.n_query_heads <= 0))
-    fail("the query ring needs rows (sequences at once), a window and query heads, all > 0; got {}, {} and {}",
-         ring_.rows, ring_.window, ring_.n_query_heads);
+    fail(
+        "the query ring needs rows (sequences at once), a window and query heads, all > 0; got {}, {} and {}",
+        ring_.rows, ring_.window, ring_.n_query_heads);
   const int64_t slots_per_layer = n_pages * shape.n_kv_heads * page_slots;
   const size_t kv_bytes =
       static_cast<size_t>(slots_per_layer * shape.n_layers * shape.head_dim) * dtype_size(dtype_);

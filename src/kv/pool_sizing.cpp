@@ -17,7 +17,8 @@ double gib(int64_t bytes) { return static_cast<double>(bytes) / kGiB; }
 PoolPlan split_kv_pool_bytes(int64_t bytes, const PoolInputs& in) {
   PoolPlan plan;
   if (in.ring_row_bytes > 0) {
-    const int64_t sequence_pages = std::max<int64_t>(1, (in.sequence_slots + in.page_slots - 1) / in.page_slots);
+    const int64_t sequence_pages =
+        std::max<int64_t>(1, (in.sequence_slots + in.page_slots - 1) / in.page_slots);
     const int64_t fit = std::max<int64_t>(bytes, 0) / (sequence_pages * in.page_bytes + in.ring_row_bytes);
     plan.ring_rows = static_cast<int>(std::clamp<int64_t>(fit, 1, std::max(in.max_batch, 1)));
   }
@@ -53,8 +54,8 @@ PoolPlan plan_kv_pool(const PoolRequest& request, const PoolInputs& in) {
   auto check_fits = [&](const PoolPlan& p, const std::string& asked) {
     const int64_t bytes = p.pages * in.page_bytes + p.ring_rows * in.ring_row_bytes;
     if (bytes > room)
-      fail("{} needs a KV pool of {:.2f} GiB ({} pages of {} bytes{}); {} has {:.2f} GiB{}", asked, gib(bytes),
-           p.pages, in.page_bytes, ring(p.ring_rows), where, gib(std::max<int64_t>(room, 0)),
+      fail("{} needs a KV pool of {:.2f} GiB ({} pages of {} bytes{}); {} has {:.2f} GiB{}", asked,
+           gib(bytes), p.pages, in.page_bytes, ring(p.ring_rows), where, gib(std::max<int64_t>(room, 0)),
            in.cpu ? "" : " after weights, activations and a scratch reserve");
   };
   const int ring_rows_max = in.ring_row_bytes > 0 ? std::max(in.max_batch, 1) : 0;
@@ -65,8 +66,8 @@ PoolPlan plan_kv_pool(const PoolRequest& request, const PoolInputs& in) {
     // A ring row for each sequence of the default reservation the slots hold, max_batch at most.
     plan.ring_rows = ring_rows_max;
     if (plan.ring_rows > 0 && in.sequence_slots > 0)
-      plan.ring_rows = static_cast<int>(
-          std::clamp<int64_t>(request.kv_slots / in.sequence_slots, 1, ring_rows_max));
+      plan.ring_rows =
+          static_cast<int>(std::clamp<int64_t>(request.kv_slots / in.sequence_slots, 1, ring_rows_max));
     check_fits(plan, fmt::format("--kv-slots {}", request.kv_slots));
     plan.rule = fmt::format("--kv-slots {}", request.kv_slots);
   } else if (request.kv_memory_gib > 0) {
@@ -92,7 +93,8 @@ PoolPlan plan_kv_pool(const PoolRequest& request, const PoolInputs& in) {
     plan = split_kv_pool_bytes(std::min(allowed, in.free_bytes - in.reserve_bytes), in);
     if (plan.pages < 1)
       fail(
-          "no device memory left for the KV pool: {:.2f} GiB of {:.2f} GiB in use after weights and activations, "
+          "no device memory left for the KV pool: {:.2f} GiB of {:.2f} GiB in use after weights and "
+          "activations, "
           "--gpu-memory-utilization {} allows {:.2f} GiB; one page needs {} bytes{} (raise "
           "--gpu-memory-utilization or pass --kv-memory-gib)",
           gib(used), gib(in.total_bytes), fraction, gib(static_cast<int64_t>(fraction * in.total_bytes)),

@@ -21,7 +21,8 @@ TEST(KvPool, QueryRingIsSizedBySequencesNotPages) {
   const int64_t n_pages = 1000;
   KvPool pool(*backend, kShape, n_pages, 16, needs, ring);
   // A page costs the same with or without window queries: the ring is not per page.
-  EXPECT_EQ(KvPool::bytes_per_page(kShape, DType::F32, 16, needs), KvPool::bytes_per_page(kShape, DType::F32, 16));
+  EXPECT_EQ(KvPool::bytes_per_page(kShape, DType::F32, 16, needs),
+            KvPool::bytes_per_page(kShape, DType::F32, 16));
   // max_batch x window x query heads x head_dim x fp32 per layer.
   const int64_t ring_per_layer = int64_t{5} * 16 * kQueryHeads * kShape.head_dim * 4;
   EXPECT_EQ(KvPool::query_ring_bytes(kShape, ring), kShape.n_layers * ring_per_layer);

@@ -126,9 +126,11 @@ TEST(PoolSizing, TheQueryRingCountsInEveryFit) {
   in.sequence_slots = 2112;
   PoolRequest tiny;
   tiny.kv_memory_gib = 0.03;  // less than one ring row and one page
-  EXPECT_TRUE(has(error_of([&] { plan_kv_pool(tiny, in); }), "query ring of 1 rows")) << "a pool the ring fills";
+  EXPECT_TRUE(has(error_of([&] { plan_kv_pool(tiny, in); }), "query ring of 1 rows"))
+      << "a pool the ring fills";
   PoolRequest over;
-  over.kv_slots = 60000000;  // 28,409 rows' worth, 128 at most: pages that fit without the rows do not with them
+  over.kv_slots =
+      60000000;  // 28,409 rows' worth, 128 at most: pages that fit without the rows do not with them
   in.free_bytes = in.reserve_bytes + (3750000 + 128) * in.page_bytes + 64 * in.ring_row_bytes;
   EXPECT_TRUE(has(error_of([&] { plan_kv_pool(over, in); }), "query ring of 128 rows")) << "the rows count";
   in.ring_row_bytes = 0;

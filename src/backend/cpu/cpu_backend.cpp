@@ -291,8 +291,8 @@ class CpuBackend final : public Backend {
   static void record_query(const KvLayer& kv, int ring_row, int window, int32_t position, const float* q,
                            int n_heads) {
     KVDICE_CHECK(ring_row < kv.ring_rows && window > 0 && window <= kv.ring_window && n_heads == kv.n_heads,
-                 "query ring: row {} of {}, window r={} of a ring {} queries wide, {} query heads of {}", ring_row,
-                 kv.ring_rows, window, kv.ring_window, n_heads, kv.n_heads);
+                 "query ring: row {} of {}, window r={} of a ring {} queries wide, {} query heads of {}",
+                 ring_row, kv.ring_rows, window, kv.ring_window, n_heads, kv.n_heads);
     const int hd = kv.head_dim;
     for (int h = 0; h < n_heads; ++h)
       std::copy_n(q + int64_t{h} * hd, hd, kv.query_ring + kv.ring_index(ring_row, h, position % window));

@@ -30,10 +30,11 @@ struct HeadSignals {
     const int hd = kv.head_dim;
     if (needs.window_queries) {
       KVDICE_CHECK(kv.query_ring != nullptr, "policy needs window queries but the pool records none");
-      KVDICE_CHECK(ring_row >= 0 && ring_row < kv.ring_rows && window <= kv.ring_window,
-                   "policy needs window queries: the sequence holds ring row {} of {}, window r={} of a ring {} "
-                   "queries wide",
-                   ring_row, kv.ring_rows, window, kv.ring_window);
+      KVDICE_CHECK(
+          ring_row >= 0 && ring_row < kv.ring_rows && window <= kv.ring_window,
+          "policy needs window queries: the sequence holds ring row {} of {}, window r={} of a ring {} "
+          "queries wide",
+          ring_row, kv.ring_rows, window, kv.ring_window);
       keys.resize(static_cast<size_t>(n_candidates) * hd);
       for (int slot = 0; slot < n_candidates; ++slot)
         std::copy_n(h.key(slot), hd, keys.data() + int64_t{slot} * hd);

@@ -219,7 +219,8 @@ class CudaBackend final : public Backend {
         fail(
             "CUDA evict on device {}: a due row's budget, window, protected prompt or length was outside the "
             "policy's preconditions (need n_protected <= T - r <= length - r and length <= max_pages * "
-            "page_slots; a policy reading window queries also needs a query ring row and r <= the ring's window)",
+            "page_slots; a policy reading window queries also needs a query ring row and r <= the ring's "
+            "window)",
             device_);
       if (code == policy::kErrorLayersDiffer)
         fail(
