@@ -257,18 +257,23 @@ class EngineHandle {
     const Request* most = &requests.front();
     policy::SignalNeeds wanted;
     int most_needs = -1;
+    int widest_window = 0;  // the widest r of a request reading window queries: the query ring's width
     for (const Request& r : requests) {
       const auto needs = policy::make_policy(r.policy)->needs();
       wanted.window_queries |= needs.window_queries;
       wanted.accumulated_attention |= needs.accumulated_attention;
       wanted.value_ranges |= needs.value_ranges;
+      if (needs.window_queries) widest_window = std::max(widest_window, r.window);
       if (needs_count(needs) > most_needs) most_needs = needs_count(needs), most = &r;
     }
-    if (engine_ && covers(engine_->policy().needs(), wanted)) return;
+    if (engine_ && covers(engine_->policy().needs(), wanted) &&
+        engine_->memory_plan().query_window >= widest_window)
+      return;
     engine_.reset();
     engine::EngineConfig config = config_;
     config.policy = most->policy;
     config.budget = {most->budget, most->window, kv::LongPromptRule::Warn};
+    config.query_window = widest_window;
     engine_ = std::make_unique<engine::Engine>(*bundle_.model, *backend_, config);
     engine_->set_round_observer([this](uint64_t id, const kv::RoundRecord& record) {
       if (auto it = retained_.find(id); it != retained_.end()) it->second.push_back(record);

@@ -111,12 +111,18 @@ struct KvLayer {
   // Per slot, indexed like positions, moved with K/V by compaction:
   float* value_range = nullptr;     // max - min over the slot's value channels, written at append
   float* attention_mass = nullptr;  // attention the slot received from every query since its append
-  // Per sequence: the post-RoPE query of absolute position p, query head h, sits in ring slot
-  // j = p % r at [page_table[j / page_slots]][h][j % page_slots][head_dim] (the sequence's own pages,
-  // so a ring of r queries needs r <= reserved slots); n_heads query heads per page. Only the step's
-  // last r rows of a sequence write it (a longer prefill chunk leaves its last r queries).
+  // Per sequence, not per slot: the query ring is [ring row][query head][ring_window][head_dim]; a
+  // sequence holding ring row q (StepBatch::ring_row, given at admission) keeps the post-RoPE query of
+  // absolute position p, query head h, at [q][h][p % r][:], so r <= ring_window. n_heads query heads.
+  // Only the step's last r rows of a sequence write it (a longer prefill chunk leaves its last r
+  // queries); a sequence with ring row -1 writes none.
   float* query_ring = nullptr;
   int n_heads = 0;
+  int ring_window = 0, ring_rows = 0;
+  // Element offset of (ring row, query head, ring slot) in query_ring.
+  int64_t ring_index(int row, int head, int ring_slot) const {
+    return ((static_cast<int64_t>(row) * n_heads + head) * ring_window + ring_slot) * head_dim;
+  }
   // Whether the pool records any of the signals above (fused paths that write none of them decline).
   bool records_signals() const {
     return value_range != nullptr || attention_mass != nullptr || query_ring != nullptr;

@@ -24,6 +24,7 @@ StepStorage::StepStorage(Backend& backend, int max_seqs, int max_rows, int max_p
   h_forced_logprob_.assign(seqs, 0.0f);
   h_forced_is_argmax_.assign(seqs, 0);
   h_forced_.assign(seqs, -1);
+  h_ring_row_.assign(seqs, -1);
 
   ring_ = backend_.alloc_host(2 * seqs * sizeof(int32_t), "the sampled-token ring");
   host_.max_pages = device_.max_pages = max_pages;
@@ -38,6 +39,7 @@ StepStorage::StepStorage(Backend& backend, int max_seqs, int max_rows, int max_p
   host_.n_protected = h_n_protected_.data();
   host_.policy_id = h_policy_id_.data();
   host_.round = h_round_.data();
+  host_.ring_row = h_ring_row_.data();
   host_.evict_key = h_evict_key_.data();
   host_.sample_key = h_sample_key_.data();
   host_.temperature = h_temperature_.data();
@@ -63,6 +65,7 @@ StepStorage::StepStorage(Backend& backend, int max_seqs, int max_rows, int max_p
     d.n_protected = c.array<int32_t>(max_seqs);
     d.policy_id = c.array<int32_t>(max_seqs);
     d.round = c.array<int32_t>(max_seqs);
+    d.ring_row = c.array<int32_t>(max_seqs);
     d.evict_key = c.array<PhiloxKey>(max_seqs);
     d.sample_key = c.array<PhiloxKey>(max_seqs);
     d.temperature = c.array<float>(max_seqs);
@@ -101,6 +104,7 @@ void StepStorage::for_each_seq_array(F&& f) {
   f(host_.n_protected, device_.n_protected);
   f(host_.policy_id, device_.policy_id);
   f(host_.round, device_.round);
+  f(host_.ring_row, device_.ring_row);
   f(host_.evict_key, device_.evict_key);
   f(host_.sample_key, device_.sample_key);
   f(host_.temperature, device_.temperature);

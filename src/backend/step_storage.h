@@ -49,8 +49,8 @@ class StepStorage {
   Buffer ring_;  // [2][max_seqs] sampled tokens, host memory the backend copies into without waiting
   StepBatch host_, device_;
   std::vector<int32_t> h_tokens_, h_row_seq_, h_seq_row_begin_, h_length_, h_appended_, h_page_table_,
-      h_budget_, h_window_, h_n_protected_, h_policy_id_, h_round_, h_top_k_, h_gen_step_, h_forced_,
-      h_next_token_;
+      h_budget_, h_window_, h_n_protected_, h_policy_id_, h_round_, h_ring_row_, h_top_k_, h_gen_step_,
+      h_forced_, h_next_token_;
   std::vector<PhiloxKey> h_evict_key_, h_sample_key_;
   std::vector<float> h_temperature_, h_top_p_, h_forced_logprob_;
   std::vector<uint8_t> h_forced_is_argmax_;

@@ -1,6 +1,7 @@
 // capacity: the equal-memory protocol (docs/reference.md §4): the largest batch whose KV reservations fit
-// `memory_gib` GiB of KV pool (K, V, positions and the policy's signals; weights and activations are
-// not counted) under the policy and budget (full attention reserves prompt + output), then that batch
+// `memory_gib` GiB of KV pool (K, V, positions and the policy's signals: per-slot ones with each page,
+// the window queries as one query ring row of r queries per sequence; weights and activations are not
+// counted) under the policy and budget (full attention reserves prompt + output), then that batch
 // run as one load. A bounded cache makes the per-step cost stationary after the first rounds, so a
 // shorter --output-len measures the steady state of the paper's 32k-token runs; the report says which.
 #include <algorithm>
@@ -19,17 +20,25 @@ Json run_capacity(const BenchContext& ctx) {
   const auto policy = policy::make_policy(o.policy);
   const model::ModelConfig& mc = ctx.model.config();
   const int page_slots = kv::KvPool::kDefaultPageSlots;
-  const int64_t page_bytes = kv::KvPool::bytes_per_page(ctx.model.kv_shape(), ctx.backend.kv_dtype(),
-                                                        page_slots, policy->needs(), mc.n_heads);
+  const int64_t page_bytes =
+      kv::KvPool::bytes_per_page(ctx.model.kv_shape(), ctx.backend.kv_dtype(), page_slots, policy->needs());
   const kv::BudgetSpec& b = spec.budget.engine;
   const int64_t slots =
       b.bounded() ? std::max(o.prompt_len, b.budget) + b.window : int64_t{o.prompt_len} + o.output_len;
   const int64_t pages_per_seq = (slots + page_slots - 1) / page_slots;
+  // A policy reading window queries also keeps one query ring row of r queries per sequence (the
+  // engine's ring has a row for each of max_batch = the batch that fits).
+  const int64_t ring_row_bytes =
+      policy->needs().window_queries
+          ? kv::KvPool::query_ring_bytes(ctx.model.kv_shape(), kv::QueryRingShape{1, b.window, mc.n_heads})
+          : 0;
+  const int64_t sequence_bytes = pages_per_seq * page_bytes + ring_row_bytes;
   const int64_t pool_bytes = static_cast<int64_t>(o.memory_gib * 1073741824.0);
-  const int64_t fit = pool_bytes / (pages_per_seq * page_bytes);
+  const int64_t fit = pool_bytes / sequence_bytes;
   if (fit < 1) {
-    fail("--memory-gib {} holds no sequence: one reserves {} slots = {:.4f} GiB", o.memory_gib, slots,
-         static_cast<double>(pages_per_seq * page_bytes) / 1073741824.0);
+    fail("--memory-gib {} holds no sequence: one reserves {} slots{} = {:.4f} GiB", o.memory_gib, slots,
+         ring_row_bytes > 0 ? fmt::format(" and a query ring row of {} queries", b.window) : "",
+         static_cast<double>(sequence_bytes) / 1073741824.0);
   }
   const int batch = static_cast<int>(std::min<int64_t>(fit, 4096));  // the engine's most rows
   spec.requests = batch;
@@ -47,6 +56,8 @@ Json run_capacity(const BenchContext& ctx) {
   out["parameters"]["memory_counts"] =
       "KV pool only (K, V, positions, policy signals), not weights or activations";
   out["parameters"]["slots_per_sequence"] = slots;
+  out["parameters"]["kv_bytes_per_sequence"] = sequence_bytes;
+  out["parameters"]["query_ring_bytes_per_sequence"] = ring_row_bytes;
   out["parameters"]["sequences_that_fit"] = fit;
   out["parameters"]["batch_capped_at_engine_limit"] = fit > batch;
   out["parameters"]["length_regime"] =

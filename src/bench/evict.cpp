@@ -54,8 +54,10 @@ class FilledPool {
     const int page_slots = kv::KvPool::kDefaultPageSlots;
     len_ = budget.budget + budget.window;
     const int pages_per_seq = (len_ + page_slots - 1) / page_slots;
+    // The query ring (window queries) holds one row of r queries per sequence, as in the engine.
     pool_ = std::make_unique<kv::KvPool>(backend_, ctx.model.kv_shape(), int64_t{batch} * pages_per_seq,
-                                         page_slots, policy.needs(), mc.n_heads);
+                                         page_slots, policy.needs(),
+                                         kv::QueryRingShape{batch, budget.window, mc.n_heads});
     storage_ = std::make_unique<backend::StepStorage>(backend_, batch, batch, pages_per_seq);
     backend::StepBatch& b = storage_->host();
     b.n_seqs = b.n_rows = batch;
@@ -76,6 +78,7 @@ class FilledPool {
       b.n_protected[s] = policy.protects_prompt() ? budget.protected_slots(prompt_len) : 0;
       b.policy_id[s] = 0;
       b.round[s] = 0;
+      b.ring_row[s] = policy.needs().window_queries ? pool_->allocate_ring_row() : -1;
       b.evict_key[s] = philox_key(ctx.options.seed, static_cast<uint64_t>(s), RngDomain::Eviction);
       b.sample_key[s] = philox_key(ctx.options.seed, static_cast<uint64_t>(s), RngDomain::Sampling);
       b.temperature[s] = 0.0f;
@@ -101,6 +104,10 @@ class FilledPool {
       backend_.upload(layer.positions, positions.data(), positions.size() * sizeof(int32_t));
       backend_.fill_zero(layer.keys, kv_bytes);
       backend_.fill_zero(layer.values, kv_bytes);
+      if (layer.query_ring != nullptr)
+        backend_.fill_zero(
+            layer.query_ring,
+            static_cast<size_t>(kv::KvPool::query_ring_bytes(shape, pool_->query_ring()) / shape.n_layers));
     }
     view_ = storage_->device(/*self_feeding=*/true);
     reset();

@@ -118,10 +118,17 @@ LoadResult run_load(const model::Model& model, backend::Backend& backend, const 
     // (left to itself, the engine gives the pool all free device memory).
     const auto policy = policy::make_policy(spec.policy);
     const int page_slots = kv::KvPool::kDefaultPageSlots;
-    const int64_t page_bytes = kv::KvPool::bytes_per_page(model.kv_shape(), backend.kv_dtype(), page_slots,
-                                                          policy->needs(), mc.n_heads);
-    config.kv_pool_bytes = int64_t{std::min(spec.requests, spec.max_batch)} *
-                           ((config.max_context + page_slots - 1) / page_slots) * page_bytes;
+    const int64_t page_bytes =
+        kv::KvPool::bytes_per_page(model.kv_shape(), backend.kv_dtype(), page_slots, policy->needs());
+    // A policy reading window queries also keeps one query ring row of r queries per sequence.
+    const int64_t ring_row_bytes =
+        policy->needs().window_queries
+            ? kv::KvPool::query_ring_bytes(model.kv_shape(),
+                                           kv::QueryRingShape{1, config.budget.window, mc.n_heads})
+            : 0;
+    config.kv_pool_bytes =
+        int64_t{std::min(spec.requests, spec.max_batch)} *
+        (((config.max_context + page_slots - 1) / page_slots) * page_bytes + ring_row_bytes);
   }
   engine::Engine engine(model, backend, config);
 

@@ -31,8 +31,10 @@ policy::TriAttentionStats collect_triattention_stats(const model::Model& model, 
 
   const int page_slots = kv::KvPool::kDefaultPageSlots;
   const int64_t pages = (options.segment + page_slots - 1) / page_slots;
+  // One sequence at a time; its ring row keeps a whole chunk's queries.
   kv::KvPool pool(backend, model.kv_shape(), pages, page_slots, policy::SignalNeeds{.window_queries = true},
-                  c.n_heads);
+                  kv::QueryRingShape{1, options.chunk, c.n_heads});
+  const int ring_row = pool.allocate_ring_row();
   model::ForwardPass pass(model, backend, options.chunk, 1, 1);
   backend::StepStorage storage(backend, 1, options.chunk, static_cast<int>(pages));
 
@@ -56,9 +58,10 @@ policy::TriAttentionStats collect_triattention_stats(const model::Model& model, 
       b.seq_row_begin[1] = n;
       b.length[0] = kv.length();
       b.appended[0] = static_cast<int32_t>(kv.appended());
-      // A budget makes the backend record queries into ring slot position % window; no eviction runs here.
+      // The ring row records queries into ring slot position % window; no eviction runs here.
       b.budget[0] = static_cast<int32_t>(pages * page_slots);
       b.window[0] = options.chunk;
+      b.ring_row[0] = ring_row;
       std::copy(page_ids.begin(), page_ids.end(), b.page_table);
       for (int r = 0; r < n; ++r) {
         b.tokens[r] = tokens[begin + static_cast<size_t>(at + r)];
@@ -71,11 +74,9 @@ policy::TriAttentionStats collect_triattention_stats(const model::Model& model, 
       for (int layer = 0; layer < c.n_layers; ++layer) {
         const backend::KvLayer& L = pool.layer(layer);
         for (int r = 0; r < n; ++r) {
-          const int32_t page = page_ids[static_cast<size_t>(r / page_slots)];
           const double position = at + r;
           for (int h = 0; h < c.n_heads; ++h) {
-            const float* q =
-                L.query_ring + ((int64_t{page} * c.n_heads + h) * page_slots + r % page_slots) * c.head_dim;
+            const float* q = L.query_ring + L.ring_index(ring_row, h, r);
             const size_t base = (static_cast<size_t>(layer) * c.n_heads + h) * nf;
             for (int f = 0; f < nf; ++f) {
               // Inverse rotation: (a + ib) · e^{-i p ω}.

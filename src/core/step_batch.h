@@ -34,6 +34,7 @@ struct StepBatch {
   int32_t* n_protected = nullptr;  // pl: prompt slots never evicted (0 when unprotected)
   int32_t* policy_id = nullptr;    // index of the sequence's policy in the engine's policy list
   int32_t* round = nullptr;        // rounds done so far
+  int32_t* ring_row = nullptr;     // the sequence's row of the KV pool's query ring; -1 = records no queries
   PhiloxKey* evict_key = nullptr;  // (seed, stream id) in the eviction domain
   // sampling
   PhiloxKey* sample_key = nullptr;  // (seed, stream id) in the sampling domain

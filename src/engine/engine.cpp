@@ -35,6 +35,7 @@ struct Engine::Sequence {
   kv::BudgetSpec budget;
   int n_protected = 0;
   std::vector<int32_t> pages;
+  int ring_row = -1;  // its row of the pool's query ring while it runs (policies reading window queries)
   int length = 0;
   int64_t appended = 0;
   std::vector<int> generated;
@@ -217,38 +218,46 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
   // Signals are recorded only when the engine's policy needs them (both backends record the
   // query ring and value ranges, only the CPU the attention mass).
   const policy::SignalNeeds signals = policies_->at(0).needs();
-  const int n_query_heads = model_.config().n_heads;
-  const int64_t page_bytes =
-      kv::KvPool::bytes_per_page(shape, backend_.kv_dtype(), page_slots, signals, n_query_heads);
-  int64_t pages = 0;
+  if (config_.query_window < 0) fail("query window must be >= 0 (got {})", config_.query_window);
+  // The query ring is per running sequence, not per page: a row of the widest r served for each
+  // sequence that can run at once (max_batch, or fewer where the pool cannot hold that many).
+  kv::QueryRingShape ring;
+  if (signals.window_queries)
+    ring = {1, config_.query_window > 0 ? config_.query_window : budget_.window, model_.config().n_heads};
+  const int64_t page_bytes = kv::KvPool::bytes_per_page(shape, backend_.kv_dtype(), page_slots, signals);
   const backend::MemoryInfo memory = backend_.memory();
+  kv::PoolInputs in;
+  in.cpu = backend_.is_cpu();
+  in.total_bytes = memory.total_bytes;
+  in.free_bytes = memory.free_bytes;
+  // Scratch that grows with the first steps (attention partials, sampling, eviction) and library
+  // workspaces stay outside the pool.
+  in.reserve_bytes = static_cast<int64_t>(kGiB) + memory.total_bytes / 50;
+  in.page_bytes = page_bytes;
+  in.ring_row_bytes = kv::KvPool::query_ring_bytes(shape, ring);
+  in.sequence_slots = budget_.bounded() ? int64_t{budget_.budget} + budget_.window : 0;
+  in.page_slots = page_slots;
+  in.max_batch = config_.max_batch;
+  kv::PoolPlan sized;
   if (config_.kv_pool_bytes > 0) {
-    pages = config_.kv_pool_bytes / page_bytes;
-    plan_.kv_pool_rule = fmt::format("{} bytes", config_.kv_pool_bytes);
-    if (pages < 1) fail("a KV pool of {} bytes holds no page of {} bytes", config_.kv_pool_bytes, page_bytes);
+    sized = kv::split_kv_pool_bytes(config_.kv_pool_bytes, in);
+    sized.rule = fmt::format("{} bytes", config_.kv_pool_bytes);
+    if (sized.pages < 1)
+      fail("a KV pool of {} bytes holds no page of {} bytes beside its query ring of {} rows of {} bytes",
+           config_.kv_pool_bytes, page_bytes, sized.ring_rows, in.ring_row_bytes);
   } else {
-    kv::PoolInputs in;
-    in.cpu = backend_.is_cpu();
-    in.total_bytes = memory.total_bytes;
-    in.free_bytes = memory.free_bytes;
-    // Scratch that grows with the first steps (attention partials, sampling, eviction) and library
-    // workspaces stay outside the pool.
-    in.reserve_bytes = static_cast<int64_t>(kGiB) + memory.total_bytes / 50;
-    in.page_bytes = page_bytes;
-    in.page_slots = page_slots;
-    in.max_batch = config_.max_batch;
     in.cpu_default_pages = int64_t{config_.max_batch} * max_pages_;
     if (config_.kv_slot_limit > 0)
       in.cpu_default_pages = std::min(in.cpu_default_pages, config_.kv_slot_limit / page_slots + config_.max_batch);
-    const kv::PoolPlan sized = kv::plan_kv_pool(config_.pool, in);
-    pages = sized.pages;
+    sized = kv::plan_kv_pool(config_.pool, in);
     if (sized.slot_limit > 0)
       config_.kv_slot_limit =
           config_.kv_slot_limit > 0 ? std::min(config_.kv_slot_limit, sized.slot_limit) : sized.slot_limit;
-    plan_.kv_pool_rule = sized.rule;
   }
-  pool_ = std::make_unique<kv::KvPool>(backend_, shape, std::min<int64_t>(pages, INT32_MAX), page_slots,
-                                       signals, n_query_heads);
+  plan_.kv_pool_rule = sized.rule;
+  ring.rows = sized.ring_rows;
+  pool_ = std::make_unique<kv::KvPool>(backend_, shape, std::min<int64_t>(sized.pages, INT32_MAX), page_slots,
+                                       signals, ring);
   plan_.weight_bytes = forward_->weights().bytes;
   plan_.embed_bytes = forward_->weights().embed_bytes;
   plan_.activation_bytes = forward_->activation_bytes();
@@ -256,13 +265,19 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
   plan_.kv_pool_slots = pool_->n_pages() * page_slots;
   plan_.kv_page_slots = page_slots;
   plan_.kv_bytes_per_slot = page_bytes / page_slots;
+  plan_.kv_query_ring_bytes = kv::KvPool::query_ring_bytes(shape, ring);
+  plan_.kv_query_ring_rows = ring.rows;
+  plan_.query_window = ring.window;
   plan_.kv_capacity_slots = config_.kv_slot_limit > 0 ? std::min(config_.kv_slot_limit, plan_.kv_pool_slots)
                                                       : plan_.kv_pool_slots;
   plan_.max_context = max_context;
 }
 
 int64_t Engine::sequences_that_fit(int64_t reservation_slots) const {
-  return kv::sequences_that_fit(pool_->n_pages(), pool_->page_slots(), config_.kv_slot_limit, reservation_slots);
+  const int64_t n =
+      kv::sequences_that_fit(pool_->n_pages(), pool_->page_slots(), config_.kv_slot_limit, reservation_slots);
+  // Under the default policy a sequence reading window queries also needs a ring row.
+  return pool_->query_ring().rows > 0 ? std::min<int64_t>(n, pool_->query_ring().rows) : n;
 }
 
 // The decode graphs bake in this engine's pool and batch buffers: they go with it.
@@ -324,6 +339,12 @@ uint64_t Engine::submit(GenerationRequest request) {
         "Raise --budget or pass --long-prompt error.",
         prompt_len, budget.selection(), budget.selection() - 1);
   }
+  if (needs_ring_row(policy, budget) && budget.window > pool_->query_ring().window)
+    fail(
+        "request window r={} is wider than the {} queries per sequence this engine's query ring keeps for "
+        "policy '{}' (its default r, or the engine's query window): lower the request's window or start the "
+        "engine with a wider one",
+        budget.window, pool_->query_ring().window, policy.name());
   const int64_t reservation = budget.bounded() ? std::max<int64_t>(prompt_len, budget.budget) + budget.window
                                                : prompt_len + request.max_new_tokens;
   const int64_t max_slots = int64_t{max_pages_} * pool_->page_slots();
@@ -401,6 +422,16 @@ void Engine::admit() {
     std::vector<int32_t> pages = pool_->allocate(next.stats.reserved_slots);
     if (pages.empty()) break;  // waits for running sequences to retire; never preempts them
     next.pages = std::move(pages);
+    // A policy reading window queries keeps them in a ring row of its own; with every row taken (a
+    // pool with fewer rows than max_batch, sequences of smaller budgets) it waits like one short of pages.
+    if (needs_ring_row(policies_->at(next.policy), next.budget)) {
+      next.ring_row = pool_->allocate_ring_row();
+      if (next.ring_row < 0) {
+        pool_->release(next.pages);
+        next.pages.clear();
+        break;
+      }
+    }
     reserved_slots_ += next.stats.reserved_slots;
     rows += prompt;
     running_.push_back(std::move(waiting_.front()));
@@ -425,8 +456,7 @@ void Engine::admit() {
 void Engine::prefill_chunk_step() {
   Sequence& seq = *chunking_;
   if (seq.finish == FinishReason::Cancelled) {  // cancelled between its chunks
-    reserved_slots_ -= seq.stats.reserved_slots;
-    pool_->release(seq.pages);
+    release_kv(seq);
     finished_.push_back({seq.id, std::move(seq.request.prompt), {}, {}, {}, FinishReason::Cancelled, seq.stats});
     chunking_.reset();
     return;
@@ -454,8 +484,9 @@ bool Engine::prefill(const std::vector<Sequence*>& batch) {
     b.seq_row_begin[s] = row;
     b.length[s] = seq.length;
     b.appended[s] = static_cast<int32_t>(seq.appended);
-    b.budget[s] = seq.budget.budget;  // the query ring (signals) fills only under a budget,
-    b.window[s] = seq.budget.window;  // with r as its modulus
+    b.budget[s] = seq.budget.budget;
+    b.window[s] = seq.budget.window;  // the query ring's modulus
+    b.ring_row[s] = seq.ring_row;
     std::fill_n(b.page_table + int64_t{s} * max_pages_, max_pages_, 0);
     std::copy(seq.pages.begin(), seq.pages.end(), b.page_table + int64_t{s} * max_pages_);
     b.sample_key[s] = philox_key(seq.request.sampling.seed, seq.stream_id, RngDomain::Sampling);
@@ -508,6 +539,7 @@ void Engine::write_decode_row(int row) {
   std::copy(seq.pages.begin(), seq.pages.end(), b.page_table + int64_t{row} * max_pages_);
   b.budget[row] = seq.budget.budget;
   b.window[row] = seq.budget.window;
+  b.ring_row[row] = seq.ring_row;
   b.n_protected[row] = seq.n_protected;
   b.policy_id[row] = seq.policy;
   b.round[row] = seq.stats.eviction_rounds;
@@ -648,6 +680,18 @@ void Engine::forget_reused_policies(const std::vector<uint8_t>& policy_used) {
   }
 }
 
+bool Engine::needs_ring_row(const policy::EvictionPolicy& policy, const kv::BudgetSpec& budget) const {
+  return pool_->signals().window_queries && policy.needs().window_queries && budget.bounded();
+}
+
+void Engine::release_kv(Sequence& seq) {
+  reserved_slots_ -= seq.stats.reserved_slots;
+  pool_->release(seq.pages);
+  seq.pages.clear();
+  if (seq.ring_row >= 0) pool_->release_ring_row(seq.ring_row);
+  seq.ring_row = -1;
+}
+
 void Engine::finish_round(Sequence& seq) {
   // The backend already ran the round inside the step; the host mirrors its effect.
   seq.length = seq.budget.budget;
@@ -696,8 +740,7 @@ void Engine::retire_finished() {
     }
     seq.stats.generated_tokens = static_cast<int>(seq.generated.size());
     seq.stats.final_resident_slots = seq.length;
-    reserved_slots_ -= seq.stats.reserved_slots;
-    pool_->release(seq.pages);
+    release_kv(seq);
     finished_.push_back({seq.id, std::move(seq.request.prompt), std::move(seq.generated),
                          std::move(seq.forced_logprobs), std::move(seq.forced_is_argmax), seq.finish,
                          seq.stats});

@@ -42,6 +42,11 @@ struct EngineConfig {
   int64_t kv_pool_bytes = 0;   // KV pool size; 0 = sized by `pool` (kv/pool_sizing.h)
   kv::PoolRequest pool;        // --kv-slots / --kv-memory-gib / --gpu-memory-utilization; none = the default
   int max_context = 0;         // longest reservation of one sequence in slots; 0 = the model's max position
+  // Width of the query ring a pool recording window queries keeps (snapkv, rkv, vase, ...): the widest
+  // window r a request under such a policy may bring; 0 = the default budget's r. One row of this many
+  // queries per query head for each sequence that can run at once (max_batch, or as many sequences of
+  // the default budget as the pool holds, if fewer).
+  int query_window = 0;
   bool graphs = true;          // replay each decode-step shape as one graph where the backend can
   // Read a decode step's sampled tokens while the next step runs (one step late), so the device
   // never waits for the host between steps. Token events come one step later; a sequence that stops
@@ -70,7 +75,13 @@ struct MemoryPlan {
   int64_t kv_pool_bytes = 0;
   int64_t kv_pool_slots = 0;  // per (layer, KV head)
   int kv_page_slots = 0;
-  int64_t kv_bytes_per_slot = 0;  // all layers and heads, K, V and position
+  int64_t kv_bytes_per_slot = 0;  // all layers and heads, K, V, position and per-slot signals
+  // Of kv_pool_bytes, the query ring (0 unless the policy reads window queries): a row of query_window
+  // queries per query head and layer, fp32, for each of kv_query_ring_rows sequences; one sequence's
+  // share is one row.
+  int64_t kv_query_ring_bytes = 0;
+  int kv_query_ring_rows = 0;  // sequences that can hold a ring row at once (max_batch or fewer)
+  int query_window = 0;        // queries per ring row (0: no ring)
   // Slots (per layer and KV head) running sequences may reserve together: the pool's, or the slot
   // limit where one is set and smaller. What /metrics reports as capacity.
   int64_t kv_capacity_slots = 0;
@@ -252,6 +263,10 @@ class Engine {
   void accept_token(Sequence& seq, int token, float forced_logprob, bool forced_is_argmax);
   void finish_round(Sequence& seq);
   void retire_finished();
+  // Whether a sequence under `policy` and `budget` keeps its window queries in a row of the query ring.
+  bool needs_ring_row(const policy::EvictionPolicy& policy, const kv::BudgetSpec& budget) const;
+  // Gives a finished or cancelled sequence's pages and ring row back to the pool.
+  void release_kv(Sequence& seq);
 
   const model::Model& model_;
   backend::Backend& backend_;

@@ -6,31 +6,36 @@
 
 namespace kvdice::kv {
 
-int64_t KvPool::bytes_per_page(KvShape shape, DType dtype, int page_slots, policy::SignalNeeds signals,
-                               int n_query_heads) {
+int64_t KvPool::bytes_per_page(KvShape shape, DType dtype, int page_slots, policy::SignalNeeds signals) {
   const int64_t slots = int64_t{shape.n_layers} * shape.n_kv_heads * page_slots;
   int64_t bytes = slots * (2 * int64_t{shape.head_dim} * static_cast<int64_t>(dtype_size(dtype)) + 4);
   if (signals.value_ranges) bytes += slots * 4;
   if (signals.accumulated_attention) bytes += slots * 4;
-  if (signals.window_queries)
-    bytes += int64_t{shape.n_layers} * n_query_heads * page_slots * shape.head_dim * 4;
   return bytes;
 }
 
+int64_t KvPool::query_ring_bytes(KvShape shape, QueryRingShape ring) {
+  return int64_t{shape.n_layers} * ring.rows * ring.n_query_heads * ring.window * shape.head_dim * 4;
+}
+
 KvPool::KvPool(backend::Backend& backend, KvShape shape, int64_t n_pages, int page_slots,
-               policy::SignalNeeds signals, int n_query_heads)
+               policy::SignalNeeds signals, QueryRingShape ring)
     : backend_(&backend),
       shape_(shape),
       dtype_(backend.kv_dtype()),
       page_slots_(page_slots),
       n_pages_(n_pages),
       signals_(signals),
-      n_query_heads_(n_query_heads) {
+      ring_(signals.window_queries ? ring : QueryRingShape{}) {
   if (shape.n_layers <= 0 || shape.n_kv_heads <= 0 || shape.head_dim <= 0)
     fail("KV shape must be positive, got n_layers={} n_kv_heads={} head_dim={}", shape.n_layers,
          shape.n_kv_heads, shape.head_dim);
   if (page_slots <= 0) fail("KV page size must be > 0 slots, got {}", page_slots);
   if (n_pages <= 0 || n_pages > INT32_MAX) fail("KV pool must hold 1 .. 2^31-1 pages, got {}", n_pages);
+  if (signals.window_queries && (ring_.rows <= 0 || ring_.window <= 0 || ring_.n_query_heads <= 0))
+    fail(
+        "the query ring needs rows (sequences at once), a window and query heads, all > 0; got {}, {} and {}",
+        ring_.rows, ring_.window, ring_.n_query_heads);
   const int64_t slots_per_layer = n_pages * shape.n_kv_heads * page_slots;
   const size_t kv_bytes =
       static_cast<size_t>(slots_per_layer * shape.n_layers * shape.head_dim) * dtype_size(dtype_);
@@ -38,17 +43,15 @@ KvPool::KvPool(backend::Backend& backend, KvShape shape, int64_t n_pages, int pa
   values_ = backend.alloc(kv_bytes, "KV pool values");
   positions_ = backend.alloc(static_cast<size_t>(slots_per_layer * shape.n_layers) * 4, "KV pool positions");
   const size_t layer_kv_bytes = kv_bytes / shape.n_layers;
-  if (signals.window_queries && n_query_heads <= 0) fail("the query ring needs the number of query heads");
   // Signals are fp32 arrays in backend memory (device memory on CUDA), written by qk_norm_rope_append /
   // attention and read by the policies' selections (backend.h KvLayer).
   const size_t slot_signal_bytes = static_cast<size_t>(slots_per_layer * shape.n_layers) * 4;
-  const int64_t ring_per_layer = n_pages * n_query_heads * page_slots * shape.head_dim;
+  const int64_t ring_per_layer = int64_t{ring_.rows} * ring_.n_query_heads * ring_.window * shape.head_dim;
   if (signals.value_ranges) value_range_ = backend.alloc(slot_signal_bytes, "KV pool value ranges");
   if (signals.accumulated_attention)
     attention_mass_ = backend.alloc(slot_signal_bytes, "KV pool attention mass");
   if (signals.window_queries)
-    query_ring_ =
-        backend.alloc(static_cast<size_t>(ring_per_layer * shape.n_layers) * 4, "KV pool query rings");
+    query_ring_ = backend.alloc(static_cast<size_t>(query_ring_bytes(shape, ring_)), "KV pool query rings");
   for (int l = 0; l < shape.n_layers; ++l) {
     backend::KvLayer view;
     view.keys = static_cast<char*>(keys_.data()) + l * layer_kv_bytes;
@@ -65,12 +68,15 @@ KvPool::KvPool(backend::Backend& backend, KvShape shape, int64_t n_pages, int pa
       view.attention_mass = static_cast<float*>(attention_mass_.data()) + l * slots_per_layer;
     if (signals.window_queries) {
       view.query_ring = static_cast<float*>(query_ring_.data()) + l * ring_per_layer;
-      view.n_heads = n_query_heads;
+      view.n_heads = ring_.n_query_heads;
+      view.ring_window = ring_.window;
+      view.ring_rows = ring_.rows;
     }
     layers_.push_back(view);
   }
   free_.resize(static_cast<size_t>(n_pages));
   for (int64_t i = 0; i < n_pages; ++i) free_[static_cast<size_t>(i)] = static_cast<int32_t>(n_pages - 1 - i);
+  for (int row = ring_.rows - 1; row >= 0; --row) free_rows_.push_back(row);
 }
 
 std::vector<int32_t> KvPool::allocate(int64_t slots) {
@@ -88,6 +94,19 @@ void KvPool::release(const std::vector<int32_t>& pages) {
     free_.push_back(*it);
   }
   KVDICE_CHECK(free_pages() <= n_pages_, "pool holds {} free pages of {}", free_pages(), n_pages_);
+}
+
+int KvPool::allocate_ring_row() {
+  if (free_rows_.empty()) return -1;
+  const int row = free_rows_.back();
+  free_rows_.pop_back();
+  return row;
+}
+
+void KvPool::release_ring_row(int row) {
+  KVDICE_CHECK(row >= 0 && row < ring_.rows, "released ring row {} outside the ring of {}", row, ring_.rows);
+  free_rows_.push_back(row);
+  KVDICE_CHECK(free_ring_rows() <= ring_.rows, "ring holds {} free rows of {}", free_ring_rows(), ring_.rows);
 }
 
 }  // namespace kvdice::kv

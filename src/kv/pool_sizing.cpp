@@ -14,9 +14,22 @@ double gib(int64_t bytes) { return static_cast<double>(bytes) / kGiB; }
 
 }  // namespace
 
+PoolPlan split_kv_pool_bytes(int64_t bytes, const PoolInputs& in) {
+  PoolPlan plan;
+  if (in.ring_row_bytes > 0) {
+    const int64_t sequence_pages =
+        std::max<int64_t>(1, (in.sequence_slots + in.page_slots - 1) / in.page_slots);
+    const int64_t fit = std::max<int64_t>(bytes, 0) / (sequence_pages * in.page_bytes + in.ring_row_bytes);
+    plan.ring_rows = static_cast<int>(std::clamp<int64_t>(fit, 1, std::max(in.max_batch, 1)));
+  }
+  plan.pages = (bytes - plan.ring_rows * in.ring_row_bytes) / in.page_bytes;
+  return plan;
+}
+
 PoolPlan plan_kv_pool(const PoolRequest& request, const PoolInputs& in) {
-  KVDICE_CHECK(in.page_bytes > 0 && in.page_slots > 0, "pool sizing: page of {} bytes, {} slots", in.page_bytes,
-               in.page_slots);
+  KVDICE_CHECK(in.page_bytes > 0 && in.page_slots > 0 && in.ring_row_bytes >= 0,
+               "pool sizing: page of {} bytes, {} slots, ring rows of {} bytes", in.page_bytes, in.page_slots,
+               in.ring_row_bytes);
   const int given = (request.kv_slots != 0) + (request.kv_memory_gib != 0) + (request.gpu_memory_utilization != 0);
   if (given > 1)
     fail("the KV pool is sized one way: pass one of --kv-slots, --kv-memory-gib, --gpu-memory-utilization");
@@ -33,28 +46,42 @@ PoolPlan plan_kv_pool(const PoolRequest& request, const PoolInputs& in) {
   // On CUDA the pool must fit what is free now less the reserve; on the CPU its pages are touched
   // lazily, so it may exceed what is free but never the RAM itself.
   const int64_t room = in.cpu ? in.total_bytes : in.free_bytes - in.reserve_bytes;
-  auto check_fits = [&](int64_t pages, const std::string& asked) {
-    const int64_t bytes = pages * in.page_bytes;
+  // The query ring's rows come off every size before pages are counted.
+  auto ring = [&](int rows) {
+    return rows > 0 ? fmt::format(" and a query ring of {} rows of {} bytes", rows, in.ring_row_bytes)
+                    : std::string();
+  };
+  auto check_fits = [&](const PoolPlan& p, const std::string& asked) {
+    const int64_t bytes = p.pages * in.page_bytes + p.ring_rows * in.ring_row_bytes;
     if (bytes > room)
-      fail("{} needs a KV pool of {:.2f} GiB ({} pages of {} bytes); {} has {:.2f} GiB{}", asked, gib(bytes),
-           pages, in.page_bytes, where, gib(std::max<int64_t>(room, 0)),
+      fail("{} needs a KV pool of {:.2f} GiB ({} pages of {} bytes{}); {} has {:.2f} GiB{}", asked,
+           gib(bytes), p.pages, in.page_bytes, ring(p.ring_rows), where, gib(std::max<int64_t>(room, 0)),
            in.cpu ? "" : " after weights, activations and a scratch reserve");
   };
+  const int ring_rows_max = in.ring_row_bytes > 0 ? std::max(in.max_batch, 1) : 0;
   if (request.kv_slots > 0) {
     // Every running sequence rounds its reservation up to whole pages: one page each on top.
     plan.pages = (request.kv_slots + in.page_slots - 1) / in.page_slots + in.max_batch;
     plan.slot_limit = request.kv_slots;
-    check_fits(plan.pages, fmt::format("--kv-slots {}", request.kv_slots));
+    // A ring row for each sequence of the default reservation the slots hold, max_batch at most.
+    plan.ring_rows = ring_rows_max;
+    if (plan.ring_rows > 0 && in.sequence_slots > 0)
+      plan.ring_rows =
+          static_cast<int>(std::clamp<int64_t>(request.kv_slots / in.sequence_slots, 1, ring_rows_max));
+    check_fits(plan, fmt::format("--kv-slots {}", request.kv_slots));
     plan.rule = fmt::format("--kv-slots {}", request.kv_slots);
   } else if (request.kv_memory_gib > 0) {
-    plan.pages = static_cast<int64_t>(request.kv_memory_gib * kGiB) / in.page_bytes;
+    plan = split_kv_pool_bytes(static_cast<int64_t>(request.kv_memory_gib * kGiB), in);
     if (plan.pages < 1)
-      fail("--kv-memory-gib {} holds no page of the KV pool (one page is {} bytes)", request.kv_memory_gib,
-           in.page_bytes);
-    check_fits(plan.pages, fmt::format("--kv-memory-gib {}", request.kv_memory_gib));
+      fail("--kv-memory-gib {} holds no page of the KV pool (one page is {} bytes{})", request.kv_memory_gib,
+           in.page_bytes, ring(plan.ring_rows));
+    check_fits(plan, fmt::format("--kv-memory-gib {}", request.kv_memory_gib));
     plan.rule = fmt::format("--kv-memory-gib {}", request.kv_memory_gib);
   } else if (in.cpu) {
-    plan.pages = std::min(in.cpu_default_pages, in.total_bytes / 2 / in.page_bytes);
+    // Lazily touched: the engine's limits, a ring row for each of max_batch sequences.
+    plan.ring_rows = ring_rows_max;
+    plan.pages = std::min(in.cpu_default_pages,
+                          (in.total_bytes / 2 - plan.ring_rows * in.ring_row_bytes) / in.page_bytes);
     plan.rule = "the engine's limits, at most half the RAM";
   } else {
     const double fraction =
@@ -63,15 +90,15 @@ PoolPlan plan_kv_pool(const PoolRequest& request, const PoolInputs& in) {
     // buffers, the runtime, and anything else on the device) comes off first.
     const int64_t used = in.total_bytes - in.free_bytes;
     const int64_t allowed = static_cast<int64_t>(fraction * static_cast<double>(in.total_bytes)) - used;
-    const int64_t bytes = std::min(allowed, in.free_bytes - in.reserve_bytes);
-    plan.pages = bytes / in.page_bytes;
+    plan = split_kv_pool_bytes(std::min(allowed, in.free_bytes - in.reserve_bytes), in);
     if (plan.pages < 1)
       fail(
-          "no device memory left for the KV pool: {:.2f} GiB of {:.2f} GiB in use after weights and activations, "
-          "--gpu-memory-utilization {} allows {:.2f} GiB; one page needs {} bytes (raise "
+          "no device memory left for the KV pool: {:.2f} GiB of {:.2f} GiB in use after weights and "
+          "activations, "
+          "--gpu-memory-utilization {} allows {:.2f} GiB; one page needs {} bytes{} (raise "
           "--gpu-memory-utilization or pass --kv-memory-gib)",
           gib(used), gib(in.total_bytes), fraction, gib(static_cast<int64_t>(fraction * in.total_bytes)),
-          in.page_bytes);
+          in.page_bytes, ring(plan.ring_rows));
     plan.rule = fmt::format("--gpu-memory-utilization {:.2f}", fraction);
   }
   if (plan.pages < 1) fail("the KV pool has no page ({} requested)", plan.rule);

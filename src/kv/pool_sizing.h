@@ -29,20 +29,33 @@ struct PoolInputs {
   int64_t total_bytes = 0;      // device memory (CUDA) or RAM (CPU)
   int64_t free_bytes = 0;       // free now
   int64_t reserve_bytes = 0;    // kept free for scratch that grows with the first steps (CUDA)
-  int64_t page_bytes = 0;       // one page: all layers and KV heads, K, V, positions, signals
+  int64_t page_bytes = 0;       // one page: all layers and KV heads, K, V, positions, per-slot signals
+  // The query ring of a policy reading window queries: one row of ring_row_bytes per sequence that can
+  // run at once (0: no ring). Rows are max_batch, or fewer where the pool's bytes cannot hold that many
+  // sequences of `sequence_slots` (the default budget's smallest reservation, T + r) with their rows.
+  int64_t ring_row_bytes = 0;
+  int64_t sequence_slots = 0;
   int page_slots = 16;
   int max_batch = 1;            // a page of rounding per running sequence on top of --kv-slots
   int64_t cpu_default_pages = 0;  // the CPU pool when nothing is requested
 };
 
+// The pool's bytes are pages x page_bytes plus ring_rows x ring_row_bytes; every size asked for counts
+// both.
 struct PoolPlan {
   int64_t pages = 0;
+  int ring_rows = 0;       // rows of the query ring (0 without one)
   int64_t slot_limit = 0;  // reserved slots across running sequences at most; 0 = the pool's pages
   std::string rule;        // how the size was chosen, for the start-up line
 };
 
 // Throws Error naming the flag when the request is out of range, does not fit, or mixes flags.
 PoolPlan plan_kv_pool(const PoolRequest& request, const PoolInputs& inputs);
+
+// `bytes` of pool split into query ring rows and pages: as many rows as sequences of sequence_slots
+// with their rows fit in `bytes` (at least 1, at most max_batch), the rest pages. pages may come out
+// < 1 (the caller refuses such a pool).
+PoolPlan split_kv_pool_bytes(int64_t bytes, const PoolInputs& inputs);
 
 // Sequences of `reservation_slots` each that fit together: whole pages each, and within `slot_limit`
 // when it is set (0 = none).

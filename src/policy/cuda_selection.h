@@ -17,7 +17,8 @@ struct SelectionLayer {
   const void* keys = nullptr;
   const int32_t* positions = nullptr;
   const float* value_range = nullptr;
-  const float* query_ring = nullptr;  // [page][query head][page slot][head_dim] fp32
+  const float* query_ring =
+      nullptr;  // [ring row][query head][ring window][head_dim] fp32 (backend.h KvLayer)
   const float* attention_mass = nullptr;
 };
 
@@ -82,6 +83,10 @@ struct CudaSelectionArgs {
   int n_model_layers = 0;
   int head_dim = 0;
   int n_heads = 0;  // query heads (the ring's second dimension)
+  // Queries per ring row (the ring's third dimension) for a policy reading window queries, else 0. A due
+  // row of such a policy must hold a ring row (StepBatch::ring_row >= 0) and r <= ring_window, or the
+  // selection flags kErrorSelectionInput.
+  int ring_window = 0;
   int pool = 1;
   double temperature = 1.0;
   double lambda = 0.0;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -121,7 +122,7 @@ inline double relative_error(const std::vector<float>& a, const std::vector<floa
 struct HostBatch {
   int n_seqs = 0, n_rows = 0, max_rows_per_seq = 0, max_pages = 0;
   std::vector<int32_t> tokens, row_seq, seq_row_begin, length, appended, page_table;
-  std::vector<int32_t> budget, window, n_protected, policy_id, round;
+  std::vector<int32_t> budget, window, n_protected, policy_id, round, ring_row;
   std::vector<PhiloxKey> evict_key, sample_key;
   std::vector<float> temperature, top_p;
   std::vector<int32_t> top_k, gen_step, forced, next_token;
@@ -152,6 +153,8 @@ struct HostBatch {
     h.n_protected.assign(n, 0);
     h.policy_id.assign(n, 0);
     h.round.assign(n, 0);
+    h.ring_row.resize(n);  // sequence s holds query ring row s
+    std::iota(h.ring_row.begin(), h.ring_row.end(), 0);
     h.evict_key.assign(n, PhiloxKey{0, 0});
     h.sample_key.assign(n, PhiloxKey{0, 0});
     h.temperature.assign(n, 0.0f);
@@ -207,6 +210,7 @@ struct DeviceBatch {
     batch.n_protected = put(h.n_protected, "n_protected");
     batch.policy_id = put(h.policy_id, "policy_id");
     batch.round = put(h.round, "round");
+    batch.ring_row = put(h.ring_row, "ring_row");
     batch.evict_key = put(h.evict_key, "evict_key");
     batch.sample_key = put(h.sample_key, "sample_key");
     batch.temperature = put(h.temperature, "temperature");

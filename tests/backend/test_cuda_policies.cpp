@@ -48,6 +48,7 @@ struct ScoringWorld {
   int n_pages = 0;
   std::vector<std::vector<float>> k, v, ring, range, mass;
   std::vector<std::vector<int32_t>> pos;
+  int ring_window = 0;  // queries per ring row: the widest r of the rows
 
   ScoringWorld(const Shape& s, const std::vector<Row>& rows, uint64_t seed, bool same_positions_in_layers)
       : shape(s) {
@@ -59,8 +60,11 @@ struct ScoringWorld {
     std::iota(h.page_table.begin(), h.page_table.end(), 0);
     std::shuffle(h.page_table.begin(), h.page_table.end(), std::mt19937_64(seed));
     n_pages = h.n_seqs * max_pages;
+    for (const Row& r : rows) ring_window = std::max(ring_window, r.window);
+    // Rows hold the ring rows in reverse, so a reader that took the batch row for the ring row fails.
+    for (int s_ = 0; s_ < h.n_seqs; ++s_) h.ring_row[size_t(s_)] = h.n_seqs - 1 - s_;
     const size_t slots = size_t(n_pages) * s.n_kv * kPageSlots;
-    const size_t ring_floats = size_t(n_pages) * s.n_kv * s.group * kPageSlots * s.head_dim;
+    const size_t ring_floats = size_t(h.n_seqs) * s.n_kv * s.group * ring_window * s.head_dim;
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<float> uniform(0.5f, 4.0f);
     for (int l = 0; l < s.n_layers; ++l) {
@@ -92,12 +96,12 @@ struct ScoringWorld {
             pos[l][index(s_, g, slot)] = slot_positions[size_t(slot)];
         }
       }
-      // Ring slots [0, r) in the row's own pages hold fp32 queries (not bf16-rounded: the ring is fp32).
+      // Ring slots [0, r) of the row's ring row hold fp32 queries (not bf16-rounded: the ring is fp32).
       for (int l = 0; l < s.n_layers; ++l)
         for (int j = 0; j < r.window; ++j)
           for (int qh = 0; qh < s.n_kv * s.group; ++qh) {
-            const size_t page = size_t(h.page_table[size_t(s_) * h.max_pages + j / kPageSlots]);
-            const size_t at = ((page * s.n_kv * s.group + qh) * kPageSlots + j % kPageSlots) * s.head_dim;
+            const size_t at =
+                ((size_t(h.ring_row[size_t(s_)]) * s.n_kv * s.group + qh) * ring_window + j) * s.head_dim;
             for (int c = 0; c < s.head_dim; ++c) ring[l][at + c] = normal(rng);
           }
     }
@@ -132,6 +136,8 @@ AfterRound run_round(Backend& b, const ScoringWorld& w, const policy::EvictionPo
     backend::KvLayer view = layers.back()->layer;
     view.query_ring = static_cast<float*>(rings.back()->data());
     view.n_heads = s.n_kv * s.group;
+    view.ring_window = w.ring_window;
+    view.ring_rows = w.h.n_seqs;
     view.value_range = static_cast<float*>(ranges.back()->data());
     view.attention_mass = static_cast<float*>(masses.back()->data());
     views.push_back(view);
@@ -322,12 +328,14 @@ TEST(CudaSignals, QueryRingAndValueRangeMatchTheCpu) {
     SCOPED_TRACE(c.name);
     const int max_pages = 4;
     // A decode row, a 7-row prefill chunk with r = 4 (only its last 4 rows may write the ring), a row
-    // without a budget (records nothing in the ring) and a 3-row chunk.
+    // without a ring row (records nothing in the ring) and a 3-row chunk; ring rows out of batch order.
     HostBatch h = HostBatch::make({1, 7, 2, 3}, max_pages);
     h.length = {20, 0, 5, 9};
     h.appended = {1000, 0, 5, 300};
     h.budget = {32, 16, 0, 32};
     h.window = {8, 4, 8, 16};
+    h.ring_row = {3, 0, -1, 1};
+    const int ring_rows = 4, ring_window = 16;
     h.page_table.resize(size_t(h.n_seqs) * max_pages);
     std::iota(h.page_table.begin(), h.page_table.end(), 0);
     std::shuffle(h.page_table.begin(), h.page_table.end(), std::mt19937_64(61));
@@ -339,7 +347,7 @@ TEST(CudaSignals, QueryRingAndValueRangeMatchTheCpu) {
     for (int i = 0; i < c.head_dim / 2; ++i)
       inv_freq[i] = static_cast<float>(1.0 / std::pow(1e6, 2.0 * i / c.head_dim));
     const int n_pages = h.n_seqs * max_pages;
-    const size_t ring_floats = size_t(n_pages) * c.n_heads * kPageSlots * c.head_dim;
+    const size_t ring_floats = size_t(ring_rows) * c.n_heads * ring_window * c.head_dim;
     const size_t slots = size_t(n_pages) * c.n_kv * kPageSlots;
     std::vector<float> ring_out[2], range_out[2];
     int i = 0;
@@ -358,6 +366,8 @@ TEST(CudaSignals, QueryRingAndValueRangeMatchTheCpu) {
       backend::KvLayer layer = kv.layer;
       layer.query_ring = static_cast<float*>(ring.data());
       layer.n_heads = c.n_heads;
+      layer.ring_window = ring_window;
+      layer.ring_rows = ring_rows;
       layer.value_range = static_cast<float*>(range.data());
       DeviceBatch d(*b, h);
       const backend::Rope rope{freq.view.as<const float>(), c.head_dim};
@@ -372,7 +382,8 @@ TEST(CudaSignals, QueryRingAndValueRangeMatchTheCpu) {
     }
     // The ring is fp32 on both backends; only the rotation's rounding differs.
     EXPECT_LE(relative_error(ring_out[1], ring_out[0]), 1e-5) << "query ring";
-    // Entries the CPU left zero (rows beyond the last r of a chunk, rows without a budget) stay zero.
+    // Entries the CPU left zero (rows beyond the last r of a chunk, a sequence without a ring row, ring
+    // row 2 that no sequence holds) stay zero.
     size_t written_cpu = 0, written_gpu = 0;
     for (size_t j = 0; j < ring_floats; ++j) {
       written_cpu += ring_out[0][j] != 0.0f;

@@ -96,6 +96,7 @@ struct RealWorld {
   HostBatch h;
   int n_pages = 0;
   size_t slots = 0, ring_floats = 0;
+  int ring_window = 0;  // queries per ring row: the widest r of the rows
   std::vector<std::vector<float>> k, v, ring, range, mass;
   std::vector<std::vector<int32_t>> pos;
 
@@ -110,7 +111,10 @@ struct RealWorld {
     std::shuffle(h.page_table.begin(), h.page_table.end(), std::mt19937_64(seed));
     n_pages = h.n_seqs * max_pages;
     slots = size_t(n_pages) * s.n_kv * kPageSlots;
-    ring_floats = size_t(n_pages) * s.n_kv * s.group * kPageSlots * s.head_dim;
+    for (const Row& r : rows) ring_window = std::max(ring_window, r.window);
+    // Rows hold the ring rows in reverse, so a reader that took the batch row for the ring row fails.
+    for (int q = 0; q < h.n_seqs; ++q) h.ring_row[size_t(q)] = h.n_seqs - 1 - q;
+    ring_floats = size_t(h.n_seqs) * s.n_kv * s.group * ring_window * s.head_dim;
     std::mt19937_64 rng(seed);
     for (int l = 0; l < s.n_layers; ++l) {
       k.push_back(hashed_bf16(slots * s.head_dim, seed * 131 + 10 * l + 1));
@@ -144,13 +148,13 @@ struct RealWorld {
           for (int slot = 0; slot < r.length; ++slot) pos[l][index(q, g, slot)] = slot_positions[size_t(slot)];
         }
       }
-      // Ring slots [0, r) in the row's own pages hold fp32 queries.
+      // Ring slots [0, r) of the row's ring row hold fp32 queries.
       if (needs.window_queries)
         for (int l = 0; l < s.n_layers; ++l)
           for (int j = 0; j < r.window; ++j)
             for (int qh = 0; qh < s.n_kv * s.group; ++qh) {
-              const size_t page = size_t(h.page_table[size_t(q) * h.max_pages + j / kPageSlots]);
-              const size_t at = ((page * s.n_kv * s.group + qh) * kPageSlots + j % kPageSlots) * s.head_dim;
+              const size_t at =
+                  ((size_t(h.ring_row[size_t(q)]) * s.n_kv * s.group + qh) * ring_window + j) * s.head_dim;
               for (int c = 0; c < s.head_dim; ++c)
                 ring[l][at + c] = hashed_unit(seed * 131 + 10 * l + 5, at + c);
             }
@@ -178,6 +182,8 @@ struct RealPool {
       layers.back()->upload(w.k[l], w.v[l], w.pos[l]);
       backend::KvLayer view = layers.back()->layer;
       view.n_heads = s.n_kv * s.group;
+      view.ring_window = w.ring_window;
+      view.ring_rows = w.h.n_seqs;
       if (w.needs.window_queries) view.query_ring = static_cast<float*>(signal(w.ring[l], "query ring"));
       if (w.needs.value_ranges) view.value_range = static_cast<float*>(signal(w.range[l], "value range"));
       if (w.needs.accumulated_attention)

@@ -121,6 +121,25 @@ TEST_F(BenchCli, CapacityFillsTheMemoryWithTheLargestBatch) {
   EXPECT_TRUE(run["validation"]["ok"].get<bool>());
 }
 
+TEST_F(BenchCli, CapacityCountsOneQueryRingRowPerScoringSequence) {
+  const std::string json = path("cs.json");
+  // snapkv's pages cost what random_pp's do (49,920 bytes a sequence); its window queries add one query
+  // ring row: 2 layers x 4 query heads x r = 8 queries x 32 fp32 = 8,192 bytes. A ring per page (16
+  // queries a page) would cost 49,152 bytes a sequence more and fit 5.
+  const double gib = 10 * (49920.0 + 8192.0) / (1 << 30) + 1e-9;
+  const CommandResult r =
+      run_kvdice(cpu({"bench", "capacity", "--model", kModel, "--policy", "snapkv", "--memory-gib",
+                      fmt::format("{:.12f}", gib), "--prompt-len", "16", "--output-len", "40", "--budget",
+                      "32", "--window", "8", "--json-out", json}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json run = read_runs(json)[0];
+  EXPECT_EQ(run["results"][0]["metrics"]["batch"], 10);
+  EXPECT_EQ(run["results"][0]["metrics"]["max_running"], 10);
+  EXPECT_EQ(run["parameters"]["kv_bytes_per_sequence"], 49920 + 8192);
+  EXPECT_EQ(run["parameters"]["query_ring_bytes_per_sequence"], 8192);
+  EXPECT_TRUE(run["validation"]["ok"].get<bool>());
+}
+
 TEST_F(BenchCli, EvictTimesEveryPolicyAtEachBatch) {
   const std::string json = path("e.json");
   const CommandResult r = run_kvdice(cpu({"bench", "evict", "--model", kModel, "--budget", "64", "--window",

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "core/error.h"
 #include "engine/engine.h"
@@ -376,6 +377,120 @@ TEST(Engine, ReservationsBeyondTheLongestContextAreRefusedWithTheNumbers) {
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("lower --budget"), std::string::npos) << error.what();
   }
+}
+
+}  // namespace
+}  // namespace kvdice::engine
+
+namespace kvdice::engine {
+namespace {
+
+// The query ring keeps each running sequence's last r queries in a row of its own: scoring sequences
+// decoded together keep what each keeps alone (the same window queries, so the same keep-sets and
+// tokens). Two rows for three sequences: the third runs in a row the first to finish gave back.
+TEST(Engine, ScoringSequencesInFlightKeepTheirOwnWindowQueries) {
+  const std::vector<std::string> texts = {"The quick brown fox jumps over the lazy dog",
+                                          "12 + 7 = 19, and 19 + 23 = 42", "z"};
+  const SamplingParams sampling{0.8f, 0.95f, 0, 23};
+  using Rounds = std::map<uint64_t, std::vector<kv::RoundRecord>>;
+  auto run = [&](const std::vector<size_t>& which, Rounds& rounds) {
+    auto backend = backend::make_cpu_backend(2);
+    EngineConfig config = budgeted("snapkv", 32, 8);
+    config.max_batch = 2;
+    Engine engine(*bundle().model, *backend, config);
+    engine.set_round_observer([&](uint64_t id, const kv::RoundRecord& r) { rounds[id].push_back(r); });
+    for (size_t i : which) engine.submit(request(texts[i], 60, sampling, i));
+    engine.run();
+    auto out = engine.take_finished();
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+    return out;
+  };
+  Rounds together_rounds;
+  const auto together = run({0, 1, 2}, together_rounds);
+  ASSERT_EQ(together.size(), texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    Rounds alone_rounds;
+    const auto alone = run({i}, alone_rounds);
+    EXPECT_EQ(alone[0].tokens, together[i].tokens) << "sequence " << i;
+    const auto& mine = together_rounds[together[i].id];
+    const auto& theirs = alone_rounds[alone[0].id];
+    ASSERT_EQ(mine.size(), theirs.size()) << "sequence " << i;
+    ASSERT_GT(mine.size(), 0u) << "sequence " << i << " ran no round";
+    for (size_t r = 0; r < mine.size(); ++r)
+      EXPECT_EQ(mine[r].kept_positions, theirs[r].kept_positions) << "sequence " << i << " round " << r;
+  }
+}
+
+// The ring is max_batch rows of the widest r, whatever the pool's pages; a request whose window is
+// wider than the ring is refused at submit, a narrower one runs.
+TEST(Engine, QueryRingIsOneRowPerRunningSequence) {
+  auto backend = backend::make_cpu_backend(1);
+  EngineConfig config = budgeted("snapkv", 32, 8);
+  config.max_batch = 3;
+  Engine engine(*bundle().model, *backend, config);
+  const model::ModelConfig& mc = bundle().model->config();
+  const MemoryPlan& plan = engine.memory_plan();
+  EXPECT_EQ(plan.query_window, 8);
+  EXPECT_EQ(plan.kv_query_ring_rows, 3);
+  EXPECT_EQ(plan.kv_query_ring_bytes, int64_t{mc.n_layers} * 3 * 8 * mc.n_heads * mc.head_dim * 4);
+  EXPECT_EQ(plan.kv_pool_bytes, plan.kv_pool_slots * plan.kv_bytes_per_slot + plan.kv_query_ring_bytes);
+  GenerationRequest wide = request("wide", 5);
+  wide.kv = KvSettings{"snapkv", kv::BudgetSpec{64, 16}};
+  try {
+    engine.submit(std::move(wide));
+    FAIL() << "a window wider than the query ring was accepted";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("wider than the 8 queries"), std::string::npos) << error.what();
+  }
+  GenerationRequest narrow = request("narrow", 40);
+  narrow.ignore_eos = true;
+  narrow.kv = KvSettings{"snapkv", kv::BudgetSpec{32, 4}};
+  engine.submit(std::move(narrow));
+  engine.run();
+  const auto out = engine.take_finished();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_GT(out[0].stats.eviction_rounds, 0);
+
+  EngineConfig plain = budgeted("random_pp", 32, 8);
+  Engine without(*bundle().model, *backend, plain);
+  EXPECT_EQ(without.memory_plan().kv_query_ring_bytes, 0) << "random_pp reads no window queries";
+}
+
+}  // namespace
+}  // namespace kvdice::engine
+
+namespace kvdice::engine {
+namespace {
+
+// A pool whose bytes hold two sequences of T + r with their ring rows gets two rows however large
+// max_batch is; a third sequence of a smaller budget, whose pages would fit, waits for a row.
+TEST(Engine, RingRowsFollowTheSequencesThePoolHolds) {
+  const model::ModelConfig& mc = bundle().model->config();
+  const int64_t row = int64_t{mc.n_layers} * 8 * mc.n_heads * mc.head_dim * 4;
+  const int64_t page = int64_t{mc.n_layers} * mc.n_kv_heads * 16 * (2 * mc.head_dim * 4 + 4);
+  EngineConfig config = budgeted("snapkv", 32, 8);
+  config.max_batch = 8;
+  config.kv_pool_bytes = 2 * (3 * page + row) + page;  // two sequences of 40 slots (3 pages) and a page
+  auto backend = backend::make_cpu_backend(1);
+  Engine engine(*bundle().model, *backend, config);
+  EXPECT_EQ(engine.memory_plan().kv_query_ring_rows, 2);
+  EXPECT_EQ(engine.memory_plan().kv_pool_slots, 7 * 16);
+  EXPECT_EQ(engine.sequences_that_fit(40), 2);
+  for (int i = 0; i < 3; ++i) {
+    GenerationRequest r = request("row " + std::to_string(i), 30);
+    r.ignore_eos = true;
+    r.kv = KvSettings{"snapkv", kv::BudgetSpec{16, 8}};  // 24 slots: 2 pages each, 3 fit by pages
+    engine.submit(std::move(r));
+  }
+  int most_running = 0;
+  while (!engine.idle()) {
+    engine.step();
+    most_running = std::max(most_running, engine.running());
+  }
+  EXPECT_EQ(most_running, 2) << "a sequence ran without a ring row";
+  const auto out = engine.take_finished();
+  ASSERT_EQ(out.size(), 3u);
+  for (const auto& result : out) EXPECT_EQ(result.tokens.size(), 30u);
 }
 
 }  // namespace

@@ -277,24 +277,25 @@ class CpuBackend final : public Backend {
         }
         if (kv.attention_mass) kv.attention_mass[index] = 0.0f;
       }
-      // A budget reserves at least 2r slots, so ring slots [0, r) lie in the sequence's own pages.
-      // Only a sequence's last r rows of the step write, so rows r apart in a long prefill chunk never
-      // race for one ring slot (the CUDA twin has the same rule).
+      // A sequence holding a ring row keeps its last r queries there. Only its last r rows of the
+      // step write, so rows r apart in a long prefill chunk never race for one ring slot (the CUDA
+      // twin has the same rule).
       const int n_new = batch.seq_row_begin[s + 1] - batch.seq_row_begin[s];
-      if (kv.query_ring && batch.budget[s] > 0 && i >= n_new - batch.window[s])
-        record_query(kv, pages, position % batch.window[s], q_out, n_heads);
+      if (kv.query_ring && batch.ring_row[s] >= 0 && i >= n_new - batch.window[s])
+        record_query(kv, batch.ring_row[s], batch.window[s], position, q_out, n_heads);
     });
   }
 
-  // The query ring of backend.h's KvLayer: one slot per position modulo r, all query heads.
-  static void record_query(const KvLayer& kv, const int32_t* pages, int ring_slot, const float* q,
+  // The query ring of backend.h's KvLayer: one slot per position modulo r in the sequence's ring
+  // row, all query heads.
+  static void record_query(const KvLayer& kv, int ring_row, int window, int32_t position, const float* q,
                            int n_heads) {
+    KVDICE_CHECK(ring_row < kv.ring_rows && window > 0 && window <= kv.ring_window && n_heads == kv.n_heads,
+                 "query ring: row {} of {}, window r={} of a ring {} queries wide, {} query heads of {}",
+                 ring_row, kv.ring_rows, window, kv.ring_window, n_heads, kv.n_heads);
     const int hd = kv.head_dim;
-    const int64_t page = pages[ring_slot / kv.page_slots];
-    for (int h = 0; h < n_heads; ++h) {
-      const int64_t index = (page * n_heads + h) * kv.page_slots + ring_slot % kv.page_slots;
-      std::copy_n(q + int64_t{h} * hd, hd, kv.query_ring + index * hd);
-    }
+    for (int h = 0; h < n_heads; ++h)
+      std::copy_n(q + int64_t{h} * hd, hd, kv.query_ring + kv.ring_index(ring_row, h, position % window));
   }
 
   void attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
@@ -471,7 +472,7 @@ class CpuBackend final : public Backend {
       const int len = batch.length[s], budget = batch.budget[s], window = batch.window[s];
       if (batch.policy_id[s] != policy_id || budget <= 0 || len <= budget || len % window != 0) continue;
       const HostSequencePages pages{&layers, batch.page_table + int64_t{s} * batch.max_pages, len,
-                                    batch.appended[s]};
+                                    batch.appended[s], batch.ring_row != nullptr ? batch.ring_row[s] : -1};
       RoundParams params{budget, window, batch.n_protected[s], batch.evict_key[s],
                          static_cast<uint32_t>(batch.round[s])};
       evict_sequence_host(pages, params, policy);

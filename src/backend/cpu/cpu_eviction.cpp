@@ -25,11 +25,16 @@ struct HeadSignals {
   int n_queries = 0;
 
   void gather(const HeadAccess& h, const policy::SignalNeeds& needs, int n_candidates, int window,
-              int64_t appended) {
+              int64_t appended, int ring_row) {
     const KvLayer& kv = h.kv;
     const int hd = kv.head_dim;
     if (needs.window_queries) {
       KVDICE_CHECK(kv.query_ring != nullptr, "policy needs window queries but the pool records none");
+      KVDICE_CHECK(
+          ring_row >= 0 && ring_row < kv.ring_rows && window <= kv.ring_window,
+          "policy needs window queries: the sequence holds ring row {} of {}, window r={} of a ring {} "
+          "queries wide",
+          ring_row, kv.ring_rows, window, kv.ring_window);
       keys.resize(static_cast<size_t>(n_candidates) * hd);
       for (int slot = 0; slot < n_candidates; ++slot)
         std::copy_n(h.key(slot), hd, keys.data() + int64_t{slot} * hd);
@@ -41,10 +46,8 @@ struct HeadSignals {
         const int head = h.head * group + gh;
         for (int i = 0; i < n_queries; ++i) {
           const int ring_slot = static_cast<int>((appended - 1 - i) % window);
-          const int64_t index =
-              (int64_t{h.page_table[ring_slot / kv.page_slots]} * kv.n_heads + head) * kv.page_slots +
-              ring_slot % kv.page_slots;
-          std::copy_n(kv.query_ring + index * hd, hd, queries.data() + (int64_t{gh} * n_queries + i) * hd);
+          std::copy_n(kv.query_ring + kv.ring_index(ring_row, head, ring_slot), hd,
+                      queries.data() + (int64_t{gh} * n_queries + i) * hd);
         }
       }
     }
@@ -173,7 +176,7 @@ int64_t evict_sequence_host(const HostSequencePages& seq, const RoundParams& par
         input.round_score = std::span<const double>(round_score.data() + int64_t{head} * n_candidates,
                                                     static_cast<size_t>(n_candidates));
       if (needs.any()) {
-        signals.gather(h, needs, n_candidates, window, seq.appended);
+        signals.gather(h, needs, n_candidates, window, seq.appended, seq.ring_row);
         signals.hand_to(input, kv);
       }
 

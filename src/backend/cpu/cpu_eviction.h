@@ -20,6 +20,7 @@ struct HostSequencePages {
   const int32_t* page_table = nullptr;
   int length = 0;        // resident slots (every head)
   int64_t appended = 0;  // tokens ever appended
+  int ring_row = -1;     // its row of the query ring (StepBatch::ring_row); -1 = none
 };
 
 struct RoundParams {

@@ -219,7 +219,8 @@ class CudaBackend final : public Backend {
         fail(
             "CUDA evict on device {}: a due row's budget, window, protected prompt or length was outside the "
             "policy's preconditions (need n_protected <= T - r <= length - r and length <= max_pages * "
-            "page_slots)",
+            "page_slots; a policy reading window queries also needs a query ring row and r <= the ring's "
+            "window)",
             device_);
       if (code == policy::kErrorLayersDiffer)
         fail(
@@ -487,6 +488,7 @@ class CudaBackend final : public Backend {
     args.threshold = params->params.threshold;
     args.table = static_cast<const double*>(params->table.data());
     args.logit_queries = logit_queries;
+    args.ring_window = needs.window_queries ? first.ring_window : 0;
     if (scoring) {
       const size_t selection_bytes =
           static_cast<size_t>(group_rows) * chunk * first.n_kv_heads * head_scratch;
@@ -709,7 +711,8 @@ class CudaBackend final : public Backend {
            first.head_dim);
     for (const KvLayer& layer : layers) {
       if (needs.window_queries &&
-          (layer.query_ring == nullptr || layer.n_heads <= 0 || layer.n_heads % layer.n_kv_heads != 0))
+          (layer.query_ring == nullptr || layer.n_heads <= 0 || layer.n_heads % layer.n_kv_heads != 0 ||
+           layer.ring_window <= 0 || layer.ring_window != first.ring_window))
         fail("CUDA evict: policy '{}' needs window queries but the KV pool records none", policy.name());
       if (needs.value_ranges && layer.value_range == nullptr)
         fail("CUDA evict: policy '{}' needs value ranges but the KV pool records none", policy.name());

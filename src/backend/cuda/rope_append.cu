@@ -35,19 +35,21 @@ struct RopeArgs {
 };
 
 // Signals of scoring policies (docs/policies.md), written only when the pool records them.
-// The fp32 query of absolute position `position`, query head `head`, goes to ring slot position % r in
-// the sequence's own pages (backend.h KvLayer). Only the step's last r rows of a sequence write, so a
-// prefill chunk longer than r leaves exactly the last r queries and no slot is written twice.
+// The fp32 query of absolute position `position`, query head `head`, goes to ring slot position % r of
+// the sequence's ring row (backend.h KvLayer); a sequence without a row (-1) records none. Only the
+// step's last r rows of a sequence write, so a prefill chunk longer than r leaves exactly the last r
+// queries and no slot is written twice. A window wider than the ring is never written (the engine
+// refuses such a request; the selection flags the row).
 __device__ inline float* query_ring_slot(const RopeArgs& a, int s, int i, int32_t position, int head) {
   const StepBatch& batch = a.batch;
-  if (a.kv.query_ring == nullptr || batch.budget[s] <= 0) return nullptr;
+  if (a.kv.query_ring == nullptr) return nullptr;
+  const int row = batch.ring_row[s];
   const int window = batch.window[s];
+  if (row < 0 || row >= a.kv.ring_rows || window <= 0 || window > a.kv.ring_window) return nullptr;
   if (i < batch.seq_row_begin[s + 1] - batch.seq_row_begin[s] - window) return nullptr;
-  const int ring_slot = position % window;
-  const int64_t page =
-      batch.page_table[static_cast<int64_t>(s) * batch.max_pages + ring_slot / a.kv.page_slots];
   return a.kv.query_ring +
-         ((page * a.kv.n_heads + head) * a.kv.page_slots + ring_slot % a.kv.page_slots) * a.kv.head_dim;
+         ((static_cast<int64_t>(row) * a.kv.n_heads + head) * a.kv.ring_window + position % window) *
+             a.kv.head_dim;
 }
 
 // max - min over the value channels (fp32, before the bf16 store, like the CPU twin) and a zero

@@ -42,13 +42,12 @@ __device__ void importance_device(const CudaSelectionArgs& args, const cuda::Hea
   for (int i = 0; i < nq; ++i) {
     // Query i (newest first) sits in ring slot (appended - 1 - i) % r.
     const int ring_slot = static_cast<int>((appended - 1 - i) % window);
-    const int64_t page = h.page_table[ring_slot / h.page_slots];
     for (int a = threadIdx.x; a < n; a += blockDim.x) weight[a] = -INFINITY;
     for (int gh = 0; gh < group; ++gh) {
       const int64_t qh = static_cast<int64_t>(h.kv_head) * group + gh;
       __syncthreads();  // the previous head's readers are done with qs
       for (int c = threadIdx.x; c < d; c += blockDim.x)
-        qs[c] = layer.query_ring[((page * args.n_heads + qh) * h.page_slots + ring_slot % h.page_slots) * d + c];
+        qs[c] = layer.query_ring[cuda::ring_index(args, h, qh, ring_slot) + c];
       __syncthreads();
       for (int a = threadIdx.x; a < n; a += blockDim.x) {
         const int64_t index = cuda::pool_index(h, w.slot_of_age[a]);

@@ -35,6 +35,8 @@ struct HeadSelect {
   const int32_t* positions = nullptr;   // the layer's pool positions
   const int32_t* page_table = nullptr;  // the sequence's row of the page table
   int n_kv_heads = 0, page_slots = 0;
+  int window = 0;     // r
+  int ring_row = -1;  // the sequence's row of the query ring (-1: none)
 
   __device__ int32_t position(int slot) const {
     const int64_t page = page_table[slot / page_slots];
@@ -59,13 +61,23 @@ __device__ inline HeadSelect make_head_select(const CudaSelectionArgs& args, int
   h.page_table = batch.page_table + static_cast<int64_t>(s) * batch.max_pages;
   h.n_kv_heads = args.n_kv_heads;
   h.page_slots = args.page_slots;
+  h.window = batch.window[s];
+  h.ring_row = batch.ring_row != nullptr ? batch.ring_row[s] : -1;
   return h;
 }
 
-// Whether h violates the preconditions the CPU round checks before selecting (cpu_eviction.cpp).
+// Whether h violates the preconditions the CPU round checks before selecting (cpu_eviction.cpp),
+// a policy reading window queries included: the row holds a ring row and r fits the ring.
 __device__ inline bool selection_input_invalid(const CudaSelectionArgs& args, const HeadSelect& h, int len) {
   return h.keep < 0 || h.n_protected < 0 || h.n_protected > h.keep || h.keep > h.n_candidates ||
-         len > args.capacity;
+         len > args.capacity || (args.ring_window > 0 && (h.ring_row < 0 || h.window > args.ring_window));
+}
+
+// Element offset of (query head, ring slot) in h's ring row (backend.h KvLayer::ring_index).
+__device__ inline int64_t ring_index(const CudaSelectionArgs& args, const HeadSelect& h, int64_t query_head,
+                                     int ring_slot) {
+  return ((static_cast<int64_t>(h.ring_row) * args.n_heads + query_head) * args.ring_window + ring_slot) *
+         args.head_dim;
 }
 
 template <class Policy>

@@ -159,8 +159,7 @@ struct WindowItem {
       double q = 0.0;
       if (t < tq) {
         const int ring_slot = static_cast<int>((appended - 1 - (first + t)) % window);
-        const int64_t page = h.page_table[ring_slot / h.page_slots];
-        q = layer.query_ring[((page * args.n_heads + qh) * h.page_slots + ring_slot % h.page_slots) * d + c];
+        q = layer.query_ring[ring_index(args, h, qh, ring_slot) + c];
       }
       qs[idx] = q;
     }
