@@ -360,18 +360,21 @@ class CpuBackend final : public Backend {
           weights[static_cast<size_t>(h0 + h) * visible + j] = dot[h / kLanes][h % kLanes] * scale;
       }
     }
-    for (int h = 0; h < group; ++h) {
-      float* w = weights.data() + static_cast<size_t>(h) * visible;
-      float max_score = -INFINITY;
-      for (int j = 0; j < visible; ++j) max_score = std::max(max_score, w[j]);
-      double denom = 0.0;
-      for (int j = 0; j < visible; ++j) {
-        w[j] = std::exp(w[j] - max_score);
-        denom += w[j];
-      }
-      const float inv = static_cast<float>(1.0 / denom);
-      for (int j = 0; j < visible; ++j) w[j] *= inv;
+    for (int h = 0; h < group; ++h) softmax_in_place(weights.data() + static_cast<size_t>(h) * visible, visible);
+  }
+
+  // Scores -> softmax weights: max-shifted exp, the sum in double, one reciprocal (every CPU attention
+  // path normalises the same way, so their weights agree bit for bit).
+  static void softmax_in_place(float* w, int n) {
+    float max_score = -INFINITY;
+    for (int j = 0; j < n; ++j) max_score = std::max(max_score, w[j]);
+    double denom = 0.0;
+    for (int j = 0; j < n; ++j) {
+      w[j] = std::exp(w[j] - max_score);
+      denom += w[j];
     }
+    const float inv = static_cast<float>(1.0 / denom);
+    for (int j = 0; j < n; ++j) w[j] *= inv;
   }
 
   // Softmax weights of query `qi` over slots [0, visible) of KV head g.
@@ -379,22 +382,14 @@ class CpuBackend final : public Backend {
                                 float scale, std::vector<float>& weights) {
     const int hd = kv.head_dim;
     weights.resize(static_cast<size_t>(visible));
-    float max_score = -INFINITY;
     for (int j = 0; j < visible; ++j) {
       const float* kj = static_cast<const float*>(kv.keys) +
                         kv.slot_index(pages[j / kv.page_slots], g, j % kv.page_slots) * hd;
       float dot = 0.0f;
       for (int c = 0; c < hd; ++c) dot += qi[c] * kj[c];
       weights[j] = dot * scale;
-      max_score = std::max(max_score, weights[j]);
     }
-    double denom = 0.0;
-    for (int j = 0; j < visible; ++j) {
-      weights[j] = std::exp(weights[j] - max_score);
-      denom += weights[j];
-    }
-    const float inv = static_cast<float>(1.0 / denom);
-    for (int j = 0; j < visible; ++j) weights[j] *= inv;
+    softmax_in_place(weights.data(), visible);
   }
 
   // H2O's signal: every slot's attention_mass grows by the weight each query of the step gives it,
