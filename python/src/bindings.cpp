@@ -271,8 +271,8 @@ class EngineHandle {
       return;
     engine_.reset();
     engine::EngineConfig config = config_;
-    config.policy = most->policy;
-    config.budget = {most->budget, most->window, kv::LongPromptRule::Warn};
+    config.kv.policy = most->policy;
+    config.kv.budget = {most->budget, most->window, kv::LongPromptRule::Warn};
     config.query_window = widest_window;
     engine_ = std::make_unique<engine::Engine>(*bundle_.model, *backend_, config);
     engine_->set_round_observer([this](uint64_t id, const kv::RoundRecord& record) {

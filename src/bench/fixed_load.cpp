@@ -102,16 +102,16 @@ Json LoadResult::metrics_json(double bandwidth) const {
 LoadResult run_load(const model::Model& model, backend::Backend& backend, const LoadSpec& spec) {
   const model::ModelConfig& mc = model.config();
   engine::EngineConfig config;
-  config.policy = spec.policy;
-  config.budget = spec.budget.engine;
+  config.kv.policy = spec.policy;
+  config.kv.budget = spec.budget.engine;
   config.eviction_seed = spec.seed;
   config.max_batch = spec.max_batch;
   config.prefill_chunk = spec.prefill_chunk;
   config.kv_pool_bytes = spec.kv_pool_bytes;
   config.graphs = spec.graphs;
   // The page tables cover exactly what one sequence reserves.
-  config.max_context = config.budget.bounded()
-                           ? std::max(spec.prompt_len, config.budget.budget) + config.budget.window
+  config.max_context = config.kv.budget.bounded()
+                           ? std::max(spec.prompt_len, config.kv.budget.budget) + config.kv.budget.window
                            : spec.prompt_len + spec.output_len;
   if (config.kv_pool_bytes == 0) {
     // Exactly the load's reservations, so peak memory is what this load needs, not the whole device
@@ -124,7 +124,7 @@ LoadResult run_load(const model::Model& model, backend::Backend& backend, const 
     const int64_t ring_row_bytes =
         policy->needs().window_queries
             ? kv::KvPool::query_ring_bytes(model.kv_shape(),
-                                           kv::QueryRingShape{1, config.budget.window, mc.n_heads})
+                                           kv::QueryRingShape{1, config.kv.budget.window, mc.n_heads})
             : 0;
     config.kv_pool_bytes =
         int64_t{std::min(spec.requests, spec.max_batch)} *

@@ -87,9 +87,9 @@ void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
   if (texts.empty()) fail("no prompt: pass --prompt TEXT or --prompt-file FILE");
 
   engine::EngineConfig config;
-  config.budget = {o.budget, o.window,
+  config.kv.budget = {o.budget, o.window,
                    o.long_prompt == "error" ? kv::LongPromptRule::Error : kv::LongPromptRule::Warn};
-  config.policy = o.policy;
+  config.kv.policy = o.policy;
   config.eviction_seed = o.seed;
   const int64_t n_sequences_wanted = static_cast<int64_t>(texts.size()) * o.samples;
   if (o.max_batch < 0) fail("--max-batch must be >= 0 (0 = all sequences at once), got {}", o.max_batch);
@@ -103,7 +103,7 @@ void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
   auto policy = policy::make_policy(o.policy);
   if (policy->evicts()) {
     if (o.budget <= 0) fail("policy '{}' needs --budget T (T > r, T a multiple of r = --window)", o.policy);
-    config.budget.validate();
+    config.kv.budget.validate();
   }
   engine::SamplingParams sampling{o.temperature, o.top_p, o.top_k, o.seed};
   sampling.validate();

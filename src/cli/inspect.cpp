@@ -28,8 +28,8 @@ Json memory_plan(const std::filesystem::path& path, const PlanOptions& o) {
   engine::ModelBundle bundle = engine::load_model_bundle(path);
   auto be = backend::make_backend(o.backend);
   engine::EngineConfig config;
-  config.policy = "random_pp";
-  config.budget = {o.budget, o.window};
+  config.kv.policy = "random_pp";
+  config.kv.budget = {o.budget, o.window};
   config.max_batch = o.max_batch;
   config.pool = o.pool;
   engine::Engine eng(*bundle.model, *be, config);

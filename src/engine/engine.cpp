@@ -191,8 +191,8 @@ kv::BudgetSpec effective_budget(const policy::EvictionPolicy& policy, kv::Budget
 
 Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfig config)
     : model_(model), backend_(backend), config_(std::move(config)) {
-  policies_ = PolicyTable::make(policy::make_policy(config_.policy));
-  budget_ = effective_budget(policies_->at(0), config_.budget);
+  policies_ = PolicyTable::make(policy::make_policy(config_.kv.policy));
+  budget_ = effective_budget(policies_->at(0), config_.kv.budget);
   backend_.check_policy(policies_->at(0));
   policies_->at(0).check_model(model_.fingerprint());  // TriAttention: statistics of this model
   if (config_.max_batch < 1 || config_.max_batch > 4096)

@@ -33,8 +33,7 @@
 namespace kvdice::engine {
 
 struct EngineConfig {
-  kv::BudgetSpec budget;  // default budget; a request may bring its own (GenerationRequest::kv)
-  std::string policy = "random_pp";
+  KvSettings kv{"random_pp", {}};  // default policy and budget; a request may bring its own (GenerationRequest::kv)
   uint64_t eviction_seed = 0;  // keys the eviction stream; sampling seeds are per request
   int max_batch = 64;          // running sequences at once (rows of the decode batch)
   int prefill_chunk = 2048;    // most prompt tokens of one prefill step; longer prompts go in chunks

@@ -137,14 +137,14 @@ EvalRunSummary run_eval(const EvalRunOptions& o, const EvalLog& log) {
   if (!o.retention_log.empty() && !evicts)
     fail("--retention-log has nothing to log with policy '{}', which never evicts", o.policy);
   engine::EngineConfig config;
-  config.policy = o.policy;
+  config.kv.policy = o.policy;
   config.eviction_seed = o.seed;
   config.max_batch = o.max_batch;
   config.pool = o.pool;
   if (evicts) {
-    config.budget = {task.budget, task.window,
+    config.kv.budget = {task.budget, task.window,
                      o.long_prompt == "error" ? kv::LongPromptRule::Error : kv::LongPromptRule::Warn};
-    config.budget.validate();
+    config.kv.budget.validate();
   }
 
   Dataset dataset = load_dataset(o.dataset, task.grader != GraderKind::Code);

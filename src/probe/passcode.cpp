@@ -166,8 +166,8 @@ std::vector<PasscodePolicyResult> run_passcode_probe(
   if (!config.retention_log.empty()) retention.emplace(config.retention_log);
   for (const std::string& policy : config.policies) {
     engine::EngineConfig ec;
-    ec.budget = {config.budget, config.window, kv::LongPromptRule::Error};
-    ec.policy = policy;
+    ec.kv.budget = {config.budget, config.window, kv::LongPromptRule::Error};
+    ec.kv.policy = policy;
     ec.eviction_seed = config.seed;
     ec.max_batch = config.instances;
     ec.pool = config.pool;

@@ -152,8 +152,8 @@ SynthReport run_synth_probe(const engine::ModelBundle& bundle, backend::Backend&
     // before the first value token prefilled at once. The value tokens' log-probabilities must agree.
     const SynthInstance& inst = tasks.front().instances.front();
     engine::EngineConfig ec;
-    ec.budget = {};
-    ec.policy = "full";
+    ec.kv.budget = {};
+    ec.kv.policy = "full";
     ec.max_batch = 2;
     ec.pool = config.pool;
     engine::Engine eng(*bundle.model, backend, ec);
@@ -191,8 +191,8 @@ SynthReport run_synth_probe(const engine::ModelBundle& bundle, backend::Backend&
       r.arm = arm;
       r.policy = synth_arm_policy(arm, task.spans);
       engine::EngineConfig ec;
-      ec.budget = {config.budget, config.window, kv::LongPromptRule::Error};
-      ec.policy = r.policy;
+      ec.kv.budget = {config.budget, config.window, kv::LongPromptRule::Error};
+      ec.kv.policy = r.policy;
       ec.eviction_seed = config.task.seed;
       ec.max_batch = static_cast<int>(task.instances.size());
       ec.pool = config.pool;

@@ -18,7 +18,7 @@ EngineHost::EngineHost(const model::Model& model, backend::Backend& backend, Hos
   if (options_.max_batch < 1) fail("--max-batch must be >= 1 (got {})", options_.max_batch);
   if (options_.max_queue < 1) fail("--max-queue must be >= 1 (got {})", options_.max_queue);
   engine::EngineConfig config;
-  config.policy = "full";  // every request brings its own KV settings
+  config.kv.policy = "full";  // every request brings its own KV settings
   config.eviction_seed = options_.eviction_seed;
   config.max_batch = options_.max_batch;
   config.pool = options_.pool;

@@ -142,8 +142,8 @@ const engine::ModelBundle& qwen3() {
 
 engine::EngineConfig budgeted(const std::string& policy) {
   engine::EngineConfig c;
-  c.policy = policy;
-  c.budget = {32, 8};
+  c.kv.policy = policy;
+  c.kv.budget = {32, 8};
   c.eviction_seed = 11;
   c.max_batch = 8;
   c.max_context = 512;
@@ -423,8 +423,8 @@ TEST_P(CudaEngineRealShape, TeacherForcedRetentionLogsEqualTheCpu) {
   for (const std::string name : {"cpu", "cuda"}) {
     auto be = backend::make_backend({name, 0});  // every core for the CPU reference
     engine::EngineConfig c;
-    c.policy = "random_pp";
-    c.budget = budget;
+    c.kv.policy = "random_pp";
+    c.kv.budget = budget;
     c.eviction_seed = 34;
     c.max_batch = 2 * static_cast<int>(policies.size());
     c.max_context = 2048;

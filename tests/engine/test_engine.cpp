@@ -32,8 +32,8 @@ std::vector<GenerationResult> run_all(EngineConfig config, std::vector<Generatio
 
 EngineConfig budgeted(const std::string& policy, int T, int r, uint64_t seed = 5) {
   EngineConfig c;
-  c.policy = policy;
-  c.budget = {T, r};
+  c.kv.policy = policy;
+  c.kv.budget = {T, r};
   c.eviction_seed = seed;
   return c;
 }
@@ -160,7 +160,7 @@ TEST(Engine, LongPromptRules) {
   auto backend = backend::make_cpu_backend(1);
   {
     EngineConfig c = budgeted("random_pp", 16, 8);
-    c.budget.long_prompt = kv::LongPromptRule::Error;
+    c.kv.budget.long_prompt = kv::LongPromptRule::Error;
     Engine e(*bundle().model, *backend, c);
     GenerationRequest r;
     r.prompt = ids;

@@ -61,8 +61,8 @@ TEST(DecodeShapes, EverySetOfPoliciesInUseGetsItsOwnId) {
 TEST(Engine, PolicyTableHoldsAtMostKMaxPoliciesAndRefusesClearly) {
   auto backend = backend::make_cpu_backend(2);
   EngineConfig config;
-  config.policy = "random_pp";
-  config.budget = {32, 8};
+  config.kv.policy = "random_pp";
+  config.kv.budget = {32, 8};
   config.max_batch = 8;
   Engine engine(*bundle().model, *backend, config);
   // The default is policy 1; budgets do not make a policy distinct.
@@ -128,8 +128,8 @@ GenerationRequest sampled(int k) {
 
 EngineConfig table_config() {
   EngineConfig config;
-  config.policy = varied(0);
-  config.budget = {48, 8};
+  config.kv.policy = varied(0);
+  config.kv.budget = {48, 8};
   config.max_batch = 64;
   return config;
 }

@@ -73,7 +73,7 @@ TEST(TeacherForcing, LogProbsAndArgmaxFlagsMatchAnIndependentLogSoftmax) {
   const std::vector<Case> cases = {{n - split - 1, 0}, {3, 0}, {0, 0}, {5, 1}, {n - split - 1, 7}};
   auto backend = backend::make_cpu_backend(2);
   EngineConfig config;
-  config.policy = "full";
+  config.kv.policy = "full";
   Engine engine(*bundle.model, *backend, config);
   std::vector<std::vector<int>> forced_of;
   for (const Case& c : cases) {

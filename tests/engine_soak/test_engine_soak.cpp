@@ -25,8 +25,8 @@ TEST(EngineSoak, CpuServerAdmissionPattern) {
   static engine::ModelBundle bundle = engine::load_model_bundle(std::string(KVDICE_FIXTURES_DIR) + "/qwen3");
   auto backend = backend::make_cpu_backend(2);
   engine::EngineConfig config;
-  config.policy = "snapkv";  // the scoring policy: the pool records its signals for every request
-  config.budget = {32, 8};
+  config.kv.policy = "snapkv";  // the scoring policy: the pool records its signals for every request
+  config.kv.budget = {32, 8};
   config.max_batch = 12;
   config.prefill_chunk = 24;  // the long prompts prefill in chunks between decode steps
   config.kv_slot_limit = 10 * 72;  // some requests wait for memory
@@ -64,8 +64,8 @@ void cuda_soak(int layers, int requests, int max_batch, int max_new, int long_pr
   const auto model = model::make_random_model(shape, 11);
   auto backend = backend::make_backend({"cuda", 0, 0});
   engine::EngineConfig config;
-  config.policy = "snapkv";
-  config.budget = {256, 32};
+  config.kv.policy = "snapkv";
+  config.kv.budget = {256, 32};
   config.max_batch = max_batch;
   config.pool.gpu_memory_utilization = 0.8;  // sized by the memory rule
   auto make = [&] { return std::make_unique<engine::Engine>(*model, *backend, config); };
