@@ -4,7 +4,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(KVDICE_VERSION 0.1.0)
+set(KVDICE_VERSION 0.2.0)
 set_target_properties(kvdice_lib PROPERTIES EXPORT_NAME kvdice)
 install(TARGETS kvdice_lib EXPORT kvdiceTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 # Every header but the CLI's (argument parsing only) and the CUDA backend's internals.

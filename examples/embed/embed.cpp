@@ -23,11 +23,11 @@ int main(int argc, char** argv) {
 
     engine::EngineConfig config;
     if (argc == 7) {
-      config.policy = argv[4];
-      config.budget.budget = std::atoi(argv[5]);
-      config.budget.window = std::atoi(argv[6]);
+      config.kv.policy = argv[4];
+      config.kv.budget.budget = std::atoi(argv[5]);
+      config.kv.budget.window = std::atoi(argv[6]);
     } else {
-      config.policy = "full";
+      config.kv.policy = "full";
     }
     config.max_batch = 1;
     engine::Engine eng(*bundle.model, *backend, config);
