@@ -12,11 +12,12 @@ launcher=()
 command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S "$src/examples/embed" -B "$work/cmake-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_PREFIX_PATH="$work/prefix" "${launcher[@]}" > /dev/null
-cmake --build "$work/cmake-build" > /dev/null
+cmake --build "$work/cmake-build" > "$work/build.log" 2>&1 || { cat "$work/build.log"; echo "install test: examples/embed does not build against the installed tree"; exit 1; }
 pc_dir=$(dirname "$(find "$work/prefix" -name kvdice.pc)")
 # shellcheck disable=SC2046  # pkg-config prints several flags
 g++ -std=c++20 -O1 -o "$work/embed-pc" "$src/examples/embed/embed.cpp" \
-    $(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs kvdice)
+    $(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs kvdice) ||
+  { echo "install test: examples/embed does not build with pkg-config's flags"; exit 1; }
 model="$src/tests/fixtures/qwen3"
 for exe in "$work/cmake-build/embed" "$work/embed-pc"; do
   out=$("$exe" "$model" "The capital of France is" 40 random_pp 32 16)
