@@ -135,24 +135,18 @@ void require_cuda_selection(std::string_view name);
 
 #ifdef KVDICE_WITH_CUDA
 void cuda_select_random_pp(const CudaSelectionArgs& args, void* stream);
-void cuda_select_random(const CudaSelectionArgs& args, void* stream);
 void cuda_select_random_shared(const CudaSelectionArgs& args, void* stream);
-void cuda_select_recency_pp(const CudaSelectionArgs& args, void* stream);
 void cuda_select_recency(const CudaSelectionArgs& args, void* stream);
 void cuda_select_streaming(const CudaSelectionArgs& args, void* stream);
 void cuda_select_snapkv(const CudaSelectionArgs& args, void* stream);
-void cuda_select_snapkv_pp(const CudaSelectionArgs& args, void* stream);
 void cuda_select_triattention(const CudaSelectionArgs& args, void* stream);
 void cuda_select_rkv(const CudaSelectionArgs& args, void* stream);
-void cuda_select_rkv_pp(const CudaSelectionArgs& args, void* stream);
 void cuda_select_vase(const CudaSelectionArgs& args, void* stream);
-void cuda_select_vase_pp(const CudaSelectionArgs& args, void* stream);
 void cuda_select_random_block_pp(const CudaSelectionArgs& args, void* stream);
 void cuda_select_random_pp_rec(const CudaSelectionArgs& args, void* stream);
 void cuda_select_random_pin_pp(const CudaSelectionArgs& args, void* stream);
 void cuda_select_rkv_official(const CudaSelectionArgs& args, void* stream);
 void cuda_select_h2o(const CudaSelectionArgs& args, void* stream);
-void cuda_select_h2o_pp(const CudaSelectionArgs& args, void* stream);
 void cuda_round_triattention(const CudaSelectionArgs& args, void* stream);
 // The registry columns: the launchers of a policy with a CUDA file, nullptr in builds without CUDA.
 #define KVDICE_CUDA_SELECTION(name) ::kvdice::policy::cuda_select_##name

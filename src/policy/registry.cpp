@@ -43,16 +43,19 @@ std::unique_ptr<EvictionPolicy> no_options(PolicyOptions&) {
 struct Entry {
   std::string_view name;
   std::unique_ptr<EvictionPolicy> (*make)(PolicyOptions& options);
-  CudaSelectionLauncher cuda;            // src/policy/cuda/<name>.cu; nullptr without CUDA or for "full"
+  // src/policy/cuda/<name>.cu; nullptr without CUDA or for "full". A policy and its prompt-protecting
+  // twin (X and X_pp) share one launcher: the device selection reads the row's n_protected, which the
+  // engine sets from protects_prompt(), so protection is data, not a second kernel.
+  CudaSelectionLauncher cuda;
   CudaRoundScorer cuda_round = nullptr;  // whole-model scorer of the same file (TriAttention)
 };
 
 constexpr std::array kPolicies{
     Entry{"full", no_options<make_full_policy>, nullptr},
     Entry{"random_pp", no_options<make_random_pp_policy>, KVDICE_CUDA_SELECTION(random_pp)},
-    Entry{"random", no_options<make_random_policy>, KVDICE_CUDA_SELECTION(random)},
+    Entry{"random", no_options<make_random_policy>, KVDICE_CUDA_SELECTION(random_pp)},
     Entry{"random_shared", no_options<make_random_shared_policy>, KVDICE_CUDA_SELECTION(random_shared)},
-    Entry{"recency_pp", no_options<make_recency_pp_policy>, KVDICE_CUDA_SELECTION(recency_pp)},
+    Entry{"recency_pp", no_options<make_recency_pp_policy>, KVDICE_CUDA_SELECTION(recency)},
     Entry{"recency", no_options<make_recency_policy>, KVDICE_CUDA_SELECTION(recency)},
     Entry{"streaming", no_options<make_streaming_policy>, KVDICE_CUDA_SELECTION(streaming)},
     // Ablations and baselines (docs/reference.md §1-2). An entry with a nullptr CUDA column would be
@@ -61,13 +64,13 @@ constexpr std::array kPolicies{
     Entry{"random_pp_rec", make_random_pp_rec_policy, KVDICE_CUDA_SELECTION(random_pp_rec)},
     Entry{"random_pin_pp", make_random_pin_pp_policy, KVDICE_CUDA_SELECTION(random_pin_pp)},
     Entry{"snapkv", make_snapkv_policy, KVDICE_CUDA_SELECTION(snapkv)},
-    Entry{"snapkv_pp", make_snapkv_pp_policy, KVDICE_CUDA_SELECTION(snapkv_pp)},
+    Entry{"snapkv_pp", make_snapkv_pp_policy, KVDICE_CUDA_SELECTION(snapkv)},
     Entry{"h2o", make_h2o_policy, KVDICE_CUDA_SELECTION(h2o)},
-    Entry{"h2o_pp", make_h2o_pp_policy, KVDICE_CUDA_SELECTION(h2o_pp)},
+    Entry{"h2o_pp", make_h2o_pp_policy, KVDICE_CUDA_SELECTION(h2o)},
     Entry{"vase", make_vase_policy, KVDICE_CUDA_SELECTION(vase)},
-    Entry{"vase_pp", make_vase_pp_policy, KVDICE_CUDA_SELECTION(vase_pp)},
+    Entry{"vase_pp", make_vase_pp_policy, KVDICE_CUDA_SELECTION(vase)},
     Entry{"rkv", make_rkv_policy, KVDICE_CUDA_SELECTION(rkv)},
-    Entry{"rkv_pp", make_rkv_pp_policy, KVDICE_CUDA_SELECTION(rkv_pp)},
+    Entry{"rkv_pp", make_rkv_pp_policy, KVDICE_CUDA_SELECTION(rkv)},
     Entry{"rkv_official", make_rkv_official_policy, KVDICE_CUDA_SELECTION(rkv_official)},
     Entry{"triattention", make_triattention_policy, KVDICE_CUDA_SELECTION(triattention),
           KVDICE_CUDA_ROUND(triattention)},

@@ -26,7 +26,7 @@ plant('random_pp-stream-heads-4-up', "random_pp's CUDA selection draws KV heads 
         'cuda::keep_random_subset_device(h, static_cast<uint32_t>(h.kv_head >= 4 ? h.kv_head + 1 : h.kv_head), keep);')])
 plant('random-stream-heads-8-up', "random's CUDA selection reuses the streams of KV heads 0-1 for heads 8-9",
       'Policies/CudaRealShape.Phi4KeepsWhatTheCpuKeeps/random',
-      [('src/policy/cuda/random.cu',
+      [('src/policy/cuda/random_pp.cu',
         'cuda::keep_random_subset_device(h, static_cast<uint32_t>(h.kv_head), keep);',
         'cuda::keep_random_subset_device(h, static_cast<uint32_t>(h.kv_head >= 8 ? h.kv_head - 8 : h.kv_head), keep);')])
 plant('random_shared-head-7', 'random_shared draws KV head 7 from another stream than the shared one',
@@ -51,7 +51,7 @@ plant('streaming-sinks-heads-2-up', 'streaming keeps 3 sink tokens instead of 4 
         '    const int sink_tokens = h.kv_head < 2 ? kSinkTokens : kSinkTokens - 1;\n    const int sinks = sink_tokens < h.keep ? sink_tokens : h.keep;')])
 plant('recency_pp-protection-heads-4-up', 'recency_pp protects one prompt slot too few on KV heads 4 and up',
       'Policies/CudaRealShape.*/recency_pp',
-      [('src/policy/cuda/recency_pp.cu',
+      [('src/policy/cuda/recency.cu',
         '    for (int slot = threadIdx.x; slot < h.n_protected; slot += blockDim.x) keep[slot] = 1;\n',
         '    const int pinned = h.kv_head >= 4 && h.n_protected > 0 ? h.n_protected - 1 : h.n_protected;\n'
         '    for (int slot = threadIdx.x; slot < pinned; slot += blockDim.x) keep[slot] = 1;\n')])
@@ -152,12 +152,12 @@ def real(policy):
 FILTERS = {
     'random_pp-stream-heads-4-up': ('random_pp.cu',
         RANDOM + ':' + real('random_pp') + ':Shapes/CudaEngineRealShape.*/qwen3_4b'),
-    'random-stream-heads-8-up': ('random.cu', RANDOM + ':' + real('random')),
+    'random-stream-heads-8-up': ('random_pp.cu (random)', RANDOM + ':' + real('random')),
     'random_shared-head-7': ('random_shared.cu', RANDOM + ':' + real('random_shared')),
     'random_subset-victims-past-512': ('random_subset.cuh', RANDOM + ':' + real('random') + ':' + real('random_pp')),
     'recency-order-positions-past-4095': ('recency_order.cuh', RANDOM + ':' + real('recency') + ':' + real('streaming')),
     'streaming-sinks-heads-2-up': ('streaming.cu', RANDOM + ':' + real('streaming')),
-    'recency_pp-protection-heads-4-up': ('recency_pp.cu', RANDOM + ':' + real('recency_pp')),
+    'recency_pp-protection-heads-4-up': ('recency.cu (recency_pp)', RANDOM + ':' + real('recency_pp')),
     'random_block_pp-stream-heads-4-up': ('random_block_pp.cu', RANDOM + ':' + real('random_block_pp*')),
     'random_pp_rec-stream-heads-5-up': ('random_pp_rec.cu', RANDOM + ':' + real('random_pp_rec*')),
     # CudaScoringPolicyQwen's parameters: snapkv 0, snapkv_pp 1, rkv_pp 2, vase 3, vase_pp 4, h2o 5, h2o_pp 6.

@@ -1,5 +1,5 @@
-// h2o on the device (twin of policy/h2o.cpp): the window + the candidates with the most accumulated
-// attention (h2o_select.cuh).
+// h2o and h2o_pp on the device (twins of policy/h2o.cpp): the row's n_protected prompt slots (0 for
+// h2o), the window and the candidates with the most accumulated attention (h2o_select.cuh).
 #include "policy/cuda/h2o_select.cuh"
 
 namespace kvdice::policy {

@@ -1,5 +1,6 @@
-// random_pp on the device (twin of policy/random_pp.cpp): prompt protected, a fresh uniform subset of
-// the other candidates per (layer, KV head, round), stream c = KV head index.
+// random_pp and random on the device (twins of policy/random_pp.cpp and policy/random.cpp): a fresh
+// uniform subset of the candidates past the row's n_protected prompt slots (0 for random) per (layer,
+// KV head, round), stream c = KV head index.
 #include "policy/cuda/random_subset.cuh"
 
 namespace kvdice::policy {

@@ -1,5 +1,5 @@
-// snapkv on the device (twin of policy/snapkv.cpp): the top K_sel candidates by smoothed windowed
-// attention (window_attention.cuh); unprotected (the engine gives the row n_protected = 0).
+// snapkv and snapkv_pp on the device (twins of policy/snapkv.cpp): the top K_sel candidates by smoothed
+// windowed attention (window_attention.cuh) past the row's n_protected prompt slots (0 for snapkv).
 #include "policy/cuda/snapkv_select.cuh"
 
 namespace kvdice::policy {

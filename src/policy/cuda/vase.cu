@@ -1,5 +1,5 @@
-// vase on the device (twin of policy/vase.cpp): sinks, widest value
-// ranges, attention-weighted draw without replacement (vase_select.cuh).
+// vase and vase_pp on the device (twins of policy/vase.cpp): the row's n_protected prompt slots (0 for
+// vase), sinks, widest value ranges, attention-weighted draw without replacement (vase_select.cuh).
 #include "policy/cuda/vase_select.cuh"
 
 namespace kvdice::policy {
