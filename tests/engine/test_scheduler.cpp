@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -84,6 +86,15 @@ struct Rig {
 };
 
 bool same_key(PhiloxKey a, PhiloxKey b) { return a.k0 == b.k0 && a.k1 == b.k1; }
+
+// A sequence's integer fields in a step batch, by name (a mismatch prints the names).
+using Fields = std::map<std::string, int64_t>;
+Fields fields_of(const backend::StepBatch& b, int s) {
+  return {{"seq_row_begin", b.seq_row_begin[s]}, {"seq_row_end", b.seq_row_begin[s + 1]}, {"length", b.length[s]},
+          {"appended", b.appended[s]}, {"budget", b.budget[s]}, {"window", b.window[s]},
+          {"ring_row", b.ring_row[s]}, {"n_protected", b.n_protected[s]}, {"policy_id", b.policy_id[s]},
+          {"round", b.round[s]}, {"top_k", b.top_k[s]}, {"gen_step", b.gen_step[s]}, {"forced", b.forced[s]}};
+}
 
 SchedulerLimits limits(int max_batch = 4, int prefill_chunk = 64, int64_t kv_slot_limit = 0) {
   return {max_batch, prefill_chunk, kv_slot_limit, /*eviction_seed=*/11};
@@ -285,25 +296,16 @@ TEST(Scheduler, RowWriterLaysOutDecodeRowsAndPrefillStepsAsTheOpsReadThem) {
   EXPECT_EQ(rig.scheduler->write_row(b, 2, 2, *seq, RowFields::All), 1);
   EXPECT_EQ(b.tokens[2], 64);
   EXPECT_EQ(b.row_seq[2], 2);
-  EXPECT_EQ(b.seq_row_begin[2], 2);
-  EXPECT_EQ(b.seq_row_begin[3], 3);
-  EXPECT_EQ(b.length[2], 24);
-  EXPECT_EQ(b.appended[2], 31);
   EXPECT_EQ(std::vector<int32_t>(b.page_table + 2 * kMaxPages, b.page_table + 3 * kMaxPages),
             (std::vector<int32_t>{5, 2, 9, 0, 0, 0, 0, 0}));
-  EXPECT_EQ(b.budget[2], 24);
-  EXPECT_EQ(b.window[2], 8);
-  EXPECT_EQ(b.ring_row[2], 1);
-  EXPECT_EQ(b.n_protected[2], 7);
-  EXPECT_EQ(b.policy_id[2], 2);
-  EXPECT_EQ(b.round[2], 3);
+  EXPECT_EQ(fields_of(b, 2), (Fields{{"seq_row_begin", 2}, {"seq_row_end", 3}, {"length", 24}, {"appended", 31},
+                                     {"budget", 24}, {"window", 8}, {"ring_row", 1}, {"n_protected", 7},
+                                     {"policy_id", 2}, {"round", 3}, {"top_k", 20}, {"gen_step", 25},
+                                     {"forced", -1}}));
   EXPECT_TRUE(same_key(b.evict_key[2], philox_key(11, 77, RngDomain::Eviction)));
   EXPECT_TRUE(same_key(b.sample_key[2], philox_key(9, 77, RngDomain::Sampling)));
   EXPECT_EQ(b.temperature[2], 0.5f);
   EXPECT_EQ(b.top_p[2], 0.75f);
-  EXPECT_EQ(b.top_k[2], 20);
-  EXPECT_EQ(b.gen_step[2], 25);
-  EXPECT_EQ(b.forced[2], -1);
 
   // Teacher forcing: the forced field alone follows the tokens taken so far; a stopped row samples.
   seq->request.forced_tokens.assign(30, 0);
