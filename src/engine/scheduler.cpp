@@ -10,9 +10,10 @@ namespace kvdice::engine {
 
 Scheduler::Scheduler(kv::KvPool& pool, backend::StepStorage& decode_batch, SchedulerLimits limits)
     : pool_(pool), decode_batch_(decode_batch), limits_(limits) {
-  if (limits_.max_batch < 1) fail("max batch must be >= 1 (got {})", limits_.max_batch);
-  if (limits_.prefill_chunk < 1) fail("prefill chunk must be >= 1 token (got {})", limits_.prefill_chunk);
-  if (limits_.kv_slot_limit < 0) fail("KV slot limit must be >= 0 (got {})", limits_.kv_slot_limit);
+  // The engine validated its configuration; these hold for any scheduler.
+  KVDICE_CHECK(limits_.max_batch >= 1 && limits_.prefill_chunk >= 1 && limits_.kv_slot_limit >= 0,
+               "scheduler limits: max batch {}, prefill chunk {}, slot limit {}", limits_.max_batch,
+               limits_.prefill_chunk, limits_.kv_slot_limit);
 }
 
 int64_t Scheduler::sequences_that_fit(int64_t reservation_slots) const {
