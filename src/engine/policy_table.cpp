@@ -100,8 +100,8 @@ int PolicyTable::places_used() const {
 
 int PolicyTable::held() const {
   std::lock_guard lock(mutex_);
-  return static_cast<int>(std::count_if(places_.begin(), places_.begin() + used_,
-                                        [](const Place& p) { return p.holds > 0; }));
+  return static_cast<int>(
+      std::count_if(places_.begin(), places_.begin() + used_, [](const Place& p) { return p.holds > 0; }));
 }
 
 }  // namespace kvdice::engine

@@ -51,9 +51,7 @@ bool Scheduler::cancel(uint64_t id) {
   return false;
 }
 
-bool Scheduler::may_admit() const {
-  return !chunking_ && !waiting_.empty() && running() < limits_.max_batch;
-}
+bool Scheduler::may_admit() const { return !chunking_ && !waiting_.empty() && running() < limits_.max_batch; }
 
 Admission Scheduler::admit() {
   Admission admitted;
@@ -64,7 +62,8 @@ Admission Scheduler::admit() {
     const int64_t prompt = next.stats.prompt_tokens;
     // One prefill step takes whole prompts up to the chunk size; a longer prompt goes alone, in chunks.
     if (!admitted.batch.empty() && rows + prompt > limits_.prefill_chunk) break;
-    if (limits_.kv_slot_limit > 0 && reserved_slots_ + next.stats.reserved_slots > limits_.kv_slot_limit) break;
+    if (limits_.kv_slot_limit > 0 && reserved_slots_ + next.stats.reserved_slots > limits_.kv_slot_limit)
+      break;
     std::vector<int32_t> pages = pool_.allocate(next.stats.reserved_slots);
     if (pages.empty()) break;  // waits for running sequences to retire; never preempts them
     next.pages = std::move(pages);
@@ -159,7 +158,8 @@ void Scheduler::release_kv(Sequence& seq) {
 
 void Scheduler::finish(Sequence& seq) {
   finished_.push_back({seq.id, std::move(seq.request.prompt), std::move(seq.generated),
-                       std::move(seq.forced_logprobs), std::move(seq.forced_is_argmax), seq.finish, seq.stats});
+                       std::move(seq.forced_logprobs), std::move(seq.forced_is_argmax), seq.finish,
+                       seq.stats});
 }
 
 int Scheduler::write_row(backend::StepBatch& b, int s, int first_row, const Sequence& seq, RowFields fields,

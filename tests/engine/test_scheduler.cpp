@@ -90,10 +90,19 @@ bool same_key(PhiloxKey a, PhiloxKey b) { return a.k0 == b.k0 && a.k1 == b.k1; }
 // A sequence's integer fields in a step batch, by name (a mismatch prints the names).
 using Fields = std::map<std::string, int64_t>;
 Fields fields_of(const backend::StepBatch& b, int s) {
-  return {{"seq_row_begin", b.seq_row_begin[s]}, {"seq_row_end", b.seq_row_begin[s + 1]}, {"length", b.length[s]},
-          {"appended", b.appended[s]}, {"budget", b.budget[s]}, {"window", b.window[s]},
-          {"ring_row", b.ring_row[s]}, {"n_protected", b.n_protected[s]}, {"policy_id", b.policy_id[s]},
-          {"round", b.round[s]}, {"top_k", b.top_k[s]}, {"gen_step", b.gen_step[s]}, {"forced", b.forced[s]}};
+  return {{"seq_row_begin", b.seq_row_begin[s]},
+          {"seq_row_end", b.seq_row_begin[s + 1]},
+          {"length", b.length[s]},
+          {"appended", b.appended[s]},
+          {"budget", b.budget[s]},
+          {"window", b.window[s]},
+          {"ring_row", b.ring_row[s]},
+          {"n_protected", b.n_protected[s]},
+          {"policy_id", b.policy_id[s]},
+          {"round", b.round[s]},
+          {"top_k", b.top_k[s]},
+          {"gen_step", b.gen_step[s]},
+          {"forced", b.forced[s]}};
 }
 
 SchedulerLimits limits(int max_batch = 4, int prefill_chunk = 64, int64_t kv_slot_limit = 0) {
@@ -292,15 +301,25 @@ TEST(Scheduler, RowWriterLaysOutDecodeRowsAndPrefillStepsAsTheOpsReadThem) {
   // A decode row: its last sampled token, its fields before the step.
   seq->length = 24;
   seq->appended = 31;
-  seq->generated = {40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64};
+  seq->generated = {40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52,
+                    53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64};
   EXPECT_EQ(rig.scheduler->write_row(b, 2, 2, *seq, RowFields::All), 1);
   EXPECT_EQ(b.tokens[2], 64);
   EXPECT_EQ(b.row_seq[2], 2);
   EXPECT_EQ(std::vector<int32_t>(b.page_table + 2 * kMaxPages, b.page_table + 3 * kMaxPages),
             (std::vector<int32_t>{5, 2, 9, 0, 0, 0, 0, 0}));
-  EXPECT_EQ(fields_of(b, 2), (Fields{{"seq_row_begin", 2}, {"seq_row_end", 3}, {"length", 24}, {"appended", 31},
-                                     {"budget", 24}, {"window", 8}, {"ring_row", 1}, {"n_protected", 7},
-                                     {"policy_id", 2}, {"round", 3}, {"top_k", 20}, {"gen_step", 25},
+  EXPECT_EQ(fields_of(b, 2), (Fields{{"seq_row_begin", 2},
+                                     {"seq_row_end", 3},
+                                     {"length", 24},
+                                     {"appended", 31},
+                                     {"budget", 24},
+                                     {"window", 8},
+                                     {"ring_row", 1},
+                                     {"n_protected", 7},
+                                     {"policy_id", 2},
+                                     {"round", 3},
+                                     {"top_k", 20},
+                                     {"gen_step", 25},
                                      {"forced", -1}}));
   EXPECT_TRUE(same_key(b.evict_key[2], philox_key(11, 77, RngDomain::Eviction)));
   EXPECT_TRUE(same_key(b.sample_key[2], philox_key(9, 77, RngDomain::Sampling)));
@@ -333,7 +352,8 @@ TEST(Scheduler, RowWriterLaysOutDecodeRowsAndPrefillStepsAsTheOpsReadThem) {
   EXPECT_EQ(p.n_rows, 8);
   EXPECT_EQ(p.max_rows_per_seq, 5);
   EXPECT_EQ(std::vector<int32_t>(p.seq_row_begin, p.seq_row_begin + 3), (std::vector<int32_t>{0, 3, 8}));
-  EXPECT_EQ(std::vector<int32_t>(p.tokens, p.tokens + 8), (std::vector<int32_t>{20, 21, 22, 10, 11, 12, 13, 14}));
+  EXPECT_EQ(std::vector<int32_t>(p.tokens, p.tokens + 8),
+            (std::vector<int32_t>{20, 21, 22, 10, 11, 12, 13, 14}));
   EXPECT_EQ(std::vector<int32_t>(p.row_seq, p.row_seq + 8), (std::vector<int32_t>{0, 0, 0, 1, 1, 1, 1, 1}));
   EXPECT_EQ(p.gen_step[1], 0);
   EXPECT_EQ(p.page_table[kMaxPages], 5);
