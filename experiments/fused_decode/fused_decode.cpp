@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/row_diff.h"
 #include "backend/step_storage.h"
 #include "core/error.h"
 #include "fused_stack.h"
@@ -36,24 +37,6 @@ struct Options {
   int warmup_steps = 16;  // untimed replays before them
   int check_steps = 6;    // decode steps compared logit by logit per context
 };
-
-struct Diff {
-  double relative = 0.0;  // ||a - b|| / ||b||
-  bool top1_ok = true;    // same top-1, or the reference's two candidates closer than the error
-};
-
-Diff compare(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0, max_abs = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    num += d * d;
-    den += static_cast<double>(want[i]) * want[i];
-    max_abs = std::max(max_abs, std::abs(d));
-  }
-  const auto g = static_cast<size_t>(std::max_element(got.begin(), got.end()) - got.begin());
-  const auto w = static_cast<size_t>(std::max_element(want.begin(), want.end()) - want.begin());
-  return {std::sqrt(num / std::max(den, 1e-30)), g == w || std::abs(want[w] - want[g]) <= 2 * max_abs};
-}
 
 class Driver {
  public:
@@ -197,9 +180,9 @@ int run(const Options& o) {
     double worst = 0;
     bool top1 = true, same = true;
     for (size_t r = 0; r < fused.size(); ++r) {
-      const Diff d = compare(fused[r], op_by_op[r]);
+      const test::RowDiff d = test::compare_rows(fused[r], op_by_op[r]);
       worst = std::max(worst, d.relative);
-      top1 = top1 && d.top1_ok;
+      top1 = top1 && d.top1_ok();
       same = same && fused[r] == again[r];
     }
     const bool passed = worst < 1e-2 && top1 && same;

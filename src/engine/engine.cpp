@@ -24,31 +24,6 @@ std::string_view finish_reason_name(FinishReason reason) {
   return "?";
 }
 
-// A request's host-side state. length/appended/round mirror the backend's step batch exactly: they
-// are deterministic (one slot per token, rounds at the trigger), so the host never reads them back.
-struct Engine::Sequence {
-  uint64_t id = 0;
-  uint64_t stream_id = 0;
-  GenerationRequest request;
-  int policy = 0;  // id in policies_
-  PolicyTable::Hold policy_hold;  // its place in the policy table, held while the sequence lives
-  kv::BudgetSpec budget;
-  int n_protected = 0;
-  std::vector<int32_t> pages;
-  int ring_row = -1;  // its row of the pool's query ring while it runs (policies reading window queries)
-  int length = 0;
-  int64_t appended = 0;
-  std::vector<int> generated;
-  std::vector<float> forced_logprobs;
-  std::vector<uint8_t> forced_is_argmax;
-  FinishReason finish = FinishReason::Running;
-  SequenceStats stats;
-
-  int forced_now() const {
-    return request.forced_tokens.empty() ? -1 : request.forced_tokens[generated.size()];
-  }
-};
-
 namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) {
@@ -78,105 +53,6 @@ std::vector<uint64_t> DecodeShapes::forget(int policy) {
     }
   }
   return forgotten;
-}
-
-std::shared_ptr<PolicyTable> PolicyTable::make(std::unique_ptr<policy::EvictionPolicy> default_policy) {
-  std::shared_ptr<PolicyTable> table(new PolicyTable());
-  table->self_ = table;
-  Place& place = table->places_[0];
-  place.spec = policy::describe(*default_policy);
-  place.policy = std::move(default_policy);
-  place.holds = 1;  // the default is never given up
-  table->used_ = 1;
-  return table;
-}
-
-PolicyTable::Hold& PolicyTable::Hold::operator=(Hold&& other) noexcept {
-  if (this != &other) {
-    reset();
-    table_ = std::move(other.table_);
-    id_ = std::exchange(other.id_, -1);
-  }
-  return *this;
-}
-
-void PolicyTable::Hold::reset() {
-  if (table_) table_->release(id_);
-  table_.reset();
-  id_ = -1;
-}
-
-PolicyTable::Hold PolicyTable::hold(std::unique_ptr<policy::EvictionPolicy> policy,
-                                    const std::function<void(const policy::EvictionPolicy&)>& check) {
-  const std::string spec = policy::describe(*policy);
-  std::lock_guard lock(mutex_);
-  int id = -1;
-  for (int i = 0; i < used_; ++i) {
-    if (places_[static_cast<size_t>(i)].spec == spec) {
-      id = i;
-      break;
-    }
-  }
-  if (id < 0) {
-    if (used_ < kMaxPolicies) {
-      id = used_;
-    } else {  // the least recently used place nothing holds now
-      for (int i = 1; i < used_; ++i) {
-        const Place& p = places_[static_cast<size_t>(i)];
-        if (p.holds == 0 && (id < 0 || p.last_used < places_[static_cast<size_t>(id)].last_used)) id = i;
-      }
-    }
-    if (id < 0)
-      throw PolicyTableFull(fmt::format(
-          "too many distinct KV policies in use: '{}' would need a place in this engine's policy table, "
-          "which holds at most {} and all are held by waiting or running requests (a policy is its name "
-          "and options; budgets do not count): retry when one finishes, or use a policy setting already "
-          "in use",
-          quote_for_message(spec), kMaxPolicies));
-    if (check) check(*policy);
-    Place& place = places_[static_cast<size_t>(id)];
-    if (place.policy) ++place.generation;  // a reused id: what was keyed by it is stale
-    place.policy = std::move(policy);
-    place.spec = spec;
-    if (id == used_) ++used_;
-  }
-  Place& place = places_[static_cast<size_t>(id)];
-  ++place.holds;
-  place.last_used = ++tick_;
-  Hold hold;
-  hold.table_ = self_.lock();
-  hold.id_ = id;
-  return hold;
-}
-
-void PolicyTable::release(int id) {
-  std::lock_guard lock(mutex_);
-  Place& place = places_[static_cast<size_t>(id)];
-  --place.holds;
-  place.last_used = ++tick_;
-}
-
-const policy::EvictionPolicy& PolicyTable::at(int id) const {
-  std::lock_guard lock(mutex_);
-  const Place& place = places_.at(static_cast<size_t>(id));
-  KVDICE_CHECK(place.policy != nullptr, "policy table: place {} is empty", id);
-  return *place.policy;
-}
-
-uint64_t PolicyTable::generation(int id) const {
-  std::lock_guard lock(mutex_);
-  return places_.at(static_cast<size_t>(id)).generation;
-}
-
-int PolicyTable::places_used() const {
-  std::lock_guard lock(mutex_);
-  return used_;
-}
-
-int PolicyTable::held() const {
-  std::lock_guard lock(mutex_);
-  return static_cast<int>(std::count_if(places_.begin(), places_.begin() + used_,
-                                        [](const Place& p) { return p.holds > 0; }));
 }
 
 kv::BudgetSpec effective_budget(const policy::EvictionPolicy& policy, kv::BudgetSpec budget) {
@@ -271,14 +147,18 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
   plan_.kv_capacity_slots = config_.kv_slot_limit > 0 ? std::min(config_.kv_slot_limit, plan_.kv_pool_slots)
                                                       : plan_.kv_pool_slots;
   plan_.max_context = max_context;
+  scheduler_ = std::make_unique<Scheduler>(
+      *pool_, *decode_batch_,
+      SchedulerLimits{config_.max_batch, config_.prefill_chunk, config_.kv_slot_limit, config_.eviction_seed});
 }
 
 int64_t Engine::sequences_that_fit(int64_t reservation_slots) const {
-  const int64_t n =
-      kv::sequences_that_fit(pool_->n_pages(), pool_->page_slots(), config_.kv_slot_limit, reservation_slots);
-  // Under the default policy a sequence reading window queries also needs a ring row.
-  return pool_->query_ring().rows > 0 ? std::min<int64_t>(n, pool_->query_ring().rows) : n;
+  return scheduler_->sequences_that_fit(reservation_slots);
 }
+
+int Engine::running() const { return scheduler_->running(); }
+int Engine::waiting() const { return scheduler_->waiting(); }
+int64_t Engine::reserved_slots() const { return scheduler_->reserved_slots(); }
 
 // The decode graphs bake in this engine's pool and batch buffers: they go with it.
 Engine::~Engine() {
@@ -365,150 +245,57 @@ uint64_t Engine::submit(GenerationRequest request) {
         reservation, reservation * plan_.kv_bytes_per_slot / kGiB, limit,
         limit * plan_.kv_bytes_per_slot / kGiB);
   }
-  seq->id = next_id_++;
-  seq->stream_id = request.stream_id.value_or(seq->id);
+  seq->reads_queries = needs_ring_row(policy, budget);
   seq->n_protected =
       budget.bounded() && policy.protects_prompt() ? budget.protected_slots(static_cast<int>(prompt_len)) : 0;
   seq->stats.prompt_tokens = static_cast<int>(prompt_len);
   seq->stats.reserved_slots = reservation;
   seq->stats.protected_prompt_slots = seq->n_protected;
   seq->request = std::move(request);
-  const uint64_t id = seq->id;
-  waiting_.push_back(std::move(seq));
-  return id;
+  return scheduler_->submit(std::move(seq));
 }
 
-bool Engine::cancel(uint64_t id) {
-  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
-    if ((*it)->id != id) continue;
-    Sequence& seq = **it;
-    finished_.push_back(
-        {seq.id, std::move(seq.request.prompt), {}, {}, {}, FinishReason::Cancelled, seq.stats});
-    waiting_.erase(it);
-    return true;
-  }
-  for (auto& seq : running_) {
-    if (seq->id != id || seq->finish != FinishReason::Running) continue;
-    seq->finish = FinishReason::Cancelled;
-    return true;
-  }
-  if (chunking_ && chunking_->id == id && chunking_->finish == FinishReason::Running) {
-    chunking_->finish = FinishReason::Cancelled;  // released at its next chunk's turn
-    return true;
-  }
-  return false;
-}
+bool Engine::cancel(uint64_t id) { return scheduler_->cancel(id); }
 
-bool Engine::idle() const { return waiting_.empty() && running_.empty() && !chunking_; }
+bool Engine::idle() const { return scheduler_->idle(); }
 
 void Engine::set_round_observer(std::function<void(uint64_t, const kv::RoundRecord&)> observer) {
   drain();  // an observer reads the pool as of the step it sees
   round_observer_ = std::move(observer);
 }
 
-void Engine::admit() {
-  if (chunking_) return;  // one long prompt at a time: its chunks alternate with decode steps (step())
+bool Engine::admit() {
   // Admission rewrites decode rows from the host's mirror, which must include every launched step.
-  if (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_batch) drain();
-  std::vector<Sequence*> admitted;
-  int64_t rows = 0;
-  while (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_batch) {
-    Sequence& next = *waiting_.front();
-    const int64_t prompt = next.stats.prompt_tokens;
-    // One prefill step takes whole prompts up to the chunk size; a longer prompt goes alone, in chunks.
-    if (!admitted.empty() && rows + prompt > config_.prefill_chunk) break;
-    if (config_.kv_slot_limit > 0 && reserved_slots_ + next.stats.reserved_slots > config_.kv_slot_limit)
-      break;
-    std::vector<int32_t> pages = pool_->allocate(next.stats.reserved_slots);
-    if (pages.empty()) break;  // waits for running sequences to retire; never preempts them
-    next.pages = std::move(pages);
-    // A policy reading window queries keeps them in a ring row of its own; with every row taken (a
-    // pool with fewer rows than max_batch, sequences of smaller budgets) it waits like one short of pages.
-    if (needs_ring_row(policies_->at(next.policy), next.budget)) {
-      next.ring_row = pool_->allocate_ring_row();
-      if (next.ring_row < 0) {
-        pool_->release(next.pages);
-        next.pages.clear();
-        break;
-      }
-    }
-    reserved_slots_ += next.stats.reserved_slots;
-    rows += prompt;
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
-    admitted.push_back(running_.back().get());
-    if (prompt > config_.prefill_chunk) break;
+  if (scheduler_->may_admit()) drain();
+  const Admission admitted = scheduler_->admit();
+  if (admitted.batch.empty()) return false;
+  if (admitted.chunked) {
+    prefill_chunk_step();  // a long prompt: this step runs its first chunk
+    return true;
   }
-  if (admitted.empty()) return;
-  if (admitted.back()->stats.prompt_tokens > config_.prefill_chunk) {
-    // A long prompt stays out of the decode batch until its last chunk; this step runs its first.
-    chunking_ = std::move(running_.back());
-    running_.pop_back();
-    prefill_chunk_step();
-    return;
-  }
-  prefill(admitted);  // whole prompts: one chunk
-  // The admitted sequences take the last rows of the decode batch.
-  for (size_t row = running_.size() - admitted.size(); row < running_.size(); ++row)
-    write_decode_row(static_cast<int>(row));
+  prefill(admitted.batch);  // whole prompts: one chunk
+  scheduler_->write_admitted(admitted);
+  return true;
 }
 
 void Engine::prefill_chunk_step() {
-  Sequence& seq = *chunking_;
-  if (seq.finish == FinishReason::Cancelled) {  // cancelled between its chunks
-    release_kv(seq);
-    finished_.push_back({seq.id, std::move(seq.request.prompt), {}, {}, {}, FinishReason::Cancelled, seq.stats});
-    chunking_.reset();
-    return;
-  }
-  if (!prefill({&seq})) return;
-  running_.push_back(std::move(chunking_));
-  write_decode_row(static_cast<int>(running_.size()) - 1);
+  Sequence* seq = scheduler_->next_chunk();  // null: it was cancelled between its chunks
+  if (seq != nullptr && prefill({seq})) scheduler_->join_chunked();
 }
 
 bool Engine::prefill(const std::vector<Sequence*>& batch) {
   const auto start = Clock::now();
   backend::StepStorage& storage = *prefill_batch_;
   backend::StepBatch& b = storage.host();
-  const int n = static_cast<int>(batch.size());
-  const int chunk = config_.prefill_chunk;
-  bool any_forced = false, last = true;
-  b.n_seqs = n;
-  int row = 0;
-  for (int s = 0; s < n; ++s) {
+  const bool last = scheduler_->write_prefill(b, batch);
+  bool any_forced = false;
+  for (int s = 0; s < b.n_seqs; ++s) {
     Sequence& seq = *batch[static_cast<size_t>(s)];
-    const std::vector<int>& prompt = seq.request.prompt;
-    const int begin = static_cast<int>(seq.appended);  // the prompt tokens prefilled so far
-    const int end = std::min<int>(begin + chunk, static_cast<int>(prompt.size()));
-    last = last && end == static_cast<int>(prompt.size());
-    b.seq_row_begin[s] = row;
-    b.length[s] = seq.length;
-    b.appended[s] = static_cast<int32_t>(seq.appended);
-    b.budget[s] = seq.budget.budget;
-    b.window[s] = seq.budget.window;  // the query ring's modulus
-    b.ring_row[s] = seq.ring_row;
-    std::fill_n(b.page_table + int64_t{s} * max_pages_, max_pages_, 0);
-    std::copy(seq.pages.begin(), seq.pages.end(), b.page_table + int64_t{s} * max_pages_);
-    b.sample_key[s] = philox_key(seq.request.sampling.seed, seq.stream_id, RngDomain::Sampling);
-    b.temperature[s] = seq.request.sampling.temperature;
-    b.top_p[s] = seq.request.sampling.top_p;
-    b.top_k[s] = seq.request.sampling.top_k;
-    b.gen_step[s] = 0;
-    b.forced[s] = seq.forced_now();
+    const int rows = b.seq_row_begin[s + 1] - b.seq_row_begin[s];
+    seq.length += rows;
+    seq.appended += rows;
     any_forced = any_forced || b.forced[s] >= 0;
-    for (int i = begin; i < end; ++i) {
-      b.tokens[row] = prompt[static_cast<size_t>(i)];
-      b.row_seq[row] = s;
-      ++row;
-    }
-    seq.length += end - begin;
-    seq.appended += end - begin;
   }
-  b.seq_row_begin[n] = row;
-  b.n_rows = row;
-  b.max_rows_per_seq = 0;
-  for (int s = 0; s < n; ++s)
-    b.max_rows_per_seq = std::max(b.max_rows_per_seq, b.seq_row_begin[s + 1] - b.seq_row_begin[s]);
   storage.upload_all();
   const backend::StepBatch view = storage.device();
   const backend::View logits = forward_->run(view, *pool_, false);
@@ -516,7 +303,7 @@ bool Engine::prefill(const std::vector<Sequence*>& batch) {
   backend_.advance(view);
   if (last) storage.download_outputs(any_forced);
   const double elapsed = seconds_since(start);
-  for (int s = 0; s < n; ++s) {
+  for (int s = 0; s < b.n_seqs; ++s) {
     Sequence& seq = *batch[static_cast<size_t>(s)];
     seq.stats.prefill_seconds += elapsed;
     seq.stats.peak_resident_slots = std::max(seq.stats.peak_resident_slots, seq.length);
@@ -525,55 +312,24 @@ bool Engine::prefill(const std::vector<Sequence*>& batch) {
   return last;
 }
 
-void Engine::write_decode_row(int row) {
-  const Sequence& seq = *running_[static_cast<size_t>(row)];
-  backend::StepStorage& storage = *decode_batch_;
-  backend::StepBatch& b = storage.host();
-  b.tokens[row] = seq.generated.back();
-  b.row_seq[row] = row;
-  b.seq_row_begin[row] = row;
-  b.seq_row_begin[row + 1] = row + 1;
-  b.length[row] = seq.length;
-  b.appended[row] = static_cast<int32_t>(seq.appended);
-  std::fill_n(b.page_table + int64_t{row} * max_pages_, max_pages_, 0);
-  std::copy(seq.pages.begin(), seq.pages.end(), b.page_table + int64_t{row} * max_pages_);
-  b.budget[row] = seq.budget.budget;
-  b.window[row] = seq.budget.window;
-  b.ring_row[row] = seq.ring_row;
-  b.n_protected[row] = seq.n_protected;
-  b.policy_id[row] = seq.policy;
-  b.round[row] = seq.stats.eviction_rounds;
-  b.evict_key[row] = philox_key(config_.eviction_seed, seq.stream_id, RngDomain::Eviction);
-  b.sample_key[row] = philox_key(seq.request.sampling.seed, seq.stream_id, RngDomain::Sampling);
-  b.temperature[row] = seq.request.sampling.temperature;
-  b.top_p[row] = seq.request.sampling.top_p;
-  b.top_k[row] = seq.request.sampling.top_k;
-  b.gen_step[row] = static_cast<int32_t>(seq.generated.size());
-  b.forced[row] = seq.finish == FinishReason::Running ? seq.forced_now() : -1;
-  storage.upload_seq(row);
-  storage.upload_rows(row, 1);
-}
-
 void Engine::decode() {
-  const int n = static_cast<int>(running_.size());
+  const auto& running = scheduler_->rows();
+  const int n = static_cast<int>(running.size());
   if (n == 0) return;
   std::vector<uint8_t> policy_used(kMaxPolicies, 0);
-  for (const auto& seq : running_)
+  for (const auto& seq : running)
     policy_used[static_cast<size_t>(seq->policy)] |= seq->budget.bounded() ? 1 : 0;
   forget_reused_policies(policy_used);
   backend::StepStorage& storage = *decode_batch_;
   backend::StepBatch& b = storage.host();
   const bool any_forced =
-      std::any_of(running_.begin(), running_.end(), [](const auto& seq) { return seq->forced_now() >= 0; });
+      std::any_of(running.begin(), running.end(), [](const auto& seq) { return seq->forced_now() >= 0; });
   // Teacher forcing needs each step's count before the next forced token, and a round observer reads
   // the pool as of the step it sees: those runs read every step at once.
   const bool overlap = config_.overlap_readback && !any_forced && !round_observer_;
   if (!overlap) drain();
   if (!in_flight_) decode_clock_ = Clock::now();
-  b.n_seqs = b.n_rows = n;
-  b.max_rows_per_seq = 1;
-  for (int row = 0; row < n; ++row) b.forced[row] = running_[static_cast<size_t>(row)]->forced_now();
-  if (any_forced) storage.upload_forced();  // teacher forcing (probes) only; sampling needs no host data
+  scheduler_->write_decode_step(/*upload_forced=*/any_forced);  // teacher forcing (probes) only
 
   const backend::StepBatch view = storage.device(/*self_feeding=*/true);
   // The step's launches depend only on the batch size and the set of policies in use: that is the
@@ -599,7 +355,7 @@ void Engine::decode() {
   }
   std::vector<Sequence*> rows;
   rows.reserve(static_cast<size_t>(n));
-  for (const auto& seq : running_) rows.push_back(seq.get());
+  for (const auto& seq : running) rows.push_back(seq.get());
   if (!overlap) {
     storage.download_outputs(any_forced, /*self_feeding=*/true);
     apply_decode(rows, b.next_token, b.forced_logprob, b.forced_is_argmax);
@@ -611,8 +367,8 @@ void Engine::decode() {
   in_flight_ = std::move(launched);
   // Read this step at once when no further step may run before it: a sequence stopped in the previous
   // step (it ran in this one too), or one whose length this step completes.
-  for (const auto& seq : running_) {
-    if (seq->finish != FinishReason::Running ||
+  for (const auto& seq : running) {
+    if (!seq->running() ||
         static_cast<int>(seq->generated.size()) + 1 >= seq->request.max_new_tokens) {
       drain();
       break;
@@ -634,7 +390,6 @@ void Engine::apply_decode(const std::vector<Sequence*>& rows, const int32_t* tok
   const double elapsed = std::chrono::duration<double>(now - decode_clock_).count();
   decode_clock_ = now;
   ++decode_steps_;
-  backend::StepBatch& b = decode_batch_->host();
   for (size_t row = 0; row < rows.size(); ++row) {
     Sequence& seq = *rows[row];
     if (seq.finish != FinishReason::Running) continue;
@@ -643,7 +398,6 @@ void Engine::apply_decode(const std::vector<Sequence*>& rows, const int32_t* tok
     seq.stats.peak_resident_slots = std::max(seq.stats.peak_resident_slots, seq.length);
     seq.stats.decode_seconds += elapsed;
     if (seq.budget.should_evict(seq.length)) finish_round(seq);
-    b.tokens[row] = tokens[row];
     accept_token(seq, tokens[row], forced_logprob != nullptr ? forced_logprob[row] : 0.0f,
                  forced_is_argmax != nullptr && forced_is_argmax[row] != 0);
   }
@@ -684,14 +438,6 @@ bool Engine::needs_ring_row(const policy::EvictionPolicy& policy, const kv::Budg
   return pool_->signals().window_queries && policy.needs().window_queries && budget.bounded();
 }
 
-void Engine::release_kv(Sequence& seq) {
-  reserved_slots_ -= seq.stats.reserved_slots;
-  pool_->release(seq.pages);
-  seq.pages.clear();
-  if (seq.ring_row >= 0) pool_->release_ring_row(seq.ring_row);
-  seq.ring_row = -1;
-}
-
 void Engine::finish_round(Sequence& seq) {
   // The backend already ran the round inside the step; the host mirrors its effect.
   seq.length = seq.budget.budget;
@@ -729,47 +475,23 @@ void Engine::accept_token(Sequence& seq, int token, float forced_logprob, bool f
 
 void Engine::retire_finished() {
   // Retiring moves rows and rewrites them from the host's mirror: read the step in flight first.
-  if (in_flight_ && std::any_of(running_.begin(), running_.end(),
-                                [](const auto& seq) { return seq->finish != FinishReason::Running; }))
-    drain();
-  for (size_t row = 0; row < running_.size();) {
-    Sequence& seq = *running_[row];
-    if (seq.finish == FinishReason::Running) {
-      ++row;
-      continue;
-    }
-    seq.stats.generated_tokens = static_cast<int>(seq.generated.size());
-    seq.stats.final_resident_slots = seq.length;
-    release_kv(seq);
-    finished_.push_back({seq.id, std::move(seq.request.prompt), std::move(seq.generated),
-                         std::move(seq.forced_logprobs), std::move(seq.forced_is_argmax), seq.finish,
-                         seq.stats});
-    // The last row moves into the hole so the decode batch stays dense; only that row is rewritten.
-    running_[row] = std::move(running_.back());
-    running_.pop_back();
-    if (row < running_.size()) write_decode_row(static_cast<int>(row));
-  }
+  if (in_flight_ && scheduler_->any_finished()) drain();
+  scheduler_->retire();
 }
 
 StepKind Engine::step() {
   retire_finished();  // cancellations since the last step
   StepKind kind = StepKind::Idle;
-  if (chunking_ && (chunk_turn_ || running_.empty())) {
+  if (scheduler_->chunk_due()) {
     prefill_chunk_step();  // a long prompt's next chunk, every other step while others decode
     kind = StepKind::Prefill;
-    chunk_turn_ = false;
-  } else {
+  } else if (admit()) {
     // New work first so a waiting sequence joins the next decode step (continuous batching).
-    const size_t waiting_before = waiting_.size();
-    admit();
-    if (waiting_.size() != waiting_before) {
-      kind = StepKind::Prefill;
-      chunk_turn_ = false;  // a long prompt's first chunk just ran: a decode step next
-    } else if (!running_.empty()) {
-      decode();
-      kind = StepKind::Decode;
-      chunk_turn_ = true;
-    }
+    kind = StepKind::Prefill;
+  } else if (scheduler_->running() > 0) {
+    decode();
+    scheduler_->decode_ran();
+    kind = StepKind::Decode;
   }
   retire_finished();
   return kind;
@@ -778,15 +500,14 @@ StepKind Engine::step() {
 void Engine::run(const std::function<void(const TokenEvent&)>& on_token) {
   auto previous = std::exchange(on_token_, on_token);
   while (!idle()) {
-    if (step() == StepKind::Idle && !waiting_.empty()) {
-      fail("request {} can never be admitted: it needs {} KV slots and the pool has {} free",
-           waiting_.front()->id, waiting_.front()->stats.reserved_slots,
-           pool_->free_pages() * pool_->page_slots());
-    }
+    if (step() != StepKind::Idle) continue;
+    if (const Sequence* next = scheduler_->first_waiting(); next != nullptr)
+      fail("request {} can never be admitted: it needs {} KV slots and the pool has {} free", next->id,
+           next->stats.reserved_slots, pool_->free_pages() * pool_->page_slots());
   }
   on_token_ = std::move(previous);
 }
 
-std::vector<GenerationResult> Engine::take_finished() { return std::exchange(finished_, {}); }
+std::vector<GenerationResult> Engine::take_finished() { return scheduler_->take_finished(); }
 
 }  // namespace kvdice::engine

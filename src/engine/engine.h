@@ -1,19 +1,19 @@
-// Engine: the step loop, the same for every backend. Admits requests whose whole KV reservation fits
-// the pool (pages assigned at admission, never preempted), prefills them, then decodes all running
-// sequences as one batch: forward -> sample -> advance -> evict, all backend ops over the persistent
-// decode batch. Each sequence has its own prompt length, budget, policy, trigger and random streams,
-// so mixed batches are exact; the host mirrors lengths and rounds (they are deterministic) and reads
-// back only the sampled tokens.
+// Engine: the step loop, the same for every backend. Its Scheduler (scheduler.h) decides what runs:
+// it admits requests whose whole KV reservation fits the pool (pages assigned at admission, never
+// preempted), keeps the running sequences as the rows of the persistent decode batch and retires them.
+// The engine runs each step over what the scheduler hands it: a prefill of the admitted prompts, or one
+// decode step of all running sequences as one batch (forward -> sample -> advance -> evict, all backend
+// ops over the decode batch). Each sequence has its own prompt length, budget, policy, trigger and
+// random streams, so mixed batches are exact; the host mirrors lengths and rounds (they are
+// deterministic) and reads back only the sampled tokens.
 #pragma once
 
 #include <array>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,7 +21,9 @@
 #include "backend/backend.h"
 #include "backend/step_storage.h"
 #include "core/error.h"
+#include "engine/policy_table.h"
 #include "engine/request.h"
+#include "engine/scheduler.h"
 #include "kv/budget.h"
 #include "kv/eviction_round.h"
 #include "kv/kv_pool.h"
@@ -53,13 +55,6 @@ struct EngineConfig {
   bool overlap_readback = true;
 };
 
-// What one scheduler iteration ran.
-enum class StepKind {
-  Idle,     // nothing could run (every waiting request needs more KV than is free)
-  Prefill,  // admitted requests and prefilled them, or ran one chunk of a long prompt
-  Decode,   // one decode step of the running sequences
-};
-
 struct TokenEvent {
   uint64_t id;  // request id
   int token;
@@ -86,76 +81,6 @@ struct MemoryPlan {
   int64_t kv_capacity_slots = 0;
   int max_context = 0;        // longest reservation of one sequence
   std::string kv_pool_rule;   // how the pool was sized
-};
-
-// Most distinct eviction policies (name and options: "random_block_pp:block=8" and ":block=16" are two)
-// one engine holds at once, its default included. Each request may bring its own policy; a place in the
-// table is held while a request using it waits or runs, and a new policy takes the place a policy no
-// live request uses left longest ago (its decode shapes and graphs are forgotten first). A request whose
-// policy would need a 65th place while all 64 are held is refused (PolicyTableFull).
-inline constexpr int kMaxPolicies = 64;
-
-// The refusal of a request whose policy would need a place while all kMaxPolicies are held.
-class PolicyTableFull : public Error {
- public:
-  using Error::Error;
-};
-
-// The engine's policies by id (0 = the engine's default, held for its life). Thread-safe: a server
-// holds a place for a request from its handler thread (Engine::hold_policy) while the engine thread
-// steps. A policy object stays put while its place is held.
-class PolicyTable {
- public:
-  // One hold on a place: the policy at id() stays while any hold on it lives. Movable; releases on
-  // destruction (the table outlives its holds: they share it).
-  class Hold {
-   public:
-    Hold() = default;
-    Hold(Hold&& other) noexcept { *this = std::move(other); }
-    Hold& operator=(Hold&& other) noexcept;
-    Hold(const Hold&) = delete;
-    Hold& operator=(const Hold&) = delete;
-    ~Hold() { reset(); }
-    void reset();
-    int id() const { return id_; }
-    explicit operator bool() const { return table_ != nullptr; }
-
-   private:
-    friend class PolicyTable;
-    std::shared_ptr<PolicyTable> table_;
-    int id_ = -1;
-  };
-
-  // A table whose place 0 holds `default_policy` for the table's life.
-  static std::shared_ptr<PolicyTable> make(std::unique_ptr<policy::EvictionPolicy> default_policy);
-  // A hold on the place of the policy `policy` describes: the place an equal policy has, else a free one
-  // (never used, or the least recently used one no hold is on) filled with `policy`, after
-  // `check(policy)` (which may throw). PolicyTableFull when every place is held.
-  Hold hold(std::unique_ptr<policy::EvictionPolicy> policy,
-            const std::function<void(const policy::EvictionPolicy&)>& check);
-  // The policy at a held place.
-  const policy::EvictionPolicy& at(int id) const;
-  // Bumped each time a place gets another policy: what was keyed by the id before is stale.
-  uint64_t generation(int id) const;
-  int places_used() const;  // places filled so far (never more than kMaxPolicies)
-  int held() const;         // places with a hold on them
-
- private:
-  struct Place {
-    std::unique_ptr<policy::EvictionPolicy> policy;
-    std::string spec;  // policy::describe
-    int holds = 0;
-    uint64_t last_used = 0;  // tick of the latest hold or release
-    uint64_t generation = 0;
-  };
-  PolicyTable() = default;
-  void release(int id);
-
-  std::weak_ptr<PolicyTable> self_;
-  mutable std::mutex mutex_;
-  std::array<Place, kMaxPolicies> places_;
-  int used_ = 0;
-  uint64_t tick_ = 0;
 };
 
 // The decode-step shapes one engine has run, each interned to a small id: a shape is the batch size and
@@ -208,9 +133,9 @@ class Engine {
   // Its result is reported with FinishReason::Cancelled.
   bool cancel(uint64_t id);
   bool idle() const;
-  int running() const { return static_cast<int>(running_.size()); }
-  int waiting() const { return static_cast<int>(waiting_.size()); }
-  int64_t reserved_slots() const { return reserved_slots_; }
+  int running() const;
+  int waiting() const;
+  int64_t reserved_slots() const;
   // Sequences of `reservation_slots` each that the pool (and slot limit) holds together.
   int64_t sequences_that_fit(int64_t reservation_slots) const;
   // Decode steps whose tokens the host has read so far (a step launched and not yet read is not one).
@@ -232,21 +157,21 @@ class Engine {
   void set_round_observer(std::function<void(uint64_t id, const kv::RoundRecord&)> observer);
 
  private:
-  struct Sequence;
   // Forgets the decode shapes (and drops the graphs) of policy ids that went to another policy since
   // they were interned.
   void forget_reused_policies(const std::vector<uint8_t>& policy_used);
-  void admit();
+  // Admits what fits and prefills it (whole prompts together, or a long prompt's first chunk).
+  // True when it admitted anything.
+  bool admit();
   // Prefills the next chunk of each sequence's prompt (their prompts together fit one chunk, or one
   // sequence's prompt is longer); after its last chunk samples the first tokens. True when done.
   bool prefill(const std::vector<Sequence*>& batch);
-  // chunking_'s next chunk; after its last, it joins the decode batch (or leaves, cancelled).
+  // The chunking sequence's next chunk; after its last, it joins the decode batch.
   void prefill_chunk_step();
   void decode();
   // The decode step's backend ops; with publish_slot >= 0 the sampled tokens are published into that
   // host ring slot right after sampling (the host reads them one step late).
   void decode_ops(const backend::StepBatch& view, const std::vector<uint8_t>& policy_used, int publish_slot);
-  void write_decode_row(int row);
   // A launched decode step whose tokens are not read yet (overlap_readback).
   struct InFlightStep {
     std::vector<Sequence*> rows;  // the sequence in each row when it was launched
@@ -261,11 +186,10 @@ class Engine {
                     const uint8_t* forced_is_argmax);
   void accept_token(Sequence& seq, int token, float forced_logprob, bool forced_is_argmax);
   void finish_round(Sequence& seq);
+  // Retires finished and cancelled sequences (reading the step in flight first: rows move).
   void retire_finished();
   // Whether a sequence under `policy` and `budget` keeps its window queries in a row of the query ring.
   bool needs_ring_row(const policy::EvictionPolicy& policy, const kv::BudgetSpec& budget) const;
-  // Gives a finished or cancelled sequence's pages and ring row back to the pool.
-  void release_kv(Sequence& seq);
 
   const model::Model& model_;
   backend::Backend& backend_;
@@ -286,16 +210,12 @@ class Engine {
   };
   DecodeShapes shape_ids_;
   std::map<uint64_t, StepShape> step_shapes_;
-  uint64_t next_id_ = 0;
-  std::deque<std::unique_ptr<Sequence>> waiting_;
-  std::vector<std::unique_ptr<Sequence>> running_;  // running_[i] is row i of the decode batch
-  std::vector<GenerationResult> finished_;
-  int64_t reserved_slots_ = 0;
+  // The sequences: queue, admission, decode rows, retirement. Declared after the pool and the decode
+  // batch it refers to.
+  std::unique_ptr<Scheduler> scheduler_;
   std::function<void(const TokenEvent&)> on_token_;
   std::function<void(uint64_t, const kv::RoundRecord&)> round_observer_;
   std::optional<InFlightStep> in_flight_;
-  std::unique_ptr<Sequence> chunking_;  // admitted, its long prompt partly prefilled; not yet a decode row
-  bool chunk_turn_ = false;             // the next step prefills chunking_'s next chunk
   int next_slot_ = 0;
   int64_t decode_steps_ = 0;
   std::chrono::steady_clock::time_point decode_clock_;  // when the last decode step was applied

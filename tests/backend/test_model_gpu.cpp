@@ -13,6 +13,7 @@
 #include <map>
 
 #include "backend/backend.h"
+#include "backend/row_diff.h"
 #include "backend/step_storage.h"
 #include "core/json.h"
 #include "engine/engine.h"
@@ -66,29 +67,7 @@ std::vector<std::vector<float>> run_rows(const model::Model& m, backend::Backend
   return rows;
 }
 
-struct RowDiff {
-  bool top1_equal;
-  bool near_tie;    // top-1 differs, but the reference's two candidates are closer than this row's error
-  double relative;  // ||a - b|| / ||b||
-  double max_abs;
-};
-
-RowDiff compare(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0, max_abs = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    num += d * d;
-    den += static_cast<double>(want[i]) * want[i];
-    max_abs = std::max(max_abs, std::abs(d));
-  }
-  const auto argmax = [](const std::vector<float>& v) {
-    return std::max_element(v.begin(), v.end()) - v.begin();
-  };
-  const auto g = argmax(got), w = argmax(want);
-  const bool near_tie =
-      g != w && std::abs(want[static_cast<size_t>(w)] - want[static_cast<size_t>(g)]) <= 2 * max_abs;
-  return {g == w, near_tie, std::sqrt(num / std::max(den, 1e-30)), max_abs};
-}
+using test::RowDiff;
 
 int argmax(const std::vector<float>& v) {
   return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin());
@@ -120,7 +99,7 @@ TEST_P(FixtureOnCuda, LogitsMatchTheCpuAtPrefillAndEveryDecodeStep) {
   double worst = 0;
   int top1 = 0, ties = 0;
   for (size_t r = 0; r < want.size(); ++r) {
-    const RowDiff d = compare(got[r], want[r]);
+    const RowDiff d = test::compare_rows(got[r], want[r]);
     worst = std::max(worst, d.relative);
     top1 += d.top1_equal ? 1 : 0;
     ties += d.near_tie ? 1 : 0;
@@ -519,7 +498,7 @@ TEST(TransformersParity, RandomWeightCheckpointsAgainstTransformersBf16) {
       lf.read(reinterpret_cast<char*>(want.data()),
               static_cast<std::streamsize>(want.size() * sizeof(float)));
       ASSERT_TRUE(lf) << "golden_logits.f32 too short at row " << r;
-      const RowDiff d = compare(got[r], want);
+      const RowDiff d = test::compare_rows(got[r], want);
       top1 += d.top1_equal ? 1 : 0;
       ties += d.near_tie ? 1 : 0;
       worst = std::max(worst, d.relative);

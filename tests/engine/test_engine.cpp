@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/model_bundle.h"
+#include "error_text.h"
 
 namespace kvdice::engine {
 namespace {
@@ -341,12 +342,8 @@ TEST(Engine, NonFiniteLogitsStopTheRunWithAClearError) {
   auto backend = backend::make_cpu_backend(1);
   Engine e(broken, *backend, budgeted("random_pp", 32, 8));
   e.submit(request("nan", 5));
-  try {
-    e.run();
-    FAIL() << "a NaN weight ran to the end";
-  } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("non-finite logits"), std::string::npos) << error.what();
-  }
+  const std::string error = test::error_of([&] { e.run(); });
+  EXPECT_TRUE(test::has(error, "non-finite logits")) << error;
 }
 
 }  // namespace
@@ -360,23 +357,14 @@ TEST(Engine, ReservationsBeyondTheLongestContextAreRefusedWithTheNumbers) {
   EngineConfig full = budgeted("full", 0, 64);
   full.max_context = 256;
   Engine e(*bundle().model, *backend, full);
-  try {
-    e.submit(request("long", 300));
-    FAIL() << "a reservation beyond the longest context was accepted";
-  } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("more than the longest context of 256 slots"), std::string::npos)
-        << error.what();
-  }
+  const std::string long_error = test::error_of([&] { e.submit(request("long", 300)); });
+  EXPECT_TRUE(test::has(long_error, "more than the longest context of 256 slots")) << long_error;
   EXPECT_NO_THROW(e.submit(request("fits", 200)));
   EngineConfig big = budgeted("random_pp", 512, 64);
   big.max_context = 256;
   Engine b(*bundle().model, *backend, big);
-  try {
-    b.submit(request("budget", 5));
-    FAIL() << "a budget beyond the longest context was accepted";
-  } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("lower --budget"), std::string::npos) << error.what();
-  }
+  const std::string budget_error = test::error_of([&] { b.submit(request("budget", 5)); });
+  EXPECT_TRUE(test::has(budget_error, "lower --budget")) << budget_error;
 }
 
 }  // namespace
@@ -436,12 +424,8 @@ TEST(Engine, QueryRingIsOneRowPerRunningSequence) {
   EXPECT_EQ(plan.kv_pool_bytes, plan.kv_pool_slots * plan.kv_bytes_per_slot + plan.kv_query_ring_bytes);
   GenerationRequest wide = request("wide", 5);
   wide.kv = KvSettings{"snapkv", kv::BudgetSpec{64, 16}};
-  try {
-    engine.submit(std::move(wide));
-    FAIL() << "a window wider than the query ring was accepted";
-  } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("wider than the 8 queries"), std::string::npos) << error.what();
-  }
+  const std::string error = test::error_of([&] { engine.submit(std::move(wide)); });
+  EXPECT_TRUE(test::has(error, "wider than the 8 queries")) << error;
   GenerationRequest narrow = request("narrow", 40);
   narrow.ignore_eos = true;
   narrow.kv = KvSettings{"snapkv", kv::BudgetSpec{32, 4}};
