@@ -26,7 +26,11 @@ EngineHost::EngineHost(const model::Model& model, backend::Backend& backend, Hos
   const kv::PoolRequest& p = options_.pool;
   if (backend_.is_cpu() && p.kv_slots == 0 && p.kv_memory_gib == 0) config.kv_slot_limit = kCpuDefaultKvSlots;
   engine_ = std::make_unique<engine::Engine>(model_, backend_, config);
-  options_.kv_slots = engine_->memory_plan().kv_capacity_slots;
+  const engine::MemoryPlan& plan = engine_->memory_plan();
+  options_.kv_slots = plan.kv_capacity_slots;
+  page_slots_ = std::max(1, plan.kv_page_slots);
+  pool_pages_ = plan.kv_pool_slots / page_slots_;
+  slot_limit_ = config.kv_slot_limit;
   engine_->set_token_callback([this](const engine::TokenEvent& ev) { on_token(ev); });
   thread_ = std::thread([this] { thread_main(); });
 }
@@ -77,6 +81,11 @@ void EngineHost::cancel_all(Job& job) {
 bool EngineHost::draining() const {
   std::lock_guard lock(mutex_);
   return draining_;
+}
+
+bool EngineHost::fits_when_idle(int64_t per_choice, int n) const {
+  const int64_t pages_each = (per_choice + page_slots_ - 1) / page_slots_;
+  return pages_each * n <= pool_pages_ && (slot_limit_ == 0 || per_choice * n <= slot_limit_);
 }
 
 int64_t EngineHost::queue_depth() const {
@@ -157,8 +166,11 @@ void EngineHost::admit_locked() {
       queue_.pop_front();
       continue;
     }
-    if (running_ + n > options_.max_batch || reserved_slots_ + job->reserved_slots > options_.kv_slots) break;
     const int64_t per_choice = job->reserved_slots / n;
+    const int64_t pages_each = (per_choice + page_slots_ - 1) / page_slots_;
+    if (running_ + n > options_.max_batch || reserved_pages_ + pages_each * n > pool_pages_ ||
+        (slot_limit_ > 0 && reserved_slots_ + job->reserved_slots > slot_limit_))
+      break;
     try {
       const kv::BudgetSpec spec =
           engine::effective_budget(*policy::make_policy(job->kv.policy), job->kv.budget);
@@ -167,10 +179,11 @@ void EngineHost::admit_locked() {
         request.kv = job->kv;
         const int prompt_len = static_cast<int>(request.prompt.size());
         const uint64_t id = engine_->submit(std::move(request));
-        live_[id] = Seq{job, i, per_choice, spec, prompt_len, 0, Clock::now()};
+        live_[id] = Seq{job, i, per_choice, pages_each, spec, prompt_len, 0, Clock::now()};
         metrics_.add_prompt_tokens(prompt_len);
         running_++;
         reserved_slots_ += per_choice;
+        reserved_pages_ += pages_each;
       }
     } catch (const std::exception& e) {
       // Settings were validated at parse time; a refusal here still ends the job cleanly.
@@ -227,6 +240,7 @@ void EngineHost::on_token(const engine::TokenEvent& ev) {
 void EngineHost::release_locked(const Seq& s) {
   running_--;
   reserved_slots_ -= s.reserved;
+  reserved_pages_ -= s.pages;
   resident_slots_ -= s.resident;
 }
 

@@ -91,6 +91,10 @@ class EngineHost {
   // Sequences of `reservation_slots` each that the pool holds together.
   int64_t sequences_that_fit(int64_t reservation_slots) const { return engine_->sequences_that_fit(reservation_slots); }
   int64_t queue_depth() const;
+  // Whether n choices reserving per_choice slots each could ever run at once, by the admission rule
+  // (whole pages of the pool and the slot limit): a request that never could is refused, not queued.
+  bool fits_when_idle(int64_t per_choice, int n) const;
+  int page_slots() const { return page_slots_; }
   // A hold on a place in the engine's policy table for `spec` (a valid policy spec): the place of an
   // equal policy (name and options), else one no live request holds. engine::PolicyTableFull when all
   // engine::kMaxPolicies places are held by live requests. Safe from any thread: the engine owns the
@@ -103,6 +107,7 @@ class EngineHost {
     std::shared_ptr<Job> job;
     int choice = 0;
     int64_t reserved = 0;
+    int64_t pages = 0;    // the pool pages the engine allocates for `reserved`
     kv::BudgetSpec spec;  // effective: unbounded for policies that keep everything
     int resident = 0;     // slots per (layer, head), following BudgetSpec's trigger rule
     int tokens = 0;
@@ -132,6 +137,12 @@ class EngineHost {
   std::set<uint64_t> step_ids_;  // sequences that got a token in the current step
   Clock::time_point step_start_ = Clock::now();
   int64_t reserved_slots_ = 0;  // admitted, not yet freed
+  // The engine's admission rule, so that what this host starts is what the engine runs at once (and
+  // the running and queue gauges are exact): whole pages of the pool, and the slot limit if one is set.
+  int64_t reserved_pages_ = 0;
+  int64_t pool_pages_ = 0;
+  int page_slots_ = 1;
+  int64_t slot_limit_ = 0;
   int64_t running_ = 0;
   int64_t resident_slots_ = 0;
   bool draining_ = false;

@@ -342,16 +342,16 @@ void Server::Impl::completion(const httplib::Request&, const std::string& text, 
                                    options.engine.max_batch));
     const int64_t per_choice = spec.reservation(prompt_len, max_tokens);
     const int64_t total = per_choice * r.n;
-    if (total > options.engine.kv_slots)
+    if (!host.fits_when_idle(per_choice, r.n))
       throw ApiError(
           400,
           fmt::format("this request can never fit: it reserves {} KV slots ({} choice(s) x {} = {}) "
-                      "but the pool holds {}; lower max_tokens or n, or set kv.budget",
+                      "but the pool holds {} in pages of {}; lower max_tokens or n, or set kv.budget",
                       total, r.n, per_choice,
                       spec.bounded()
                           ? fmt::format("max(prompt {}, T {}) + r {}", prompt_len, spec.budget, spec.window)
                           : fmt::format("prompt {} + max_tokens {}", prompt_len, max_tokens),
-                      options.engine.kv_slots),
+                      options.engine.kv_slots, host.page_slots()),
           r.max_tokens ? r.max_tokens_field : std::string("max_tokens"), "kv_reservation_too_large");
 
     // The engine's policy table: a place held for the request until it ends (engine::kMaxPolicies at
