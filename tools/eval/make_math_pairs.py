@@ -1,23 +1,29 @@
 #!/usr/bin/env python3
-"""Writes tests/fixtures/eval/math_verify_pairs.jsonl: (completion, gold, class, math-verify verdict).
+"""Writes the math pair corpus, tests/fixtures/eval/math_verify_pairs.jsonl: one (completion, gold)
+pair a line with its class, the verdict of Hugging Face's math-verify, the expected verdict and, where
+that differs from math-verify's or the reference's, why ("why", from REASONS).
 
-The verdict is what Hugging Face's math-verify decides, recorded by running it (pip install
-math-verify==0.9.0) the way its README grades a model: gold = parse("$<gold>$"), prediction =
-parse(<completion>), verify(gold, prediction) with the default extraction configs, float_rounding 6
-and strict=True. kvdice's grader never produces these verdicts; tests/eval/test_math_verify_agreement.cpp
-compares it with them. Many pairs follow math-verify's own regression tests (tests/test_all.py);
-the rest cover the classes that break graders. Rerun after editing PAIRS:
+math-verify's verdict is recorded by running it (pip install math-verify==0.9.0) the way its README
+grades a model: gold = parse("$<gold>$"), prediction = parse(<completion>), verify(gold, prediction)
+with the default extraction configs, float_rounding 6 and strict=True. The expected verdict is
+math-verify's unless ARGUED says otherwise. kvdice's grader produces none of these fields;
+tests/eval/test_math_pairs.cpp requires its verdict to be the expected one on every pair. Many pairs
+follow math-verify's own regression tests (tests/test_all.py); the rest cover the classes that break
+graders and the rules of the reference harness's math_equal. The corpus is built in three steps, each
+in its own environment (math-verify and the reference pin different antlr4 runtimes):
 
-    python3 tests/eval/make_math_verify_pairs.py > pairs.jsonl
+    python3 tools/eval/make_math_pairs.py > /tmp/a.jsonl                        # math-verify
+    (cd VaSE/eval/reasoning_tasks && python3 KVDICE/tools/eval/add_reference_verdicts.py) \
+        < /tmp/a.jsonl > /tmp/b.jsonl                                            # the reference
+    python3 tools/eval/add_lm_eval_verdicts.py .../hendrycks_math/utils.py \
+        < /tmp/b.jsonl > tests/fixtures/eval/math_verify_pairs.jsonl             # lm-eval
 
-then add the Qwen2.5-Math grader's verdicts with tests/eval/add_qwen_math_verdicts.py (its own
-environment) and write the result to tests/fixtures/eval/math_verify_pairs.jsonl.
+After editing only ARGUED or REASONS, `python3 tools/eval/make_math_pairs.py --argue < corpus > new`
+rewrites "expected" and "why" of an existing corpus without math-verify.
 """
 import json
 import sys
 
-import math_verify
-from math_verify import parse, verify
 
 
 def boxed(x):
@@ -622,14 +628,194 @@ PAIRS = [
 ]
 
 
+
+# Why a pair's expected verdict differs from math-verify's or the reference's (docs/eval.md lists them).
+REASONS = {
+    "thin-space": "\\, and \\ are LaTeX's thin and normal spaces, the usual digit-group separators (siunitx, AoPS): the number is the digits.",
+    "last-box": "The protocol grades the last box (the reference's extract_answer): the model corrected itself. math-verify, given several boxes, matches none.",
+    "degree-sign": "The Unicode degree sign is the same unit as ^\\circ, which every grader strips; math-verify and the reference know only the LaTeX spelling.",
+    "text-units": "A number followed by unit words, inside \\text{} or not, is that number (as '12 inches' is 12); math-verify reads the whole text as a word.",
+    "e-notation": "A plain number in e-notation is that number; math-verify does not read e-notation.",
+    "unboxed": "The prompt asks for \\boxed{}; the paper's harness reads only a box, so an unboxed answer scores 0 under the protocol. math-verify falls back to the last number.",
+    "text-braces": "\\text{{yes}} is the word yes with a redundant brace group; math-verify's text reading stops at the inner brace.",
+    "trailing-period": "A period after the number ends the sentence; it is not part of the number.",
+    "percent-bare": "A percent sign against a bare-number gold states the same percentage (the reference drops the sign too); math-verify accepts 28% for 28 but not a decimal or negative percentage.",
+    "number-word": "A number written as a word is that number (the reference converts number words as well).",
+    "text-number": "\\text{073} is the AIME answer 73 in a text wrapper.",
+    "multiset": "Lists are compared as multisets: 1, 1, 2 repeats one value and misses another, so it is not 1, 2, 2. math-verify compares them as sets.",
+    "text-list": "The same list of letters with and without \\text{}; math-verify reads the \\text{} gold as one word.",
+    "choice-label-letter": "The box names option C (with its value) and the gold is the letter C; math-verify reads the whole box as text.",
+    "choice-label-value": "An option label before the value, '(A) 3', names the value 3; the reference strips such labels, math-verify reads the letter.",
+    "imaginary": "i is the imaginary unit in competition answers ((1+i)^2 = 2i, 1/(1-i) = (1+i)/2, e^{i\\pi} = -1); math-verify and the reference's sympy treat i as an unknown.",
+    "style": "Bold is styling, not part of the answer; math-verify and the reference keep the wrapper.",
+    "fbox-after": "kvdice reads \\fbox as a box, and the last box (\\fbox{ok}) is graded; a completion that boxes something after its answer is graded on that (math-verify agrees). The reference looks only for the string 'boxed'.",
+    "ref-scale": "The reference accepts x100 and /100 for every number, percent sign or not (and drops units first): 50 is not 0.5, 100 cm is not 1.",
+    "ref-commas": "The reference drops every comma from a number; '1,00' is no digit grouping of 100 (math-verify agrees).",
+    "ref-tolerance": "The reference compares numbers with an absolute tolerance of 1e-4; these are different numbers (math-verify agrees).",
+    "ref-brackets": "The reference strips brackets before comparing elements, so it cannot tell open ends from closed ones; the intervals differ (math-verify agrees).",
+    "ref-brackets-frac": "a+b/2 is a + b/2, not (a+b)/2; the reference's string step deletes braces and parentheses and matches them.",
+    "ref-letters": "The reference's strip_string deletes unit words wherever they stand, letters included ('a^2 - b^2' becomes '^2-b^2', '\\text{east}' and '\\text{west}' both become empty), keeps a ^2 after a removed unit, and does not compare equations or strip a long name before '='.",
+    "ref-fbox": "The reference finds the answer by the string 'boxed', so it never sees \\fbox; \\fbox is a box.",
+    "ref-group-braces": "{,} is the LaTeX spelling of a comma between digit groups; the reference keeps the braces.",
+    "ref-cfrac": "\\cfrac is a fraction; the reference does not know it.",
+    "ref-unwrap": "The reference's strip_string leaves \\textnormal{}, \\mathrm{}, \\textbf{}, \\bf, a spacing command or a ^2 where it removed a unit, so the answer keeps extra text.",
+    "ref-union": "A union of intervals is the same set in any order; the reference compares it as written.",
+    "ref-in": "'x \\in [2, 5]' states the interval [2, 5]; the reference removes 'x\\in' only without spaces.",
+    "ref-pm": "\\pm a stands for the two answers a and -a; the reference has no rule for it.",
+    "ref-or": "'1 or 2' lists the two answers; the reference reads 'or' as text.",
+    "ref-log": "log_2 8 is 3; the reference's parsers fail on the unbraced subscript after its normalisation.",
+    "ref-sqrt": "1/\\sqrt{2} is \\sqrt{2}/2; the reference's sympy parse fails on its '\\frac{\\sqrt{2}}2' normalisation.",
+    "ref-reals": "The two spellings are the same interval; the reference turns only the spelling without a space into \\mathbb{R}.",
+    "ref-tuple-name": "'(x, y) = (2, 3)' names the point (2, 3); the reference strips only names of at most two characters.",
+    "ref-angle": "'\\angle ABC = 40^\\circ' states the angle 40 degrees; the reference keeps the name.",
+    "ref-percent-frac": "A percentage is its value over 100 (25% is 1/4); the reference scales only plain numbers.",
+    "ref-power": "10^6 is 1,000,000; the reference does not read digit-grouping commas in the symbolic step.",
+    "ref-slash": "\\frac{a}{b} is a/b; the reference's sympy parse of the LaTeX fails in its environment.",
+    "ref-e": "e is Euler's number in competition answers; the reference's sympy treats it as an unknown.",
+    "ref-mixed": "4\\frac{1}{2} is the mixed number 4 1/2 = 9/2; the reference reads it as 4 times 1/2.",
+}
+
+# Pairs whose expected verdict is not math-verify's, or not the reference's: (expected, reason).
+ARGUED = {
+    ('So the final answer is $\\boxed{2\\,025}$.', '2025'): (True, 'thin-space'),
+    ('First \\boxed{3}, but correcting: \\boxed{5}.', '5'): (True, 'last-box'),
+    ('So the final answer is $\\boxed{30°}$.', '30'): (True, 'degree-sign'),
+    ('So the final answer is $\\boxed{\\text{5 apples}}$.', '5'): (True, 'text-units'),
+    ('So the final answer is $\\boxed{1\\ 000}$.', '1000'): (True, 'thin-space'),
+    ('So the final answer is $\\boxed{e^{i\\pi}}$.', '-1'): (True, 'imaginary'),
+    ('So the final answer is $\\boxed{1.5e3}$.', '1500'): (True, 'e-notation'),
+    ('The answer is 5.', '5'): (False, 'unboxed'),
+    ('So the final answer is $\\boxed{\\text{{yes}}}$.', '\\text{yes}'): (True, 'text-braces'),
+    ('First $\\boxed{3}$, finally $\\fbox{4}$.', '4'): (True, 'last-box'),
+    ('$\\boxed{5.}$', '5'): (True, 'trailing-period'),
+    ('It is \\boxed{7}. Wait, no, it should be \\boxed{8}.', '8'): (True, 'last-box'),
+    ('So the final answer is $\\boxed{\\text{6 inches}}$.', '6'): (True, 'text-units'),
+    ('So the final answer is $\\boxed{\\text{7 days}}$.', '7'): (True, 'text-units'),
+    ('So the final answer is $\\boxed{\\text{8 cents}}$.', '8\\text{ cents}'): (True, 'text-units'),
+    ('So the final answer is $\\boxed{45°}$.', '45^{\\circ}'): (True, 'degree-sign'),
+    ('So the final answer is $\\boxed{33.3\\%}$.', '33.3'): (True, 'percent-bare'),
+    ('So the final answer is $\\boxed{-5\\%}$.', '-5'): (True, 'percent-bare'),
+    ('So the final answer is $\\boxed{2.5\\%}$.', '2.5'): (True, 'percent-bare'),
+    ('So the final answer is $\\boxed{12.5\\%}$.', '12.5'): (True, 'percent-bare'),
+    ('So the final answer is $\\boxed{3.}$.', '3'): (True, 'trailing-period'),
+    ('So the final answer is $\\boxed{\\text{five}}$.', '5'): (True, 'number-word'),
+    ('So the final answer is $\\boxed{five}$.', '5'): (True, 'number-word'),
+    ('So the final answer is $\\boxed{twelve}$.', '12'): (True, 'number-word'),
+    ('So the final answer is $\\boxed{1e-3}$.', '0.001'): (True, 'e-notation'),
+    ('So the final answer is $\\boxed{\\text{073}}$.', '73'): (True, 'text-number'),
+    ('So the final answer is $\\boxed{1, 1, 2}$.', '1, 2, 2'): (False, 'multiset'),
+    ('So the final answer is $\\boxed{A, C}$.', '\\text{A, C}'): (True, 'text-list'),
+    ('So the final answer is $\\boxed{(A) 3}$.', '3'): (True, 'choice-label-value'),
+    ('So the final answer is $\\boxed{(B) 12}$.', '12'): (True, 'choice-label-value'),
+    ('So the final answer is $\\boxed{\\text{(C) } 7}$.', 'C'): (True, 'choice-label-letter'),
+    ('So the final answer is $\\boxed{1.2e-5}$.', '1.2\\times10^{-5}'): (True, 'e-notation'),
+    ('So the final answer is $\\boxed{(1+i)^2}$.', '2i'): (True, 'imaginary'),
+    ('So the final answer is $\\boxed{\\frac{1}{1-i}}$.', '\\frac{1+i}{2}'): (True, 'imaginary'),
+    ('So the final answer is $\\boxed{1\\,234\\,567}$.', '1234567'): (True, 'thin-space'),
+    ('So the final answer is $\\boxed{\\frac{3}{4}\\,.}$.', '\\frac{3}{4}'): (True, 'trailing-period'),
+    ('So the final answer is $\\boxed{\\boldsymbol{8}}$.', '8'): (True, 'style'),
+    ('So the final answer is $\\boxed{\\text{\\textbf{8}}}$.', '8'): (True, 'style'),
+    ('The final answer is 42', '42'): (False, 'unboxed'),
+    ('So the final answer is $\\boxed{1{,}000}$.', '1000'): (True, 'ref-group-braces'),
+    ('The answer is $\\fbox{12}$.', '12'): (True, 'ref-fbox'),
+    ('So the final answer is $\\boxed{\\cfrac{1}{3}}$.', '1/3'): (True, 'ref-cfrac'),
+    ('So the final answer is $\\boxed{\\frac{a+b}{2}}$.', 'a+b/2'): (False, 'ref-brackets-frac'),
+    ('So the final answer is $\\boxed{125\\textnormal{ miles}}$.', '125'): (True, 'ref-unwrap'),
+    ('So the final answer is $\\boxed{12\\,\\text{m}^2}$.', '12'): (True, 'ref-unwrap'),
+    ('So the final answer is $\\boxed{6 \\text{ units}^2}$.', '6'): (True, 'ref-letters'),
+    ('So the final answer is $\\boxed{12.5\\%}$.', '\\frac{1}{8}'): (True, 'ref-percent-frac'),
+    ('So the final answer is $\\boxed{[0,9)}$.', '(0,9)'): (False, 'ref-brackets'),
+    ('So the final answer is $\\boxed{(-\\infty, 3]}$.', '(-\\infty,3)'): (False, 'ref-brackets'),
+    ('So the final answer is $\\boxed{(3,\\infty)\\cup(-\\infty,-2)}$.', '(-\\infty,-2)\\cup(3,\\infty)'): (True, 'ref-union'),
+    ('So the final answer is $\\boxed{(1, 2)}$.', '[1,2]'): (False, 'ref-brackets'),
+    ('So the final answer is $\\boxed{x \\in [2, 5]}$.', '[2,5]'): (True, 'ref-in'),
+    ('So the final answer is $\\boxed{\\pm 2}$.', '-2, 2'): (True, 'ref-pm'),
+    ('So the final answer is $\\boxed{\\textbf{12}}$.', '12'): (True, 'ref-unwrap'),
+    ('So the final answer is $\\boxed{\\log_2 8}$.', '3'): (True, 'ref-log'),
+    ('So the final answer is $\\boxed{a(b+c)}$.', 'ab+ac'): (True, 'ref-letters'),
+    ('So the final answer is $\\boxed{east}$.', '\\text{east}'): (True, 'ref-letters'),
+    ('So the final answer is $\\boxed{\\frac{1}{\\sqrt{2}}}$.', '\\frac{\\sqrt2}2'): (True, 'ref-sqrt'),
+    ('So it is $\\fbox{\\frac12}$.', '0.5'): (True, 'ref-fbox'),
+    ('$\\fbox{\\text{yes}}$', '\\text{yes}'): (True, 'ref-fbox'),
+    ('The answer is $\\boxed{12}$ and the check $\\fbox{ok}$ passes.', '12'): (False, 'fbox-after'),
+    ('So the final answer is $\\boxed{5\\text{ cm}^2}$.', '5'): (True, 'ref-unwrap'),
+    ('So the final answer is $\\boxed{6\\,\\mathrm{cm}}$.', '6'): (True, 'ref-unwrap'),
+    ('So the final answer is $\\boxed{100\\text{ cm}}$.', '1'): (False, 'ref-scale'),
+    ('So the final answer is $\\boxed{9\\pi \\text{ cm}^2}$.', '9\\pi'): (True, 'ref-letters'),
+    ('So the final answer is $\\boxed{5 \\; \\text{cm}}$.', '5'): (True, 'ref-unwrap'),
+    ('So the final answer is $\\boxed{\\angle ABC = 40^\\circ}$.', '40'): (True, 'ref-angle'),
+    ('So the final answer is $\\boxed{40^\\circ}$.', '\\angle ABC = 40^\\circ'): (True, 'ref-angle'),
+    ('So the final answer is $\\boxed{25\\%}$.', '\\frac14'): (True, 'ref-percent-frac'),
+    ('So the final answer is $\\boxed{50}$.', '0.5'): (False, 'ref-scale'),
+    ('So the final answer is $\\boxed{0.5}$.', '50'): (False, 'ref-scale'),
+    ('So the final answer is $\\boxed{2}$.', '200'): (False, 'ref-scale'),
+    ('So the final answer is $\\boxed{300}$.', '3'): (False, 'ref-scale'),
+    ('So the final answer is $\\boxed{0.03}$.', '3'): (False, 'ref-scale'),
+    ('So the final answer is $\\boxed{7}$.', '0.07'): (False, 'ref-scale'),
+    ('So the final answer is $\\boxed{1}$.', '100'): (False, 'ref-scale'),
+    ('So the final answer is $\\boxed{4500}$.', '45'): (False, 'ref-scale'),
+    ('So the final answer is $\\boxed{3.14159}$.', '3.1416'): (False, 'ref-tolerance'),
+    ('So the final answer is $\\boxed{3.1415}$.', '3.1416'): (False, 'ref-tolerance'),
+    ('So the final answer is $\\boxed{0.00001}$.', '0'): (False, 'ref-tolerance'),
+    ('So the final answer is $\\boxed{1000.00001}$.', '1000'): (False, 'ref-tolerance'),
+    ('So the final answer is $\\boxed{2.0000001}$.', '2'): (False, 'ref-tolerance'),
+    ('So the final answer is $\\boxed{10{,}000}$.', '10000'): (True, 'ref-group-braces'),
+    ('So the final answer is $\\boxed{1,00}$.', '100'): (False, 'ref-commas'),
+    ('So the final answer is $\\boxed{0.1428}$.', '\\frac{1}{7}'): (False, 'ref-tolerance'),
+    ('So the final answer is $\\boxed{(1, \\infty)}$.', '[1,\\infty)'): (False, 'ref-brackets'),
+    ('So the final answer is $\\boxed{[2,3]}$.', '[2,3)'): (False, 'ref-brackets'),
+    ('So the final answer is $\\boxed{(-\\infty, \\infty)}$.', '(-\\infty,\\infty)'): (True, 'ref-reals'),
+    ('So the final answer is $\\boxed{(-\\infty, -1)}$.', '(-\\infty,-1]'): (False, 'ref-brackets'),
+    ('So the final answer is $\\boxed{(-1, 1)}$.', '[-1,1]'): (False, 'ref-brackets'),
+    ('So the final answer is $\\boxed{(0, \\infty)}$.', '[0,\\infty)'): (False, 'ref-brackets'),
+    ('So the final answer is $\\boxed{(-2, 5]}$.', '(-2,5)'): (False, 'ref-brackets'),
+    ('So the final answer is $\\boxed{(-\\infty, 2) \\cup (2, 5)}$.', '(-\\infty,2)\\cup(2,5]'): (False, 'ref-brackets'),
+    ('So the final answer is $\\boxed{(x, y) = (2, 3)}$.', '(2,3)'): (True, 'ref-tuple-name'),
+    ('So the final answer is $\\boxed{x=1 \\text{ or } x=2}$.', '1,2'): (True, 'ref-or'),
+    ('So the final answer is $\\boxed{1 \\text{ or } 2}$.', '1,2'): (True, 'ref-or'),
+    ('So the final answer is $\\boxed{-3, 3}$.', '\\pm 3'): (True, 'ref-pm'),
+    ('So the final answer is $\\boxed{\\pm\\sqrt{2}}$.', '\\sqrt2,-\\sqrt2'): (True, 'ref-pm'),
+    ('So the final answer is $\\boxed{1 \\pm \\sqrt{2}}$.', '1+\\sqrt2, 1-\\sqrt2'): (True, 'ref-pm'),
+    ('So the final answer is $\\boxed{\\mathrm{Bob}}$.', '\\text{Bob}'): (True, 'ref-letters'),
+    ('So the final answer is $\\boxed{\\text{west}}$.', '\\text{east}'): (False, 'ref-letters'),
+    ('So the final answer is $\\boxed{10^6}$.', '1,000,000'): (True, 'ref-power'),
+    ('So the final answer is $\\boxed{\\frac{a}{b}}$.', 'a/b'): (True, 'ref-slash'),
+    ('So the final answer is $\\boxed{\\frac{1}{a}+\\frac{1}{b}}$.', '\\frac{a+b}{ab}'): (True, 'ref-letters'),
+    ('So the final answer is $\\boxed{e}$.', '2.718281828'): (True, 'ref-e'),
+    ('So the final answer is $\\boxed{2e}$.', 'e+e'): (True, 'ref-letters'),
+    ('So the final answer is $\\boxed{\\frac{9}{2}}$.', '4\\frac{1}{2}'): (True, 'ref-mixed'),
+    ('So the final answer is $\\boxed{4\\frac{1}{2}}$.', '4.5'): (True, 'ref-mixed'),
+    ('So the final answer is $\\boxed{a^2 - b^2}$.', '(a-b)(a+b)'): (True, 'ref-letters'),
+    ('So the final answer is $\\boxed{x + y = 5}$.', 'y = 5 - x'): (True, 'ref-letters'),
+    ('So the final answer is $\\boxed{2x - y + 3 = 0}$.', 'y=2x+3'): (True, 'ref-letters'),
+    ('So the final answer is $\\boxed{abc = 5}$.', '5'): (True, 'ref-letters'),
+    ('So the final answer is $\\boxed{f(x) = 3x + 1}$.', '3x+1'): (True, 'ref-letters'),
+    ('So the final answer is $\\boxed{\\mathrm{8}}$.', '8'): (True, 'ref-unwrap'),
+    ('So the final answer is $\\boxed{{\\bf 8}}$.', '8'): (True, 'ref-unwrap'),
+}
+
+def argue(pair):
+    key = (pair["completion"], pair["gold"])
+    expected, reason = ARGUED.get(key, (pair["math_verify"], None))
+    pair["expected"] = expected
+    pair.pop("why", None)
+    if reason:
+        pair["why"] = REASONS[reason]
+    return pair
+
+
 def main():
     out = sys.stdout
+    if sys.argv[1:] == ["--argue"]:
+        for line in sys.stdin:
+            out.write(json.dumps(argue(json.loads(line)), ensure_ascii=False) + "\n")
+        return
+    from math_verify import parse, verify
+
     for cls, completion, gold in PAIRS:
-        gold_parsed = parse("$" + gold + "$")
-        pred_parsed = parse(completion)
-        equal = bool(verify(gold_parsed, pred_parsed))
-        out.write(json.dumps({"class": cls, "completion": completion, "gold": gold, "math_verify": equal},
-                             ensure_ascii=False) + "\n")
+        equal = bool(verify(parse("$" + gold + "$"), parse(completion)))
+        pair = {"class": cls, "completion": completion, "gold": gold, "math_verify": equal}
+        out.write(json.dumps(argue(pair), ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":
