@@ -1,6 +1,6 @@
 // lm-evaluation-harness's exact_match for MATH (eval/lm_eval_math.h) against the harness itself: on
 // the committed pair corpus (tests/fixtures/eval/math_verify_pairs.jsonl, whose "lm_eval_em" field
-// tests/eval/add_lm_eval_verdicts.py recorded by running lm_eval 0.4.13's hendrycks_math utils) every
+// tools/eval/add_lm_eval_verdicts.py recorded by running lm_eval 0.4.13's hendrycks_math utils) every
 // verdict must be the harness's, and each normalisation rule is pinned by a case whose verdict the
 // harness gave.
 #include <fmt/core.h>
