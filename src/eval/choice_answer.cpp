@@ -31,7 +31,8 @@ std::vector<std::pair<size_t, char>> standalone_letters(std::string_view s, int 
 // it names none or several ("A, C", "B or D").
 std::optional<char> letter_in_box(std::string inner, int choices) {
   for (std::string_view cmd : {"\\text{", "\\textbf{", "\\mathrm{", "\\mathbf{"})
-    if (inner.starts_with(cmd) && inner.ends_with("}")) inner = inner.substr(cmd.size(), inner.size() - cmd.size() - 1);
+    if (inner.starts_with(cmd) && inner.ends_with("}"))
+      inner = inner.substr(cmd.size(), inner.size() - cmd.size() - 1);
   for (std::string_view wrapper : {"\\text{Answer: }", "\\text{Answer:}", "Answer:", "answer:"})
     if (inner.starts_with(wrapper)) inner = inner.substr(wrapper.size());
   size_t b = 0;
@@ -43,7 +44,8 @@ std::optional<char> letter_in_box(std::string inner, int choices) {
   }
   // A label first: "(C) ...", "C) ...", "C. ...", "C: ...".
   if (inner.size() >= 3 && inner[0] == '(' && valid(inner[1], choices) && inner[2] == ')') return inner[1];
-  if (inner.size() >= 2 && valid(inner[0], choices) && (inner[1] == ')' || inner[1] == '.' || inner[1] == ':'))
+  if (inner.size() >= 2 && valid(inner[0], choices) &&
+      (inner[1] == ')' || inner[1] == '.' || inner[1] == ':'))
     return inner[0];
   std::set<char> letters;
   for (const auto& [at, c] : standalone_letters(inner, choices)) letters.insert(c);
@@ -83,7 +85,8 @@ std::optional<char> extract_choice(std::string_view completion, int choices) {
   size_t end = text.find_last_not_of(" \t\r\n");
   if (end == std::string::npos) return std::nullopt;
   const size_t start = text.rfind('\n', end);
-  const std::string last_line = text.substr(start == std::string::npos ? 0 : start + 1, end + 1 - (start == std::string::npos ? 0 : start + 1));
+  const std::string last_line = text.substr(start == std::string::npos ? 0 : start + 1,
+                                            end + 1 - (start == std::string::npos ? 0 : start + 1));
   std::istringstream words(last_line);
   int count = 0;
   for (std::string w; words >> w;) ++count;

@@ -87,7 +87,8 @@ bool json_close(const Json& a, const Json& b) {
 constexpr const char* kFunctionalPreamble =
     "from typing import *\nfrom collections import *\nfrom heapq import *\nfrom bisect import *\n"
     "from itertools import *\nfrom functools import *\nfrom math import *\nfrom string import *\n"
-    "from operator import *\nimport collections, heapq, bisect, itertools, functools, math, string, operator, re, "
+    "from operator import *\nimport collections, heapq, bisect, itertools, functools, math, string, "
+    "operator, re, "
     "random, sys, copy\nsys.setrecursionlimit(50000)\n";
 
 std::string functional_harness(const std::string& code, const std::string& fn_name) {
@@ -162,11 +163,11 @@ GradeOutcome grade_code(const std::string& completion, const Json& problem, cons
   // HumanEval-style problems (kvdice data convert) carry the upstream check(candidate) and pass when
   // it raises nothing.
   const bool checked = problem.contains("check") && problem.contains("entry_point");
-  const std::string program =
-      checked ? problem.value("preamble", std::string()) + *code + "\n\n" + problem["check"].get<std::string>() +
-                    "\n\ncheck(" + problem["entry_point"].get<std::string>() + ")\n"
-      : fn_name.empty() ? *code
-                        : functional_harness(*code, fn_name);
+  const std::string program = checked ? problem.value("preamble", std::string()) + *code + "\n\n" +
+                                            problem["check"].get<std::string>() + "\n\ncheck(" +
+                                            problem["entry_point"].get<std::string>() + ")\n"
+                              : fn_name.empty() ? *code
+                                                : functional_harness(*code, fn_name);
   std::string layers;
   for (size_t i = 0; i < tests.size(); ++i) {
     const Json& test = tests[i];

@@ -197,8 +197,9 @@ bool is_answer_name(std::string_view text) {
       ++i;
       while (i < t.size() && std::isalpha(static_cast<unsigned char>(t[i]))) ++i;
       const std::string_view cmd = t.substr(1, i - 1);
-      static const std::vector<std::string_view> greek = {
-          "alpha", "beta", "gamma", "delta", "theta", "phi", "varphi", "lambda", "mu", "omega", "rho", "sigma", "tau"};
+      static const std::vector<std::string_view> greek = {"alpha", "beta",   "gamma",  "delta", "theta",
+                                                          "phi",   "varphi", "lambda", "mu",    "omega",
+                                                          "rho",   "sigma",  "tau"};
       if (std::find(greek.begin(), greek.end(), cmd) == greek.end()) return false;
     } else {
       while (i < t.size() && i < 6 && std::isalpha(static_cast<unsigned char>(t[i]))) ++i;
@@ -225,7 +226,8 @@ bool is_answer_name(std::string_view text) {
   };
   if (s.size() > 2 && s.front() == '(' && s.back() == ')') {
     const auto names = split_top_level(std::string_view(s).substr(1, s.size() - 2), ',');
-    return names && std::all_of(names->begin(), names->end(), [&](const std::string& n) { return identifier(n); });
+    return names &&
+           std::all_of(names->begin(), names->end(), [&](const std::string& n) { return identifier(n); });
   }
   return !s.empty() && identifier(s);
 }
@@ -293,8 +295,8 @@ std::string normalize_math_answer(std::string_view answer) {
                                "\\text{or}", "\\text{ or}", "\\text{or }"})
     replace_all(s, sep, ",");
   strip_trailing_unit_text(s);
-  for (std::string_view cmd :
-       {"\\text", "\\textbf", "\\mathrm", "\\mathbf", "\\mbox", "\\textnormal", "\\boldsymbol", "\\textit", "\\mathit"})
+  for (std::string_view cmd : {"\\text", "\\textbf", "\\mathrm", "\\mathbf", "\\mbox", "\\textnormal",
+                               "\\boldsymbol", "\\textit", "\\mathit"})
     unwrap_command(s, cmd);
   s = trim(s);
   // Units after a number: "5 cm", "12 inches" -> the number.
@@ -335,8 +337,8 @@ std::string normalize_math_answer(std::string_view answer) {
   replace_all(s, " ", "");
   // x_{1} -> x_1, 2^{3} -> 2^3: a single character needs no braces.
   for (size_t i = 0; i + 3 < s.size(); ++i)
-    if ((s[i] == '_' || s[i] == '^') && s[i + 1] == '{' && std::isalnum(static_cast<unsigned char>(s[i + 2])) &&
-        s[i + 3] == '}')
+    if ((s[i] == '_' || s[i] == '^') && s[i + 1] == '{' &&
+        std::isalnum(static_cast<unsigned char>(s[i + 2])) && s[i + 3] == '}')
       s = s.substr(0, i + 1) + s[i + 2] + s.substr(i + 4);
   brace_short_arguments(s, "\\frac", 2);
   brace_short_arguments(s, "\\sqrt", 1);
@@ -359,9 +361,10 @@ std::string normalize_math_answer(std::string_view answer) {
   }
   // A number written as a word: "five" is 5.
   {
-    static const char* const words[] = {"zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
-                                        "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen",
-                                        "seventeen", "eighteen", "nineteen", "twenty"};
+    static const char* const words[] = {"zero",     "one",      "two",      "three",   "four",    "five",
+                                        "six",      "seven",    "eight",    "nine",    "ten",     "eleven",
+                                        "twelve",   "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
+                                        "eighteen", "nineteen", "twenty"};
     std::string low = s;
     for (char& c : low) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     for (int n = 0; n <= 20; ++n)
@@ -408,8 +411,9 @@ std::optional<std::string> script_operand(const std::string& s, size_t& at) {
 
 // \sin x, \cos^2 x, \ln 8, \log_2 8, \tan\frac{..}{..} -> sin(x), (cos(x))^(2), log(8), (log(8)/log(2)), ...
 std::optional<std::string> apply_functions(std::string s) {
-  static const std::pair<std::string_view, std::string_view> names[] = {
-      {"\\sin", "sin"}, {"\\cos", "cos"}, {"\\tan", "tan"}, {"\\ln", "log"}, {"\\log", "log"}, {"\\exp", "exp"}};
+  static const std::pair<std::string_view, std::string_view> names[] = {{"\\sin", "sin"}, {"\\cos", "cos"},
+                                                                        {"\\tan", "tan"}, {"\\ln", "log"},
+                                                                        {"\\log", "log"}, {"\\exp", "exp"}};
   while (true) {
     size_t at = std::string::npos;
     std::string_view name, ginac;
@@ -457,7 +461,8 @@ std::optional<std::string> latex_to_ginac(std::string_view latex) {
     while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
     if (i > digits && s.compare(i, 6, "\\frac{") == 0) {
       const size_t a_end = match_brace(s, i + 5);
-      if (a_end != std::string::npos && a_end < s.size() && s[a_end] == '{' && match_brace(s, a_end) == s.size()) {
+      if (a_end != std::string::npos && a_end < s.size() && s[a_end] == '{' &&
+          match_brace(s, a_end) == s.size()) {
         const std::string a = s.substr(i + 6, a_end - i - 7), b = s.substr(a_end + 1, s.size() - a_end - 2);
         const bool plain = !a.empty() && !b.empty() && std::all_of(a.begin(), a.end(), ::isdigit) &&
                            std::all_of(b.begin(), b.end(), ::isdigit);
@@ -551,7 +556,9 @@ std::optional<std::string> latex_to_ginac(std::string_view latex) {
         for (char letter : word) {  // unknown words are products of one-letter symbols
           if (prev_value) out += '*';
           // e is Euler's number and i the imaginary unit, as in competition answers.
-          out += letter == 'e' ? std::string("exp(1)") : letter == 'i' ? std::string("I") : std::string(1, letter);
+          out += letter == 'e'   ? std::string("exp(1)")
+                 : letter == 'i' ? std::string("I")
+                                 : std::string(1, letter);
           prev_value = true;
         }
       }
@@ -590,7 +597,9 @@ std::optional<std::string> latex_to_ginac(std::string_view latex) {
         }
         if (start == std::string::npos) return std::nullopt;
       } else {
-        while (start > 0 && (std::isalnum(static_cast<unsigned char>(out[start - 1])) || out[start - 1] == '.')) --start;
+        while (start > 0 &&
+               (std::isalnum(static_cast<unsigned char>(out[start - 1])) || out[start - 1] == '.'))
+          --start;
       }
       out = out.substr(0, start) + "factorial(" + out.substr(start) + ")";
       ++i;
@@ -703,7 +712,8 @@ std::optional<std::string> equation_difference(std::string_view s, size_t eq) {
 // "(A) 3", "B. 12", "C) 7", "D: 2" -> the value after the option's label.
 std::optional<std::string> after_choice_label(const std::string& s) {
   if (s.size() >= 4 && s[0] == '(' && s[1] >= 'A' && s[1] <= 'E' && s[2] == ')') return s.substr(3);
-  if (s.size() >= 3 && s[0] >= 'A' && s[0] <= 'E' && (s[1] == '.' || s[1] == ')' || s[1] == ':')) return s.substr(2);
+  if (s.size() >= 3 && s[0] >= 'A' && s[0] <= 'E' && (s[1] == '.' || s[1] == ')' || s[1] == ':'))
+    return s.substr(2);
   return std::nullopt;
 }
 
@@ -819,7 +829,8 @@ MathVerdict math_equal(std::string_view predicted, std::string_view gold, double
   // "\pm 2" or "1\pm\sqrt{2}" against two answers: the two signs (either side).
   auto expand_pm = [](std::string& one, const std::string& other) {
     const size_t pm = one.find("\\pm");
-    if (pm == std::string::npos || one.find("\\pm", pm + 1) != std::string::npos || one.find(',') != std::string::npos)
+    if (pm == std::string::npos || one.find("\\pm", pm + 1) != std::string::npos ||
+        one.find(',') != std::string::npos)
       return;
     const auto two = top_level_list(other);
     if (!two || two->size() != 2) return;
@@ -832,7 +843,8 @@ MathVerdict math_equal(std::string_view predicted, std::string_view gold, double
   const auto g_list = g_set ? top_level_list(*g_set) : top_level_list(g);
   if (g_list) {
     const auto p_set = set_body(p);
-    const bool p_bracketed = !p_set && p.size() >= 2 && is_open(p.front()) && is_close(p.back()) && !top_level_list(p);
+    const bool p_bracketed =
+        !p_set && p.size() >= 2 && is_open(p.front()) && is_close(p.back()) && !top_level_list(p);
     // A bracketed prediction for a bare list is compared in order below, as before.
     if (!p_bracketed) {
       auto pl = split_top_level(p_set ? *p_set : p, ',');
@@ -861,11 +873,13 @@ MathVerdict math_equal(std::string_view predicted, std::string_view gold, double
     return {true, "tuple"};
   }
   // A plain number on one side ("1.2e-5") enters GiNaC as mantissa times a power of ten.
-  auto ginac_of = [](const std::string& text, const std::optional<double>& value) -> std::optional<std::string> {
+  auto ginac_of = [](const std::string& text,
+                     const std::optional<double>& value) -> std::optional<std::string> {
     if (!value) return latex_to_ginac(text);
     std::string digits = fmt::format("{:.15g}", *value);
     if (const size_t e = digits.find('e'); e != std::string::npos)
-      digits = "(" + digits.substr(0, e) + ")*10^(" + digits.substr(digits[e + 1] == '+' ? e + 2 : e + 1) + ")";
+      digits =
+          "(" + digits.substr(0, e) + ")*10^(" + digits.substr(digits[e + 1] == '+' ? e + 2 : e + 1) + ")";
     return digits;
   };
   const auto pa = ginac_of(p, percent ? std::nullopt : pv), ga = ginac_of(g, percent ? std::nullopt : gv);

@@ -47,20 +47,21 @@ TEST(ChoiceAnswer, EveryCorpusVerdictIsTheArguedOne) {
       ++agree_reference;
       ++per_class[cls].first;
     } else {
-      with_reference += fmt::format("  [{}] {} (gold {}): kvdice {}, reference {}\n", cls, Json(completion).dump(), gold,
-                                    ours, reference);
+      with_reference += fmt::format("  [{}] {} (gold {}): kvdice {}, reference {}\n", cls,
+                                    Json(completion).dump(), gold, ours, reference);
     }
     if (ours == expected)
       ++agree_expected;
     else
-      wrong += fmt::format("  {} (gold {}): kvdice {}, expected {}\n", Json(completion).dump(), gold, ours, expected);
+      wrong += fmt::format("  {} (gold {}): kvdice {}, expected {}\n", Json(completion).dump(), gold, ours,
+                           expected);
     if (expected != reference && p.value("why", std::string()).empty()) unargued += "  " + completion + "\n";
   }
   std::string table = "class: agree with the reference / responses\n";
   for (const auto& [cls, c] : per_class) table += fmt::format("  {}: {} / {}\n", cls, c.first, c.second);
   std::cout << table
-            << fmt::format("all: {} responses, reference {} ({:.1f}%)\ndisagreements:\n{}", total, agree_reference,
-                           100.0 * agree_reference / total, with_reference);
+            << fmt::format("all: {} responses, reference {} ({:.1f}%)\ndisagreements:\n{}", total,
+                           agree_reference, 100.0 * agree_reference / total, with_reference);
   EXPECT_GE(total, 100);
   EXPECT_EQ(agree_expected, total) << "responses where kvdice's verdict is not the argued one:\n" << wrong;
   EXPECT_TRUE(unargued.empty()) << "responses differing from the reference without a \"why\":\n" << unargued;

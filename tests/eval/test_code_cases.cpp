@@ -43,14 +43,16 @@ TEST(CodeCases, EveryVerdictIsTheArguedOne) {
     if (ours == expected)
       ++agree_expected;
     else
-      wrong += fmt::format("  {}: kvdice {} ({}), expected {}\n", name, ours ? "pass" : "fail", outcome.detail,
-                           expected ? "pass" : "fail");
+      wrong += fmt::format("  {}: kvdice {} ({}), expected {}\n", name, ours ? "pass" : "fail",
+                           outcome.detail, expected ? "pass" : "fail");
     if (expected != lcb && c.value("why", std::string()).empty()) unargued += "  " + name + "\n";
   }
   std::string table = "class: agree with LiveCodeBench / cases\n";
-  for (const auto& [cls, counts] : per_class) table += fmt::format("  {}: {} / {}\n", cls, counts.first, counts.second);
-  std::cout << table << fmt::format("all: {} cases, LiveCodeBench {} ({:.1f}%)\ndisagreements:\n{}", total, agree_lcb,
-                                    100.0 * agree_lcb / total, with_lcb);
+  for (const auto& [cls, counts] : per_class)
+    table += fmt::format("  {}: {} / {}\n", cls, counts.first, counts.second);
+  std::cout << table
+            << fmt::format("all: {} cases, LiveCodeBench {} ({:.1f}%)\ndisagreements:\n{}", total, agree_lcb,
+                           100.0 * agree_lcb / total, with_lcb);
   EXPECT_GE(total, 30);
   EXPECT_EQ(agree_expected, total) << "cases where kvdice's verdict is not the argued one:\n" << wrong;
   EXPECT_TRUE(unargued.empty()) << "cases differing from LiveCodeBench without a \"why\":\n" << unargued;

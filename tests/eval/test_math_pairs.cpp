@@ -60,8 +60,8 @@ TEST(MathPairs, EveryVerdictIsTheArguedOne) {
       c->reference += ours == p.reference;
       c->expected += ours == p.expected;
     }
-    const std::string shown = fmt::format("[{}] {} vs gold {}: kvdice {}, math-verify {}, reference {}", p.cls,
-                                          Json(p.completion).dump(), Json(p.gold).dump(), word(ours),
+    const std::string shown = fmt::format("[{}] {} vs gold {}: kvdice {}, math-verify {}, reference {}",
+                                          p.cls, Json(p.completion).dump(), Json(p.gold).dump(), word(ours),
                                           word(p.math_verify), word(p.reference));
     if (ours != p.expected) wrong += "  " + shown + ", expected " + word(p.expected) + "\n";
     if (ours != p.math_verify) with_math_verify += "  " + shown + "\n";
@@ -88,7 +88,8 @@ TEST(MathPairs, EveryDisagreementWithTheFieldIsArgued) {
   for (const auto& p : pairs) {
     if ((p.expected != p.math_verify || p.expected != p.reference) && p.why.empty())
       unargued += fmt::format("  {} vs gold {}\n", Json(p.completion).dump(), Json(p.gold).dump());
-    EXPECT_EQ(++seen[std::make_pair(p.completion, p.gold)], 1) << "duplicate pair " << p.completion << " / " << p.gold;
+    EXPECT_EQ(++seen[std::make_pair(p.completion, p.gold)], 1)
+        << "duplicate pair " << p.completion << " / " << p.gold;
   }
   EXPECT_TRUE(unargued.empty()) << "pairs whose expected verdict differs from math-verify's or the "
                                    "reference's without a \"why\":\n"
