@@ -67,6 +67,14 @@ TEST(ChoiceAnswer, EveryCorpusVerdictIsTheArguedOne) {
   EXPECT_TRUE(unargued.empty()) << "responses differing from the reference without a \"why\":\n" << unargued;
 }
 
+TEST(ChoiceAnswer, LongCompletions) {  // a 32k-token completion is some 100 KB of text
+  EXPECT_EQ(extract_choice(std::string(200000, 'x') + " Answer: C", 4), 'C');
+  std::string answers;
+  for (int i = 0; i < 20000; ++i) answers += "Answer: ";
+  EXPECT_EQ(extract_choice(answers + "D", 4), 'D');
+  EXPECT_FALSE(extract_choice(std::string(200000, '\n'), 4).has_value());
+}
+
 TEST(ChoiceAnswer, Gold) {
   EXPECT_EQ(parse_choice_gold("(c)", 4), 'C');
   EXPECT_EQ(parse_choice_gold(" B ", 4), 'B');
