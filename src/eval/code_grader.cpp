@@ -1,5 +1,6 @@
 #include "eval/code_grader.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <vector>
@@ -19,6 +20,10 @@ std::vector<std::string> significant_lines(std::string_view text) {
     lines.push_back(line);
   }
   while (!lines.empty() && lines.back().empty()) lines.pop_back();
+  // Blank lines before the output are not output either (as blank lines after it).
+  size_t first = 0;
+  while (first < lines.size() && lines[first].empty()) ++first;
+  lines.erase(lines.begin(), lines.begin() + static_cast<std::ptrdiff_t>(first));
   return lines;
 }
 
@@ -29,11 +34,29 @@ std::vector<std::string> tokens(const std::string& line) {
   return out;
 }
 
+// An integer token: optional sign, digits only.
+bool is_integer(const std::string& t) {
+  const size_t from = !t.empty() && (t[0] == '-' || t[0] == '+') ? 1 : 0;
+  return t.size() > from && t.find_first_not_of("0123456789", from) == std::string::npos;
+}
+
+// The integer's canonical spelling: no '+', no leading zeros, "0" for -0.
+std::string canonical_integer(const std::string& t) {
+  const bool negative = t[0] == '-';
+  size_t from = (t[0] == '-' || t[0] == '+') ? 1 : 0;
+  while (from + 1 < t.size() && t[from] == '0') ++from;
+  const std::string digits = t.substr(from);
+  return negative && digits != "0" ? "-" + digits : digits;
+}
+
+// Integers are compared exactly (50000000000000001 is not 50000000000000000, whatever a double
+// says); other numbers within 1e-6, relative above 1.
 bool numbers_close(const std::string& a, const std::string& b) {
+  if (is_integer(a) && is_integer(b)) return canonical_integer(a) == canonical_integer(b);
   try {
     size_t ua = 0, ub = 0;
     const double x = std::stod(a, &ua), y = std::stod(b, &ub);
-    return ua == a.size() && ub == b.size() && std::abs(x - y) <= 1e-6;
+    return ua == a.size() && ub == b.size() && std::abs(x - y) <= 1e-6 * std::max(1.0, std::abs(y));
   } catch (...) {
     return false;
   }
@@ -41,7 +64,9 @@ bool numbers_close(const std::string& a, const std::string& b) {
 
 // JSON values equal, numbers within 1e-6.
 bool json_close(const Json& a, const Json& b) {
-  if (a.is_number() && b.is_number()) return std::abs(a.get<double>() - b.get<double>()) <= 1e-6;
+  if (a.is_number_integer() && b.is_number_integer()) return a == b;
+  if (a.is_number() && b.is_number())
+    return std::abs(a.get<double>() - b.get<double>()) <= 1e-6 * std::max(1.0, std::abs(b.get<double>()));
   if (a.is_array() && b.is_array()) {
     if (a.size() != b.size()) return false;
     for (size_t i = 0; i < a.size(); ++i)
@@ -57,9 +82,18 @@ bool json_close(const Json& a, const Json& b) {
   return a == b;
 }
 
+// What LeetCode's Python environment provides without an import: typing's names (List, Optional)
+// and the usual standard modules and their names (Counter, deque, heappush, lru_cache, inf, ...).
+constexpr const char* kFunctionalPreamble =
+    "from typing import *\nfrom collections import *\nfrom heapq import *\nfrom bisect import *\n"
+    "from itertools import *\nfrom functools import *\nfrom math import *\nfrom string import *\n"
+    "from operator import *\nimport collections, heapq, bisect, itertools, functools, math, string, "
+    "operator, re, "
+    "random, sys, copy\nsys.setrecursionlimit(50000)\n";
+
 std::string functional_harness(const std::string& code, const std::string& fn_name) {
   const bool has_class = code.find("class Solution") != std::string::npos;
-  return code +
+  return std::string(kFunctionalPreamble) + code +
          "\n\n# --- kvdice functional test harness ---\nimport json as _kv_json, sys as _kv_sys\n"
          "_kv_args = [_kv_json.loads(_l) for _l in _kv_sys.stdin.read().splitlines() if _l.strip()]\n"
          "_kv_result = " +
@@ -129,11 +163,11 @@ GradeOutcome grade_code(const std::string& completion, const Json& problem, cons
   // HumanEval-style problems (kvdice data convert) carry the upstream check(candidate) and pass when
   // it raises nothing.
   const bool checked = problem.contains("check") && problem.contains("entry_point");
-  const std::string program =
-      checked ? problem.value("preamble", std::string()) + *code + "\n\n" + problem["check"].get<std::string>() +
-                    "\n\ncheck(" + problem["entry_point"].get<std::string>() + ")\n"
-      : fn_name.empty() ? *code
-                        : functional_harness(*code, fn_name);
+  const std::string program = checked ? problem.value("preamble", std::string()) + *code + "\n\n" +
+                                            problem["check"].get<std::string>() + "\n\ncheck(" +
+                                            problem["entry_point"].get<std::string>() + ")\n"
+                              : fn_name.empty() ? *code
+                                                : functional_harness(*code, fn_name);
   std::string layers;
   for (size_t i = 0; i < tests.size(); ++i) {
     const Json& test = tests[i];

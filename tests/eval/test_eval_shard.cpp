@@ -93,6 +93,17 @@ TEST_F(EvalShard, MergedShardsEqualOneProcess) {
   }
   r = kvdice({"eval", "check", "--results", root("merged")}, tmp_->path / "check.log");
   EXPECT_EQ(r.exit_code, 0) << r.err;
+  {
+    // Each shard process keeps its own run row with the devices it drove (no GPU on the CPU), so a
+    // cell's device-hours count every process that decoded it.
+    eval::ResultsStore store(root("merged"), false);
+    const auto runs = store.runs();
+    ASSERT_EQ(runs.size(), 4u);
+    for (const auto& run : runs) {
+      EXPECT_EQ(run.backend, "cpu");
+      EXPECT_EQ(run.gpus, 0);
+    }
+  }
   // Merging again adds nothing: every record is already there, identical.
   r = kvdice(merge_args("merged", {0, 1, 2, 3}), tmp_->path / "merge2.log");
   ASSERT_EQ(r.exit_code, 0) << r.err;

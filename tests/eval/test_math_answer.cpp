@@ -60,3 +60,50 @@ TEST(MathAnswer, SymbolicTimeLimitKillsTheChild) {
 
 }  // namespace
 }  // namespace kvdice::eval
+
+namespace kvdice::eval {
+namespace {
+
+// One case per rule the math pair corpus (test_math_pairs.cpp) showed missing or wrong.
+TEST(MathAnswer, RulesTheCorpusShowed) {
+  auto eq = [](const char* a, const char* b) { return math_equal(a, b, 5.0).equal; };
+  EXPECT_FALSE(eq("100001", "100000"));  // distinct numbers, however close relatively
+  EXPECT_FALSE(eq("3.14159", "3.1416"));
+  EXPECT_TRUE(eq("42", "42.0"));
+  EXPECT_TRUE(eq("12,345.6", "12345.6"));
+  EXPECT_TRUE(eq("x + y = 5", "y = 5 - x"));  // equations up to sign
+  EXPECT_FALSE(eq("x^2 + y^2 = 4", "x^2 + y^2 = 1"));
+  EXPECT_TRUE(eq("\\theta = 30", "30"));  // a name before '='
+  EXPECT_TRUE(eq("f(x) = 3x + 1", "3x+1"));
+  EXPECT_TRUE(eq("(x, y) = (2, 3)", "(2,3)"));
+  EXPECT_TRUE(eq("\\ln 8", "3\\ln2"));  // functions without parentheses
+  EXPECT_TRUE(eq("\\sin^2 x + \\cos^2 x", "1"));
+  EXPECT_TRUE(eq("\\log_{2} 16", "4"));
+  EXPECT_TRUE(eq("\\frac{10!}{8!}", "90"));
+  EXPECT_TRUE(eq("\\dbinom{6}{2}", "15"));
+  EXPECT_TRUE(eq("\\left| -5 \\right|", "5"));
+  EXPECT_TRUE(eq("(1+i)^2", "2i"));  // i is the imaginary unit
+  EXPECT_TRUE(eq("e", "2.718281828"));
+  EXPECT_TRUE(eq("4\\frac{1}{2}", "4.5"));  // a mixed number
+  EXPECT_FALSE(eq("\\sqrt{x^2}", "x"));     // a negative test point
+  EXPECT_TRUE(eq("(3,\\infty)\\cup(-\\infty,-2)", "(-\\infty,-2)\\cup(3,\\infty)"));
+  EXPECT_TRUE(eq("(1, 2), (3, 4)", "(3,4),(1,2)"));
+  EXPECT_TRUE(eq("-3, 3", "\\pm 3"));
+  EXPECT_FALSE(eq("1, 1, 2", "1, 2, 2"));  // multisets
+  EXPECT_TRUE(eq("x=1 \\text{ or } x=2", "1,2"));
+  EXPECT_TRUE(eq("B. 12", "12"));  // an option label before the value
+  EXPECT_TRUE(eq("\\text{(C) } 7", "C"));
+  EXPECT_TRUE(eq("\\text{Even}", "\\text{even}"));
+  EXPECT_FALSE(eq("xy", "yx + 1"));
+  EXPECT_TRUE(eq("\\left(\\begin{array}{cc}1&0\\\\0&1\\end{array}\\right)", "\\begin{pmatrix}1&0\\\\0&1\\end{pmatrix}"));
+  EXPECT_TRUE(eq("x_{1}", "x_1"));
+  EXPECT_TRUE(eq("8 \\qquad", "8"));
+  EXPECT_TRUE(eq("{\\bf 8}", "8"));
+  EXPECT_TRUE(eq("twelve", "12"));
+  EXPECT_TRUE(eq("1.2e-5", "1.2\\times10^{-5}"));
+  EXPECT_TRUE(eq("25\\%", "\\frac14"));
+  EXPECT_TRUE(eq("9\\pi \\text{ cm}^2", "9\\pi"));
+}
+
+}  // namespace
+}  // namespace kvdice::eval
