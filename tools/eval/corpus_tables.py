@@ -70,18 +70,21 @@ def main():
                 sign(p["math_verify"]), sign(p["reference"]), p["why"].replace("|", "\\|")))
     w("")
 
+    def agreement(items, other, title, unit, other_name):
+        by = collections.defaultdict(lambda: [0, 0])
+        for p in items:
+            by[p["class"]][0] += 1
+            by[p["class"]][1] += p["expected"] == p[other]
+        agree = sum(c[1] for c in by.values())
+        w("## %s: %d %s\n" % (title, len(items), unit))
+        w("| class | %s | kvdice = %s |" % (unit, other_name))
+        w("|---|---:|---:|")
+        for cls in sorted(by):
+            w("| %s | %d | %d |" % (cls, by[cls][0], by[cls][1]))
+        w("| **all** | **%d** | **%d (%.1f%%)** |\n" % (len(items), agree, 100.0 * agree / len(items)))
+
     choice = load("choice_pairs.jsonl")
-    by = collections.defaultdict(lambda: [0, 0])
-    for p in choice:
-        by[p["class"]][0] += 1
-        by[p["class"]][1] += p["expected"] == p["reference"]
-    agree = sum(c[1] for c in by.values())
-    w("## Multiple choice: %d responses\n" % len(choice))
-    w("| class | responses | kvdice = reference |")
-    w("|---|---:|---:|")
-    for cls in sorted(by):
-        w("| %s | %d | %d |" % (cls, by[cls][0], by[cls][1]))
-    w("| **all** | **%d** | **%d (%.1f%%)** |\n" % (len(choice), agree, 100.0 * agree / len(choice)))
+    agreement(choice, "reference", "Multiple choice", "responses", "reference")
     w("| response | gold | kvdice | reference | why kvdice's verdict is right |")
     w("|---|---|---|---|---|")
     for p in choice:
@@ -91,17 +94,7 @@ def main():
     w("")
 
     code = load("code_cases.jsonl")
-    by = collections.defaultdict(lambda: [0, 0])
-    for c in code:
-        by[c["class"]][0] += 1
-        by[c["class"]][1] += c["expected"] == c["lcb"]
-    agree = sum(c[1] for c in by.values())
-    w("## Code: %d cases\n" % len(code))
-    w("| class | cases | kvdice = LiveCodeBench |")
-    w("|---|---:|---:|")
-    for cls in sorted(by):
-        w("| %s | %d | %d |" % (cls, by[cls][0], by[cls][1]))
-    w("| **all** | **%d** | **%d (%.1f%%)** |\n" % (len(code), agree, 100.0 * agree / len(code)))
+    agreement(code, "lcb", "Code", "cases", "LiveCodeBench")
     w("| case | kvdice | LiveCodeBench | why kvdice's verdict is right |")
     w("|---|---|---|---|")
     for c in code:
