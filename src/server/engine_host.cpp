@@ -30,7 +30,6 @@ EngineHost::EngineHost(const model::Model& model, backend::Backend& backend, Hos
   options_.kv_slots = plan.kv_capacity_slots;
   page_slots_ = std::max(1, plan.kv_page_slots);
   pool_pages_ = plan.kv_pool_slots / page_slots_;
-  slot_limit_ = config.kv_slot_limit;
   engine_->set_token_callback([this](const engine::TokenEvent& ev) { on_token(ev); });
   thread_ = std::thread([this] { thread_main(); });
 }
@@ -85,7 +84,7 @@ bool EngineHost::draining() const {
 
 bool EngineHost::fits_when_idle(int64_t per_choice, int n) const {
   const int64_t pages_each = (per_choice + page_slots_ - 1) / page_slots_;
-  return pages_each * n <= pool_pages_ && (slot_limit_ == 0 || per_choice * n <= slot_limit_);
+  return pages_each * n <= pool_pages_ && per_choice * n <= options_.kv_slots;
 }
 
 int64_t EngineHost::queue_depth() const {
@@ -169,7 +168,7 @@ void EngineHost::admit_locked() {
     const int64_t per_choice = job->reserved_slots / n;
     const int64_t pages_each = (per_choice + page_slots_ - 1) / page_slots_;
     if (running_ + n > options_.max_batch || reserved_pages_ + pages_each * n > pool_pages_ ||
-        (slot_limit_ > 0 && reserved_slots_ + job->reserved_slots > slot_limit_))
+        reserved_slots_ + job->reserved_slots > options_.kv_slots)
       break;
     try {
       const kv::BudgetSpec spec =

@@ -92,7 +92,7 @@ class EngineHost {
   int64_t sequences_that_fit(int64_t reservation_slots) const { return engine_->sequences_that_fit(reservation_slots); }
   int64_t queue_depth() const;
   // Whether n choices reserving per_choice slots each could ever run at once, by the admission rule
-  // (whole pages of the pool and the slot limit): a request that never could is refused, not queued.
+  // (whole pages of the pool and the slot capacity): a request that never could is refused, not queued.
   bool fits_when_idle(int64_t per_choice, int n) const;
   int page_slots() const { return page_slots_; }
   // A hold on a place in the engine's policy table for `spec` (a valid policy spec): the place of an
@@ -138,11 +138,11 @@ class EngineHost {
   Clock::time_point step_start_ = Clock::now();
   int64_t reserved_slots_ = 0;  // admitted, not yet freed
   // The engine's admission rule, so that what this host starts is what the engine runs at once (and
-  // the running and queue gauges are exact): whole pages of the pool, and the slot limit if one is set.
+  // the running and queue gauges are exact): whole pages of the pool, and the slots within the capacity
+  // (options_.kv_slots: the slot limit when one is set, else the pool's slots).
   int64_t reserved_pages_ = 0;
   int64_t pool_pages_ = 0;
   int page_slots_ = 1;
-  int64_t slot_limit_ = 0;
   int64_t running_ = 0;
   int64_t resident_slots_ = 0;
   bool draining_ = false;
