@@ -186,7 +186,7 @@ TEST(QuantDot, RunKernelIsBitIdenticalToTheOneRowKernel) {
           for (int n = 1; n <= cpu::kRunRows; ++n) {
             for (int64_t o0 = 0; o0 + n <= std::min<int64_t>(m.rows, 9); ++o0) {
               float got[cpu::kRunRows];
-              run(m.data + o0 * row_bytes, row_bytes, n, xq, r, got);
+              run(m.data + o0 * row_bytes, row_bytes, n, xq, r, got, m.data + m.rows * row_bytes);
               for (int j = 0; j < n; ++j) {
                 const float want = one(m.data + (o0 + j) * row_bytes, xq, r);
                 ASSERT_EQ(std::bit_cast<uint32_t>(got[j]), std::bit_cast<uint32_t>(want))
