@@ -7,6 +7,7 @@
 #
 #   tools/peers/cpu-side-by-side.sh                      # ROUNDS=3 THREADS="1 2"
 #   KVDICE_ARGS="--cpu-math exact" tools/peers/cpu-side-by-side.sh
+#   KVDICE_BASELINE=/path/to/older/kvdice tools/peers/cpu-side-by-side.sh   # also an older build, same rounds
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 KVDICE="${KVDICE:-$ROOT/build/kvdice}"
@@ -18,16 +19,16 @@ PROMPT="${PROMPT:-128}"
 OUTPUT="${OUTPUT:-64}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-echo "round,engine,threads,prefill_tok_s,decode_tok_s,load_s,loadavg"
-for round in $(seq 1 "$ROUNDS"); do
-  for t in $THREADS; do
-    # shellcheck disable=SC2086
-    "$KVDICE" bench latency --backend cpu --model "$MODEL" --threads "$t" ${KVDICE_ARGS:-} \
-      --short-context "$PROMPT" --long-context $((2 * PROMPT)) --output-len "$OUTPUT" \
-      --json-out "$tmp/kvdice.json" > /dev/null 2>&1
-    python3 - "$tmp/kvdice.json" "$round" "$t" "$PROMPT" <<'PY'
+# One kvdice run: engine label, binary, threads, round.
+run_kvdice() {
+  local label=$1 bin=$2 t=$3 round=$4
+  # shellcheck disable=SC2086
+  "$bin" bench latency --backend cpu --model "$MODEL" --threads "$t" ${KVDICE_ARGS:-} \
+    --short-context "$PROMPT" --long-context $((2 * PROMPT)) --output-len "$OUTPUT" \
+    --json-out "$tmp/kvdice.json" > /dev/null 2>&1
+  python3 - "$tmp/kvdice.json" "$round" "$t" "$PROMPT" "$label" <<'PY'
 import json, sys
-path, round_, threads, prompt = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+path, round_, threads, prompt, label = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 loadavg = open("/proc/loadavg").read().split()[0]
 run = json.load(open(path))["runs"][-1]
 def find(x):
@@ -37,9 +38,16 @@ def find(x):
     elif isinstance(x, list):
         for v in x: yield from find(v)
 r = next(find(run))
-print(f"{round_},kvdice,{threads},{prompt / r['prefill_seconds']:.1f},{r['output_tok_s_decode']:.1f},"
+print(f"{round_},{label},{threads},{prompt / r['prefill_seconds']:.1f},{r['output_tok_s_decode']:.1f},"
       f"{run.get('model_load_seconds', float('nan')):.2f},{loadavg}")
 PY
+}
+
+echo "round,engine,threads,prefill_tok_s,decode_tok_s,load_s,loadavg"
+for round in $(seq 1 "$ROUNDS"); do
+  for t in $THREADS; do
+    run_kvdice kvdice "$KVDICE" "$t" "$round"
+    if [[ -n "${KVDICE_BASELINE:-}" ]]; then run_kvdice kvdice-baseline "$KVDICE_BASELINE" "$t" "$round"; fi
     if [[ -x "$LLAMA_BENCH" ]]; then
       "$LLAMA_BENCH" -m "$MODEL" -t "$t" -p "$PROMPT" -n "$OUTPUT" -r 1 -o csv 2>/dev/null |
         python3 -c "
