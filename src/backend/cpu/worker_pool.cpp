@@ -13,15 +13,9 @@
 
 namespace kvdice::backend::cpu {
 namespace {
-// How an idle worker waits for the next op: a decode step's ops follow each other within a few
-// microseconds, the next step comes after sampling (longer). It polls with pauses first, then polls
-// yielding its core between looks (on a machine with more runnable threads than cores, the thread
-// the op waits for may be queued behind it), then sleeps on the word.
-constexpr int kSpinPauses = 1 << 11, kSpinYields = 1 << 8;
-// The caller, its own chunks done, waits for the chunks other threads hold the same way, without the
-// sleep: with pauses first, then yielding, so that a worker descheduled mid-chunk can finish it on
-// this core instead of the caller spinning out its time slice.
-constexpr int kWaitPauses = 1 << 11;
+// How long an idle worker polls before sleeping: a decode step's ops follow each other within a few
+// microseconds, the next step comes after sampling (longer); ~2^14 pauses is some tens of microseconds.
+constexpr int kSpinPauses = 1 << 14;
 }  // namespace
 
 WorkerPool::WorkerPool(int threads) {
@@ -55,12 +49,8 @@ void WorkerPool::worker_loop() {
   uint64_t seen = state_.load() >> (2 * kIndexBits);
   while (!stop_.load(std::memory_order_relaxed)) {
     uint64_t s = state_.load(std::memory_order_acquire);
-    for (int i = 0; i < kSpinPauses + kSpinYields && (s >> (2 * kIndexBits)) == seen; ++i) {
-      if (i < kSpinPauses) {
-        KVDICE_PAUSE();
-      } else {
-        std::this_thread::yield();
-      }
+    for (int i = 0; i < kSpinPauses && (s >> (2 * kIndexBits)) == seen; ++i) {
+      KVDICE_PAUSE();
       s = state_.load(std::memory_order_acquire);
     }
     if ((s >> (2 * kIndexBits)) == seen) {
@@ -89,13 +79,7 @@ void WorkerPool::run(int64_t n, const std::function<void(int64_t)>& fn) {
                std::memory_order_release);
   if (sleepers_.load() > 0) state_.notify_all();
   claim_and_run(generation);
-  for (int i = 0; done_.load(std::memory_order_acquire) < n; ++i) {
-    if (i < kWaitPauses) {
-      KVDICE_PAUSE();
-    } else {
-      std::this_thread::yield();
-    }
-  }
+  while (done_.load(std::memory_order_acquire) < n) KVDICE_PAUSE();
 }
 
 void WorkerPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {

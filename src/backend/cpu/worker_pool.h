@@ -2,9 +2,8 @@
 // work, so what matters is the cost of handing it out and of finishing it: the caller and the workers
 // claim chunk indices from one atomic word, and the op is finished when every chunk is done, not when
 // every thread has checked in. A worker that the OS has descheduled (2 cores shared with other
-// processes) between chunks therefore never holds an op up; it wakes to find the work gone. One
-// descheduled inside a chunk does, until it runs again: the caller, its chunks done, yields its core
-// while it waits. Workers poll briefly for the next op (pausing, then yielding), then sleep on the word.
+// processes) therefore never holds an op up; it wakes to find the work gone. Workers spin briefly for
+// the next op, then sleep on the word.
 #pragma once
 
 #include <atomic>
