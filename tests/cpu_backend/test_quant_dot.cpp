@@ -96,8 +96,8 @@ TEST(QuantDot, EveryKernelEqualsFp32OfTheDequantisedWeights) {
       const int64_t be = cpu::block_elements(m.type);
       for (int64_t cols : {m.cols, be, 3 * be}) {
         if (cols > m.cols) continue;
-        SCOPED_TRACE(std::string(name) + " on " + std::string(cpu::isa_name(isa)) + ", " + std::to_string(cols) +
-                     " columns");
+        SCOPED_TRACE(std::string(name) + " on " + std::string(cpu::isa_name(isa)) + ", " +
+                     std::to_string(cols) + " columns");
         const std::vector<float> x = activations(1, cols);
         cpu::QuantizedRows xq;
         cpu::quantize_rows(x.data(), 1, cols, cols, xq);
@@ -116,7 +116,8 @@ TEST(QuantDot, EveryKernelEqualsFp32OfTheDequantisedWeights) {
           }
           const double got = dot(m.data + r * m.row_bytes, xq, 0);
           EXPECT_NEAR(got, same_inputs, kRounding * magnitude + 1e-6) << "row " << r;
-          EXPECT_NEAR(got, exact, rounding_bound * (1.0 + 1e-3) + kRounding * magnitude + 1e-6) << "row " << r;
+          EXPECT_NEAR(got, exact, rounding_bound * (1.0 + 1e-3) + kRounding * magnitude + 1e-6)
+              << "row " << r;
           ++checked;
         }
       }
