@@ -86,36 +86,44 @@ TEST(QuantDot, DequantizedRowIsBitExactWithGgufDequantisation) {
   }
 }
 
+// Each row's first `cols` columns: the whole row, and 1 and 3 blocks (odd counts, which kernels that
+// take two blocks at a step finish with one alone).
 TEST(QuantDot, EveryKernelEqualsFp32OfTheDequantisedWeights) {
   int checked = 0;
   for (cpu::Isa isa : cpu::available_isas()) {
     for (const char* name : kNames) {
-      SCOPED_TRACE(std::string(name) + " on " + std::string(cpu::isa_name(isa)));
       const BlockMatrix m = block_matrix(name);
-      const std::vector<float> x = activations(1, m.cols);
-      cpu::QuantizedRows xq;
-      cpu::quantize_rows(x.data(), 1, m.cols, m.cols, xq);
-      const cpu::RowDot dot = cpu::row_dot(m.type, isa);
-      for (int64_t r = 0; r < m.rows; ++r) {
-        if (!row_is_finite(m, r)) continue;  // random bits can make an f16 scale inf or NaN
-        const float* w = m.values.data() + r * m.cols;
-        double same_inputs = 0.0, exact = 0.0, magnitude = 0.0, rounding_bound = 0.0;
-        for (int64_t i = 0; i < m.cols; ++i) {
-          const double s = xq.scale[static_cast<size_t>(i / 32)];
-          const double xhat = s * xq.q[static_cast<size_t>(i)];
-          same_inputs += static_cast<double>(w[i]) * xhat;
-          exact += static_cast<double>(w[i]) * x[static_cast<size_t>(i)];
-          magnitude += std::fabs(static_cast<double>(w[i]) * xhat);
-          rounding_bound += std::fabs(w[i]) * s / 2.0;
+      const int64_t be = cpu::block_elements(m.type);
+      for (int64_t cols : {m.cols, be, 3 * be}) {
+        if (cols > m.cols) continue;
+        SCOPED_TRACE(std::string(name) + " on " + std::string(cpu::isa_name(isa)) + ", " +
+                     std::to_string(cols) + " columns");
+        const std::vector<float> x = activations(1, cols);
+        cpu::QuantizedRows xq;
+        cpu::quantize_rows(x.data(), 1, cols, cols, xq);
+        const cpu::RowDot dot = cpu::row_dot(m.type, isa);
+        for (int64_t r = 0; r < m.rows; ++r) {
+          if (!row_is_finite(m, r)) continue;  // random bits can make an f16 scale inf or NaN
+          const float* w = m.values.data() + r * m.cols;
+          double same_inputs = 0.0, exact = 0.0, magnitude = 0.0, rounding_bound = 0.0;
+          for (int64_t i = 0; i < cols; ++i) {
+            const double s = xq.scale[static_cast<size_t>(i / 32)];
+            const double xhat = s * xq.q[static_cast<size_t>(i)];
+            same_inputs += static_cast<double>(w[i]) * xhat;
+            exact += static_cast<double>(w[i]) * x[static_cast<size_t>(i)];
+            magnitude += std::fabs(static_cast<double>(w[i]) * xhat);
+            rounding_bound += std::fabs(w[i]) * s / 2.0;
+          }
+          const double got = dot(m.data + r * m.row_bytes, xq, 0);
+          EXPECT_NEAR(got, same_inputs, kRounding * magnitude + 1e-6) << "row " << r;
+          EXPECT_NEAR(got, exact, rounding_bound * (1.0 + 1e-3) + kRounding * magnitude + 1e-6)
+              << "row " << r;
+          ++checked;
         }
-        const double got = dot(m.data + r * m.row_bytes, xq, 0);
-        EXPECT_NEAR(got, same_inputs, kRounding * magnitude + 1e-6) << "row " << r;
-        EXPECT_NEAR(got, exact, rounding_bound * (1.0 + 1e-3) + kRounding * magnitude + 1e-6) << "row " << r;
-        ++checked;
       }
     }
   }
-  EXPECT_GE(checked, 10);
+  EXPECT_GE(checked, 30);
 }
 
 // The tile kernel (prefill's many-row matmul) against the one-row kernel, bit for bit (NaN and inf from
@@ -186,7 +194,7 @@ TEST(QuantDot, RunKernelIsBitIdenticalToTheOneRowKernel) {
           for (int n = 1; n <= cpu::kRunRows; ++n) {
             for (int64_t o0 = 0; o0 + n <= std::min<int64_t>(m.rows, 9); ++o0) {
               float got[cpu::kRunRows];
-              run(m.data + o0 * row_bytes, row_bytes, n, xq, r, got);
+              run(m.data + o0 * row_bytes, row_bytes, n, xq, r, got, m.data + m.rows * row_bytes);
               for (int j = 0; j < n; ++j) {
                 const float want = one(m.data + (o0 + j) * row_bytes, xq, r);
                 ASSERT_EQ(std::bit_cast<uint32_t>(got[j]), std::bit_cast<uint32_t>(want))

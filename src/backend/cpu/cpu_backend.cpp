@@ -215,12 +215,13 @@ class CpuBackend final : public Backend {
         const Part& p = parts[pi];
         const int64_t lo = std::max(begin, p.begin), hi = std::min(end, p.end);
         if (runs) {
+          const uint8_t* stretch_end = p.data + (hi - p.begin) * p.row_bytes;
           for (int64_t o = lo; o < hi; o += cpu::kRunRows) {
             const int n = static_cast<int>(std::min<int64_t>(cpu::kRunRows, hi - o));
             const uint8_t* wr = p.data + (o - p.begin) * p.row_bytes;
             for (int64_t r = 0; r < rows; ++r) {
               float v[cpu::kRunRows];
-              p.run(wr, p.row_bytes, n, xq, r, v);
+              p.run(wr, p.row_bytes, n, xq, r, v, stretch_end);
               float* dst = row(y, r) + o;
               for (int j = 0; j < n; ++j) dst[j] = accumulate ? dst[j] + v[j] : v[j];
             }

@@ -153,7 +153,8 @@ void scalar_tile(const uint8_t* w, const QuantizedRows& x, int64_t r0, int n, fl
 }
 
 template <uint32_t Type>
-void scalar_run(const uint8_t* w, int64_t row_bytes, int n, const QuantizedRows& x, int64_t r, float* out) {
+void scalar_run(const uint8_t* w, int64_t row_bytes, int n, const QuantizedRows& x, int64_t r, float* out,
+                const uint8_t*) {
   for (int j = 0; j < n; ++j) out[j] = scalar_dot<Type>(w + j * row_bytes, x, r);
 }
 

@@ -61,10 +61,12 @@ TileDot tile_dot(uint32_t ggml_type, Isa isa);
 // The same dot for a run of consecutive weight rows against one activation row (decode's matmul):
 // out[j] = dot(weight row j, row r of `x`) for j < n, 1 <= n <= kRunRows, weight row j at
 // w + j * row_bytes. The rows' independent sums keep the core busy while one row waits on its previous
-// step; out[j] is bit-identical to row_dot's result, as the tile kernel's is.
+// step; out[j] is bit-identical to row_dot's result, as the tile kernel's is. `end` is the end of the
+// stretch of weight rows this run belongs to (the caller's chunk): the kernel asks for the weight
+// lines ahead of it up to there (nullptr: only the nearest, which may pass the run's end).
 inline constexpr int kRunRows = 4;
 using RunDot = void (*)(const uint8_t* w, int64_t row_bytes, int n, const QuantizedRows& x, int64_t r,
-                        float* out);
+                        float* out, const uint8_t* end);
 RunDot run_dot(uint32_t ggml_type, Isa isa);
 
 // One weight row back to fp32 (the embedding lookup of a table kept in blocks).

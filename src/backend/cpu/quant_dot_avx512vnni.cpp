@@ -1,7 +1,11 @@
-// The block kernels with AVX-512 VNNI's vpdpbusd on 256-bit vectors (quant_dot_x86.inc), chosen at
-// run time by quant_dot.cpp where the CPU has it.
+// The block kernels with AVX-512 VNNI's vpdpbusd (quant_dot_x86.inc): 256-bit vectors, and 512-bit ones
+// for Q5_0's pairs of blocks; chosen at run time by quant_dot.cpp where the CPU has it.
 #if defined(__x86_64__)
 #define KVDICE_DOT_VNNI
+// GCC 12's 512-bit intrinsics pass an _mm512_undefined_*() value as the merge source that their full
+// mask never reads, and -Wuninitialized reports it at every use.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "backend/cpu/quant_dot_x86.inc"
 
 namespace kvdice::backend::cpu::detail {
