@@ -86,6 +86,25 @@ def random_pp_rec(case, recent=0.5):
     return sorted(kept | set(rest))
 
 
+def carrier_mix(case, heads=(2, 3, 5), q=1.0, anti=False):
+    """Carrier heads: random_pp's draw; the others: the floor(q * (K_sel - pl)) newest, then the same
+    draw over the rest in slot order (mix: q = 1)."""
+    pl, keep = case["n_protected"], case["keep"]
+    if (case["kv_head"] in heads) != anti:
+        _, rest = fisher_yates_victims(stream_of(case), range(pl, case["n_candidates"]),
+                                       case["n_candidates"] - keep)
+        return sorted(set(range(pl)) | set(rest))
+    free = keep - pl
+    n_rec = min(free, math.floor(q * free))
+    order = chrono(case, pl)
+    kept = set(range(pl)) | set(order[len(order) - n_rec:])
+    if n_rec == free:
+        return sorted(kept)
+    pool = [s for s in range(pl, case["n_candidates"]) if s not in kept]
+    _, rest = fisher_yates_victims(stream_of(case), pool, len(pool) - (free - n_rec))
+    return sorted(kept | set(rest))
+
+
 def windowed_attention(case, pool=5, temperature=1.0):
     n, d, g, nq = case["n_candidates"], case["head_dim"], case["group"], case["n_queries"]
     k = np.array(case["keys"], dtype=np.float32).astype(np.float64).reshape(n, d)
@@ -215,6 +234,13 @@ POLICIES = {
     "random_block_pp:block=4,grid=candidates": lambda c: random_block_pp(c, block=4, grid="candidates"),
     "random_pp_rec": random_pp_rec,
     "random_pp_rec:recent=0.25": lambda c: random_pp_rec(c, recent=0.25),
+    "carrier_mix": carrier_mix,
+    "carrier_mix:heads=0+1": lambda c: carrier_mix(c, heads=(0, 1)),
+    "carrier_softmix": lambda c: carrier_mix(c, q=0.5),
+    "carrier_softmix:heads=1,q=0.3": lambda c: carrier_mix(c, heads=(1,), q=0.3),
+    "anti_mix": lambda c: carrier_mix(c, anti=True),
+    "anti_mix:heads=0": lambda c: carrier_mix(c, heads=(0,), anti=True),
+    "anti_softmix": lambda c: carrier_mix(c, q=0.5, anti=True),
     "rkv": lambda c: rkv(c, False),
     "rkv_pp": lambda c: rkv(c, True),
     "rkv:lambda=0.3,pool=1": lambda c: rkv(c, False, lam=0.3, pool=1),
@@ -222,7 +248,7 @@ POLICIES = {
     "rkv_official:lambda=0.5,queries=3,pool=3,threshold=0.2": lambda c: rkv_official(
         c, lam=0.5, queries=3, pool=3, threshold=0.2),
 }
-PROTECTS = {"random_block_pp", "random_pp_rec", "snapkv_pp", "h2o_pp", "vase_pp", "rkv_pp"}
+PROTECTS = {"random_block_pp", "random_pp_rec", "carrier_mix", "carrier_softmix", "anti_mix", "anti_softmix", "snapkv_pp", "h2o_pp", "vase_pp", "rkv_pp"}
 
 
 # ---- TriAttention (whole-model scoring; the formula of docs/policies.md, evaluated literally) ------

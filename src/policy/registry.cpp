@@ -21,6 +21,10 @@ std::unique_ptr<EvictionPolicy> make_streaming_policy();
 std::unique_ptr<EvictionPolicy> make_random_block_pp_policy(PolicyOptions& options);
 std::unique_ptr<EvictionPolicy> make_random_pp_rec_policy(PolicyOptions& options);
 std::unique_ptr<EvictionPolicy> make_random_pin_pp_policy(PolicyOptions& options);
+std::unique_ptr<EvictionPolicy> make_carrier_mix_policy(PolicyOptions& options);
+std::unique_ptr<EvictionPolicy> make_carrier_softmix_policy(PolicyOptions& options);
+std::unique_ptr<EvictionPolicy> make_anti_mix_policy(PolicyOptions& options);
+std::unique_ptr<EvictionPolicy> make_anti_softmix_policy(PolicyOptions& options);
 std::unique_ptr<EvictionPolicy> make_snapkv_policy(PolicyOptions& options);
 std::unique_ptr<EvictionPolicy> make_snapkv_pp_policy(PolicyOptions& options);
 std::unique_ptr<EvictionPolicy> make_h2o_policy(PolicyOptions& options);
@@ -63,6 +67,12 @@ constexpr std::array kPolicies{
     Entry{"random_block_pp", make_random_block_pp_policy, KVDICE_CUDA_SELECTION(random_block_pp)},
     Entry{"random_pp_rec", make_random_pp_rec_policy, KVDICE_CUDA_SELECTION(random_pp_rec)},
     Entry{"random_pin_pp", make_random_pin_pp_policy, KVDICE_CUDA_SELECTION(random_pin_pp)},
+    // Carrier-head mixing (docs/mechanism.md): one CPU file, one CUDA file and one launcher for the
+    // four (the device table says which heads carry and how much recency the others keep).
+    Entry{"carrier_mix", make_carrier_mix_policy, KVDICE_CUDA_SELECTION(carrier_mix)},
+    Entry{"carrier_softmix", make_carrier_softmix_policy, KVDICE_CUDA_SELECTION(carrier_mix)},
+    Entry{"anti_mix", make_anti_mix_policy, KVDICE_CUDA_SELECTION(carrier_mix)},
+    Entry{"anti_softmix", make_anti_softmix_policy, KVDICE_CUDA_SELECTION(carrier_mix)},
     Entry{"snapkv", make_snapkv_policy, KVDICE_CUDA_SELECTION(snapkv)},
     Entry{"snapkv_pp", make_snapkv_pp_policy, KVDICE_CUDA_SELECTION(snapkv)},
     Entry{"h2o", make_h2o_policy, KVDICE_CUDA_SELECTION(h2o)},

@@ -327,7 +327,10 @@ const std::vector<std::string> kRealShapePolicies = {
     "h2o_pp", "vase", "vase_pp", "rkv", "rkv_pp", "rkv_official", "triattention", "random_pin_pp",
     // A span inside most rows' prompts (past the 37-token one) and one position past the 959-token
     // prompt, whose row has a single free selection slot.
-    "random_pin_pp:span=20-60+1500-1501,heads=1+3"};
+    "random_pin_pp:span=20-60+1500-1501,heads=1+3",
+    // Carrier-head mixing: heads=2+3+5 (the default) leaves the default model's two heads to recency.
+    "carrier_mix", "carrier_softmix", "anti_mix", "anti_softmix", "carrier_softmix:heads=1,q=0.3",
+    "anti_mix:heads=0+1"};
 
 std::string base_name(const std::string& spec) { return spec.substr(0, spec.find(':')); }
 

@@ -935,7 +935,12 @@ INSTANTIATE_TEST_SUITE_P(Policies, CudaEvict,
                                          "random_pin_pp", "random_pin_pp:span=7-9+20-23",
                                          "random_pin_pp:span=7-9+20-23,heads=none",
                                          "random_pin_pp:span=7-9+20-23,layers=1,heads=0",
-                                         "random_pin_pp:span=7-9+20-23,heads=1+0,deal=1"));
+                                         "random_pin_pp:span=7-9+20-23,heads=1+0,deal=1",
+                                         // the world's 2 KV heads: heads=2+3+5 leaves both to recency
+                                         "carrier_mix", "carrier_mix:heads=1", "carrier_softmix:heads=0",
+                                         // 0.3 · 27 = 8.1 and 0.3 · 93 = 27.9: floor, not round
+                                         "carrier_softmix:heads=1,q=0.3", "anti_mix:heads=1",
+                                         "anti_softmix:heads=0,q=0.75", "anti_softmix:heads=none"));
 
 TEST(CudaEvictPolicies, PoliciesWithoutACudaSelectionAreRefused) {
 #ifndef KVDICE_WITH_CUDA

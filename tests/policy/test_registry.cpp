@@ -10,11 +10,11 @@
 namespace kvdice::policy {
 namespace {
 
-const std::vector<std::string> kExpected{"full",          "random_pp",    "random",      "random_shared",
-                                         "recency_pp",    "recency",      "streaming",   "random_block_pp",
-                                         "random_pp_rec", "random_pin_pp", "snapkv",     "snapkv_pp",   "h2o",
-                                         "h2o_pp",        "vase",         "vase_pp",     "rkv",
-                                         "rkv_pp",        "rkv_official", "triattention"};
+const std::vector<std::string> kExpected{
+    "full",          "random_pp",       "random",   "random_shared", "recency_pp",  "recency",
+    "streaming",     "random_block_pp", "random_pp_rec", "random_pin_pp", "carrier_mix", "carrier_softmix",
+    "anti_mix",      "anti_softmix",    "snapkv",   "snapkv_pp",     "h2o",         "h2o_pp",
+    "vase",          "vase_pp",         "rkv",      "rkv_pp",        "rkv_official", "triattention"};
 
 TEST(Registry, ListsEveryPolicyAndBuildsEach) {
   EXPECT_EQ(policy_names(), kExpected);
