@@ -105,6 +105,18 @@ def carrier_mix(case, heads=(2, 3, 5), q=1.0, anti=False):
     return sorted(kept | set(rest))
 
 
+def random_vrange_pp(case, share=0.25):
+    """The floor(share * (K_sel - pl)) widest value ranges (ties: older first), then the draw."""
+    pl, keep = case["n_protected"], case["keep"]
+    free = keep - pl
+    n_tag = min(free, math.floor(share * free))
+    vr = np.array(case["value_range"], dtype=np.float32)
+    kept = set(range(pl)) | set(top(case, chrono(case, pl), vr, n_tag))
+    pool = [s for s in range(pl, case["n_candidates"]) if s not in kept]
+    _, rest = fisher_yates_victims(stream_of(case), pool, len(pool) - (free - n_tag))
+    return sorted(kept | set(rest))
+
+
 def windowed_attention(case, pool=5, temperature=1.0):
     n, d, g, nq = case["n_candidates"], case["head_dim"], case["group"], case["n_queries"]
     k = np.array(case["keys"], dtype=np.float32).astype(np.float64).reshape(n, d)
@@ -241,6 +253,8 @@ POLICIES = {
     "anti_mix": lambda c: carrier_mix(c, anti=True),
     "anti_mix:heads=0": lambda c: carrier_mix(c, heads=(0,), anti=True),
     "anti_softmix": lambda c: carrier_mix(c, q=0.5, anti=True),
+    "random_vrange_pp": random_vrange_pp,
+    "random_vrange_pp:share=0.6": lambda c: random_vrange_pp(c, share=0.6),
     "rkv": lambda c: rkv(c, False),
     "rkv_pp": lambda c: rkv(c, True),
     "rkv:lambda=0.3,pool=1": lambda c: rkv(c, False, lam=0.3, pool=1),
@@ -248,7 +262,7 @@ POLICIES = {
     "rkv_official:lambda=0.5,queries=3,pool=3,threshold=0.2": lambda c: rkv_official(
         c, lam=0.5, queries=3, pool=3, threshold=0.2),
 }
-PROTECTS = {"random_block_pp", "random_pp_rec", "carrier_mix", "carrier_softmix", "anti_mix", "anti_softmix", "snapkv_pp", "h2o_pp", "vase_pp", "rkv_pp"}
+PROTECTS = {"random_block_pp", "random_pp_rec", "carrier_mix", "carrier_softmix", "anti_mix", "anti_softmix", "random_vrange_pp", "snapkv_pp", "h2o_pp", "vase_pp", "rkv_pp"}
 
 
 # ---- TriAttention (whole-model scoring; the formula of docs/policies.md, evaluated literally) ------

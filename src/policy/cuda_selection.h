@@ -146,6 +146,7 @@ void cuda_select_random_block_pp(const CudaSelectionArgs& args, void* stream);
 void cuda_select_random_pp_rec(const CudaSelectionArgs& args, void* stream);
 void cuda_select_random_pin_pp(const CudaSelectionArgs& args, void* stream);
 void cuda_select_carrier_mix(const CudaSelectionArgs& args, void* stream);
+void cuda_select_random_vrange_pp(const CudaSelectionArgs& args, void* stream);
 void cuda_select_rkv_official(const CudaSelectionArgs& args, void* stream);
 void cuda_select_h2o(const CudaSelectionArgs& args, void* stream);
 void cuda_round_triattention(const CudaSelectionArgs& args, void* stream);

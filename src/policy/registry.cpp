@@ -25,6 +25,7 @@ std::unique_ptr<EvictionPolicy> make_carrier_mix_policy(PolicyOptions& options);
 std::unique_ptr<EvictionPolicy> make_carrier_softmix_policy(PolicyOptions& options);
 std::unique_ptr<EvictionPolicy> make_anti_mix_policy(PolicyOptions& options);
 std::unique_ptr<EvictionPolicy> make_anti_softmix_policy(PolicyOptions& options);
+std::unique_ptr<EvictionPolicy> make_random_vrange_pp_policy(PolicyOptions& options);
 std::unique_ptr<EvictionPolicy> make_snapkv_policy(PolicyOptions& options);
 std::unique_ptr<EvictionPolicy> make_snapkv_pp_policy(PolicyOptions& options);
 std::unique_ptr<EvictionPolicy> make_h2o_policy(PolicyOptions& options);
@@ -73,6 +74,8 @@ constexpr std::array kPolicies{
     Entry{"carrier_softmix", make_carrier_softmix_policy, KVDICE_CUDA_SELECTION(carrier_mix)},
     Entry{"anti_mix", make_anti_mix_policy, KVDICE_CUDA_SELECTION(carrier_mix)},
     Entry{"anti_softmix", make_anti_softmix_policy, KVDICE_CUDA_SELECTION(carrier_mix)},
+    // random_pp with a write-time salience tag (docs/mechanism.md, "Fixing the once-only failure").
+    Entry{"random_vrange_pp", make_random_vrange_pp_policy, KVDICE_CUDA_SELECTION(random_vrange_pp)},
     Entry{"snapkv", make_snapkv_policy, KVDICE_CUDA_SELECTION(snapkv)},
     Entry{"snapkv_pp", make_snapkv_pp_policy, KVDICE_CUDA_SELECTION(snapkv)},
     Entry{"h2o", make_h2o_policy, KVDICE_CUDA_SELECTION(h2o)},

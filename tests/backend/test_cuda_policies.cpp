@@ -261,7 +261,9 @@ INSTANTIATE_TEST_SUITE_P(Policies, CudaScoringPolicy,
                                          "rkv:lambda=0.1,pool=3", "vase", "vase_pp", "vase:large=0.5,sinks=2",
                                          "vase_pp:large=0,sinks=0,pool=1", "rkv_official",
                                          "rkv_official:lambda=0.5,queries=4,pool=3,threshold=0.3",
-                                         "rkv_official:queries=64,pool=1,threshold=0", "h2o", "h2o_pp"));
+                                         "rkv_official:queries=64,pool=1,threshold=0", "h2o", "h2o_pp",
+                                         "random_vrange_pp", "random_vrange_pp:share=0.3",
+                                         "random_vrange_pp:share=1", "random_vrange_pp:share=0"));
 
 // At Qwen3-4B's shape each kernel once (the CPU reference is serial: R-KV's n x n redundancy alone is
 // ~1.5e11 multiply-adds there, so the option variants run only at the small shape).
@@ -273,7 +275,8 @@ TEST_P(CudaScoringPolicyQwen, Qwen3FourBKeepsWhatTheCpuKeeps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, CudaScoringPolicyQwen,
-                         testing::Values("snapkv", "snapkv_pp", "rkv_pp", "vase", "vase_pp", "h2o", "h2o_pp"));
+                         testing::Values("snapkv", "snapkv_pp", "rkv_pp", "vase", "vase_pp", "h2o", "h2o_pp",
+                                         "random_vrange_pp"));
 
 // Random calibration statistics in the real file format (|E q| < E|q|, RoPE frequencies of theta 1e6).
 std::string write_random_stats(const Shape& shape, uint64_t seed) {

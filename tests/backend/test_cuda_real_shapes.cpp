@@ -330,7 +330,7 @@ const std::vector<std::string> kRealShapePolicies = {
     "random_pin_pp:span=20-60+1500-1501,heads=1+3",
     // Carrier-head mixing: heads=2+3+5 (the default) leaves the default model's two heads to recency.
     "carrier_mix", "carrier_softmix", "anti_mix", "anti_softmix", "carrier_softmix:heads=1,q=0.3",
-    "anti_mix:heads=0+1"};
+    "anti_mix:heads=0+1", "random_vrange_pp", "random_vrange_pp:share=0.6"};
 
 std::string base_name(const std::string& spec) { return spec.substr(0, spec.find(':')); }
 

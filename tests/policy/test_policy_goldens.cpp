@@ -76,7 +76,7 @@ TEST(PolicyGoldens, KeepSetsEqualTheNumpyReference) {
   }
   // Every policy with a rule beyond "keep everything" has goldens (the random ones are
   // pinned by test_random_policies' documented draw).
-  for (const char* name : {"random_block_pp", "random_pp_rec", "carrier_mix", "carrier_softmix", "anti_mix",
+  for (const char* name : {"random_block_pp", "random_pp_rec", "carrier_mix", "carrier_softmix", "anti_mix", "random_vrange_pp",
                            "anti_softmix", "snapkv", "snapkv_pp", "h2o", "h2o_pp", "vase",
                            "vase_pp", "rkv", "rkv_pp", "rkv_official"})
     EXPECT_TRUE(seen.count(name)) << name;
