@@ -189,6 +189,38 @@ TEST(SynthProbe, EndpointsHoldOrDropTheSpanAndRIsAnchoredByThem) {
   EXPECT_EQ(synth_results_json(config, report)["results"].size(), 5u);
 }
 
+// The mechanism policies as arms, end to end through the engine: carrier-head mixing with no carrier
+// is recency everywhere (an old fact gone from every site), its swap is random_pp's own run, and the
+// value-range tag at share 0 is random_pp too (recording the ranges changes nothing else).
+TEST(SynthProbe, CarrierMixingAndTheValueRangeTagRunAsArms) {
+  SynthConfig config = probe_config();
+  config.parity = false;
+  config.bootstrap = 0;
+  config.arms = {"random_pp", "anti_mix:heads=none", "random_vrange_pp:share=0", "carrier_mix:heads=none",
+                 "carrier_mix:heads=1", "random_vrange_pp"};
+  const SynthReport report = run_synth_probe(bundle(), *backend::make_cpu_backend(2), config);
+  ASSERT_EQ(report.results.size(), 6u);
+  auto survival = [](const SynthArmResult& r) {
+    double s = 0.0;
+    for (double v : r.span_survival) s += v;
+    return s / r.span_survival.size();
+  };
+  const auto& r = report.results;
+  EXPECT_EQ(r[1].value_logprobs, r[0].value_logprobs) << "anti_mix:heads=none is random_pp in every head";
+  EXPECT_EQ(r[2].value_logprobs, r[0].value_logprobs) << "random_vrange_pp:share=0 is random_pp";
+  EXPECT_EQ(survival(r[3]), 0.0) << "recency in every head keeps no 200-token-old fact";
+  EXPECT_LE(survival(r[4]), 0.5) << "head 0 keeps recency: at most the carrier head 1 holds the fact";
+  EXPECT_EQ(r[5].policy, "random_vrange_pp:share=0.25");
+  // A carrier head the model lacks is refused by name (the fixture has 2 KV heads).
+  config.arms = {"carrier_softmix"};
+  try {
+    run_synth_probe(bundle(), *backend::make_cpu_backend(2), config);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head 2 is not a KV head"), std::string::npos) << e.what();
+  }
+}
+
 TEST(SynthProbe, PercentileIntervalInterpolates) {
   std::vector<double> v;
   for (int i = 0; i <= 100; ++i) v.push_back(100 - i);
