@@ -9,38 +9,22 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "policy/eviction_policy.h"
+#include "shuffled_round.h"
 
 namespace kvdice::policy {
 namespace {
 
-// One head's round: n candidates at shuffled absolute positions (as after earlier compactions).
-struct Round {
-  std::vector<int32_t> positions;
-  SelectionInput input;
-  Round(int layer, int head, int n, int keep, int n_protected, uint32_t round) {
-    positions.resize(n);
-    std::iota(positions.begin(), positions.end(), 0);
-    for (int i = n - 1; i > n_protected; --i)
-      std::swap(positions[i], positions[n_protected + (i * 7919) % (i - n_protected + 1)]);
-    input.layer = layer;
-    input.kv_head = head;
-    input.n_candidates = n;
-    input.keep = keep;
-    input.n_protected = n_protected;
-    input.positions = positions;
-    input.key = philox_key(23, 5, RngDomain::Eviction);
-    input.round = round;
-    input.budget = keep + 8;
-    input.appended = n + 8;
-  }
+struct Round : ShuffledRound {
+  Round(int layer, int head, int n, int keep, int n_protected, uint32_t round)
+      : ShuffledRound(layer, head, n, keep, n_protected, round, 23, 5) {}
 };
 
 std::vector<uint8_t> select(const std::string& spec, const SelectionInput& in) {
-  std::vector<uint8_t> keep(in.n_candidates, 0);  // as the round hands it over
-  make_policy(spec)->select(in, keep);
+  const std::vector<uint8_t> keep = select_keep(spec, in);
   for (uint8_t flag : keep) EXPECT_TRUE(flag == 0 || flag == 1) << spec;
   EXPECT_EQ(std::accumulate(keep.begin(), keep.end(), 0), in.keep) << spec << ": exactly K_sel kept";
-  for (int slot = 0; slot < in.n_protected; ++slot) EXPECT_EQ(keep[slot], 1) << spec << ": the prompt is protected";
+  for (int slot = 0; slot < in.n_protected; ++slot)
+    EXPECT_EQ(keep[slot], 1) << spec << ": the prompt is protected";
   return keep;
 }
 
@@ -62,10 +46,12 @@ TEST(CarrierMix, CarrierHeadsKeepRandomPpsSlotsBitForBit) {
       const std::vector<uint8_t> random_pp = select("random_pp", r.input);
       const bool carrier = head == 2 || head == 3 || head == 5;  // the default heads=2+3+5
       for (const char* spec : {"carrier_mix", "carrier_softmix", "carrier_softmix:q=0.25"}) {
-        if (carrier) EXPECT_EQ(select(spec, r.input), random_pp) << spec << " head " << head << " round " << round;
+        if (carrier)
+          EXPECT_EQ(select(spec, r.input), random_pp) << spec << " head " << head << " round " << round;
       }
       for (const char* spec : {"anti_mix", "anti_softmix", "anti_softmix:q=0.8"}) {
-        if (!carrier) EXPECT_EQ(select(spec, r.input), random_pp) << spec << " head " << head << " round " << round;
+        if (!carrier)
+          EXPECT_EQ(select(spec, r.input), random_pp) << spec << " head " << head << " round " << round;
       }
     }
   }
@@ -127,7 +113,8 @@ TEST(CarrierMix, AntiSwapsTheHeadSets) {
   for (int head = 0; head < 3; ++head) {
     const Round r(0, head, 70, 40, 4, 2);
     EXPECT_EQ(select("anti_mix:heads=0", r.input), select("carrier_mix:heads=1+2", r.input)) << head;
-    EXPECT_EQ(select("anti_softmix:heads=1,q=0.4", r.input), select("carrier_softmix:heads=0+2,q=0.4", r.input))
+    EXPECT_EQ(select("anti_softmix:heads=1,q=0.4", r.input),
+              select("carrier_softmix:heads=0+2,q=0.4", r.input))
         << head;
   }
   // none: every head is a recency head under carrier_*, a carrier under anti_*.
@@ -145,9 +132,9 @@ TEST(CarrierMix, OptionsAreCanonicalAndBadOnesNamed) {
     EXPECT_TRUE(make_policy(name)->protects_prompt()) << name;
     EXPECT_FALSE(make_policy(name)->needs().any()) << name;
   }
-  for (const char* bad : {"carrier_mix:heads=x", "carrier_mix:heads=", "carrier_mix:heads=1+", "anti_mix:heads=-1",
-                          "carrier_mix:q=0.5", "carrier_softmix:q=1.5", "anti_softmix:q=-0.1",
-                          "carrier_softmix:heads=2,3"}) {
+  for (const char* bad :
+       {"carrier_mix:heads=x", "carrier_mix:heads=", "carrier_mix:heads=1+", "anti_mix:heads=-1",
+        "carrier_mix:q=0.5", "carrier_softmix:q=1.5", "anti_softmix:q=-0.1", "carrier_softmix:heads=2,3"}) {
     EXPECT_THROW(make_policy(bad), Error) << bad;
   }
   // The device table: [q (1 for mix), anti, n_heads, head...].
@@ -167,7 +154,8 @@ TEST(CarrierMix, AHeadBeyondTheModelsKvHeadsIsRefusedByName) {
       FAIL() << spec << ": no error";
     } catch (const Error& e) {
       const std::string message = e.what();
-      EXPECT_NE(message.find(std::string(spec).starts_with("carrier") ? "head 2 " : "head 7 "), std::string::npos)
+      EXPECT_NE(message.find(std::string(spec).starts_with("carrier") ? "head 2 " : "head 7 "),
+                std::string::npos)
           << message;
       EXPECT_NE(message.find("2 KV heads"), std::string::npos) << message;
     }

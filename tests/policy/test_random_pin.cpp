@@ -9,36 +9,18 @@
 #include "core/philox.h"
 #include "policy/eviction_policy.h"
 #include "policy/random_pin_pp.h"
+#include "shuffled_round.h"
 
 namespace kvdice::policy {
 namespace {
 
-// One head's round: n candidates at shuffled absolute positions (as after earlier compactions).
-struct Round {
-  std::vector<int32_t> positions;
-  SelectionInput input;
-  Round(int layer, int head, int n, int keep, int n_protected, uint32_t round) {
-    positions.resize(n);
-    std::iota(positions.begin(), positions.end(), 0);
-    // Deterministic shuffle of the unprotected part (positions stay distinct).
-    for (int i = n - 1; i > n_protected; --i) std::swap(positions[i], positions[n_protected + (i * 7919) % (i - n_protected + 1)]);
-    input.layer = layer;
-    input.kv_head = head;
-    input.n_candidates = n;
-    input.keep = keep;
-    input.n_protected = n_protected;
-    input.positions = positions;
-    input.key = philox_key(17, 3, RngDomain::Eviction);
-    input.round = round;
-    input.budget = keep + 8;
-    input.appended = n + 8;
-  }
+struct Round : ShuffledRound {
+  Round(int layer, int head, int n, int keep, int n_protected, uint32_t round)
+      : ShuffledRound(layer, head, n, keep, n_protected, round, 17, 3) {}
 };
 
 std::vector<uint8_t> select(const std::string& spec, const SelectionInput& in) {
-  std::vector<uint8_t> keep(in.n_candidates, 0);
-  make_policy(spec)->select(in, keep);
-  return keep;
+  return select_keep(spec, in);
 }
 
 TEST(RandomPin, WithoutASpanItIsRandomPpBitForBit) {
@@ -105,16 +87,18 @@ TEST(RandomPin, OptionsAreCanonicalAndBadOnesNamed) {
   EXPECT_EQ(describe(*make_policy("random_pin_pp")), "random_pin_pp:span=,layers=all,heads=all,deal=0");
   EXPECT_EQ(describe(*make_policy("random_pin_pp:span=5-9+1-2,heads=3+1+3,layers=none")),
             "random_pin_pp:span=5-9+1-2,layers=none,heads=1+3,deal=0");
-  for (const char* bad : {"random_pin_pp:span=9-5", "random_pin_pp:span=5", "random_pin_pp:span=a-9",
-                          "random_pin_pp:heads=x", "random_pin_pp:layers=1+-2", "random_pin_pp:sites=all",
-                          "random_pin_pp:span=1-4,deal=1", "random_pin_pp:span=1-4,heads=none,deal=1",
-                          "random_pin_pp:deal=2"}) {
+  for (const char* bad :
+       {"random_pin_pp:span=9-5", "random_pin_pp:span=5", "random_pin_pp:span=a-9", "random_pin_pp:heads=x",
+        "random_pin_pp:layers=1+-2", "random_pin_pp:sites=all", "random_pin_pp:span=1-4,deal=1",
+        "random_pin_pp:span=1-4,heads=none,deal=1", "random_pin_pp:deal=2"}) {
     EXPECT_THROW(make_policy(bad), Error) << bad;
   }
   // The device table: spans, then layers (-1 = all), then heads.
-  EXPECT_EQ(parse_pin_spec("5-9+1-2", "all", "1+3").table(), (std::vector<double>{2, 5, 9, 1, 2, -1, 2, 1, 3, 0}));
+  EXPECT_EQ(parse_pin_spec("5-9+1-2", "all", "1+3").table(),
+            (std::vector<double>{2, 5, 9, 1, 2, -1, 2, 1, 3, 0}));
   EXPECT_EQ(parse_pin_spec("", "none", "all").table(), (std::vector<double>{0, 0, -1, 0}));
-  EXPECT_EQ(parse_pin_spec("3-5", "all", "0+2", true).table(), (std::vector<double>{1, 3, 5, -1, 2, 0, 2, 1}));
+  EXPECT_EQ(parse_pin_spec("3-5", "all", "0+2", true).table(),
+            (std::vector<double>{1, 3, 5, -1, 2, 0, 2, 1}));
 }
 
 TEST(RandomPin, ASpanTooLongForTheBudgetIsRefusedByName) {

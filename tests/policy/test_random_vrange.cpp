@@ -9,19 +9,15 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "policy/eviction_policy.h"
+#include "shuffled_round.h"
 
 namespace kvdice::policy {
 namespace {
 
-struct Round {
-  std::vector<int32_t> positions;
+struct Round : ShuffledRound {
   std::vector<float> range;
-  SelectionInput input;
-  Round(int head, int n, int keep, int n_protected, uint32_t round) {
-    positions.resize(n);
-    std::iota(positions.begin(), positions.end(), 0);
-    for (int i = n - 1; i > n_protected; --i)
-      std::swap(positions[i], positions[n_protected + (i * 7919) % (i - n_protected + 1)]);
+  Round(int head, int n, int keep, int n_protected, uint32_t round)
+      : ShuffledRound(1, head, n, keep, n_protected, round, 31, 2) {
     // Value ranges by position: a few outliers among similar ranges, one tie.
     range.resize(n);
     for (int slot = 0; slot < n; ++slot) {
@@ -30,25 +26,15 @@ struct Round {
       if (p == 20 || p == 21 || p == 40) range[slot] = 9.0f;
       if (p == 60) range[slot] = 8.0f;
     }
-    input.layer = 1;
-    input.kv_head = head;
-    input.n_candidates = n;
-    input.keep = keep;
-    input.n_protected = n_protected;
-    input.positions = positions;
     input.value_range = range;
-    input.key = philox_key(31, 2, RngDomain::Eviction);
-    input.round = round;
-    input.budget = keep + 8;
-    input.appended = n + 8;
   }
 };
 
 std::vector<uint8_t> select(const std::string& spec, const SelectionInput& in) {
-  std::vector<uint8_t> keep(in.n_candidates, 0);
-  make_policy(spec)->select(in, keep);
+  const std::vector<uint8_t> keep = select_keep(spec, in);
   EXPECT_EQ(std::accumulate(keep.begin(), keep.end(), 0), in.keep) << spec;
-  for (int slot = 0; slot < in.n_protected; ++slot) EXPECT_EQ(keep[slot], 1) << spec << ": the prompt is protected";
+  for (int slot = 0; slot < in.n_protected; ++slot)
+    EXPECT_EQ(keep[slot], 1) << spec << ": the prompt is protected";
   return keep;
 }
 
@@ -103,8 +89,8 @@ TEST(RandomVrange, TiesKeepTheOlderAndTheRestIsAFreshDraw) {
 TEST(RandomVrange, OptionsSignalsAndMissingRanges) {
   EXPECT_EQ(describe(*make_policy("random_vrange_pp")), "random_vrange_pp:share=0.25");
   EXPECT_EQ(describe(*make_policy("random_vrange_pp:share=0.5")), "random_vrange_pp:share=0.5");
-  for (const char* bad : {"random_vrange_pp:share=1.5", "random_vrange_pp:share=-0.1", "random_vrange_pp:share=x",
-                          "random_vrange_pp:large=0.5"})
+  for (const char* bad : {"random_vrange_pp:share=1.5", "random_vrange_pp:share=-0.1",
+                          "random_vrange_pp:share=x", "random_vrange_pp:large=0.5"})
     EXPECT_THROW(make_policy(bad), Error) << bad;
   const auto policy = make_policy("random_vrange_pp");
   EXPECT_TRUE(policy->protects_prompt());
