@@ -326,7 +326,10 @@ void run_request(const ClientConfig& c, const RequestPlan& plan, Clock::time_poi
     f->detail += " (" + c.target.base + ")";
     return failed(*f);
   }
-  if (auto f = conn.send_all(request)) return failed(*f);
+  // A server may answer before it has read the whole request (413 for a body over its limit) and close
+  // the connection: the send then fails, but the answer is in the socket and is the request's outcome.
+  const std::optional<Failure> send_failure = conn.send_all(request);
+  if (send_failure && send_failure->kind != "reset") return failed(*send_failure);
 
   ResponseReader reader;
   std::string raw, body, events;
@@ -337,10 +340,12 @@ void run_request(const ClientConfig& c, const RequestPlan& plan, Clock::time_poi
     const Clock::time_point now = Clock::now();
     if (n == -1) return failed({"timeout", fmt::format("no byte for the rest of the {} s timeout", c.timeout_s)});
     if (n == -2) {
+      if (send_failure && !reader.headers_done()) return failed(*send_failure);
       const int e = conn.last_errno();
       return failed({e == ECONNRESET ? "reset" : "read_error", std::strerror(e)});
     }
     if (n == 0) {
+      if (send_failure && !reader.headers_done()) return failed(*send_failure);
       if (!reader.headers_done()) return failed({"reset", "the server closed the connection before answering"});
       if (reader.status != 200 && reader.to_end_of_connection()) break;
       if (reader.status == 200)

@@ -199,7 +199,15 @@ void add_eval_command(CLI::App& app) {
   run->add_option("--dataset", r->dataset, "Problems as JSONL (question/problem/prompt, answer, tests)")
       ->required();
   run->add_option("--results", r->results, "Results root (holds results.sqlite)")->required();
-  run->add_option("--cell", r->options.cell, "Cell name (default <model>.<task>.<policy>[.T<budget>])");
+  run->add_option("--cell", r->options.cell, "Cell name (default <model>.<task>.<policy>[.T<budget>])")
+      ->check(CLI::Validator(
+          [](const std::string& name) -> std::string {
+            if (name.empty()) return "a cell name must not be empty (leave --cell out for the default name)";
+            for (const unsigned char c : name)
+              if (c < 0x20 || c == 0x7f) return "a cell name must not contain control characters";
+            return {};
+          },
+          "NAME"));
   run->add_option("--policy", r->options.policy, "Eviction policy (full, random_pp, recency_pp, ...)");
   add_int_option(run, "--budget,-T", r->budget, 1, kMaxTokens, "KV budget T (default: the task's)");
   add_int_option(run, "--window,-r", r->window, 1, kMaxTokens, "Recency window r (default: the task's, 64)");

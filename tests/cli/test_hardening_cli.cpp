@@ -409,13 +409,22 @@ TEST(HardeningCli, EvalInputsAreBoundedAndConsistent) {
                                     "--results", results, "--policy", "full", "--max-new-tokens", "2",
                                     "--limit", "1", "--runs", "1", "-q"};
   };
+  auto cell = [&](const std::string& name) {
+    auto args = run(kFixtures + "/eval/arithmetic.jsonl", (dir / "r3").string());
+    args.insert(args.end(), {"--cell", name});
+    return args;
+  };
   expect_all_fail({
       {run("/dev/zero", (dir / "r1").string()), "/dev/zero is a character device"},  // read without limit
       {run((dir / "dup.jsonl").string(), (dir / "r2").string()), "dup.jsonl:2: duplicate key 'answer'"},
       {run(kFixtures + "/eval/arithmetic.jsonl", (dir / "empty_db").string()), "is empty (0 bytes)"},
       {{"stats", "--results", (dir / "empty_db").string()}, "is empty (0 bytes)"},
       {{"eval", "check", "--results", (dir / "empty_db").string()}, "is empty (0 bytes)"},
+      // An empty name fell back to the default cell without a word; a control character made one unprintable.
+      {cell(""), "a cell name must not be empty"},
+      {cell("a\nb"), "must not contain control characters"},
   });
+  EXPECT_FALSE(fs::exists(dir / "r3"));  // refused before any work
   EXPECT_EQ(fs::file_size(dir / "empty_db" / "results.sqlite"), 0u);  // left as it was
   fs::remove_all(dir);
 }

@@ -150,6 +150,21 @@ def test_full_queue_429s_are_counted_by_code(tmp_path):
     assert "failed with http_429" in proc.stderr
 
 
+def test_a_body_over_the_servers_limit_is_counted_as_its_413_not_a_reset(tmp_path):
+    # The server answers 413 as soon as the declared length passes --max-body-bytes and closes; the
+    # request (~14 MB) is still being written, so the send fails, and the answer is read after it.
+    srv = RunningServer("--max-body-bytes", "4096")
+    try:
+        proc, run = bench(tmp_path, "--url", srv.base, "--num-requests", "2", "--input-len", "2000000",
+                          "--output-len", "2", "--prompt-vocab", "700", "--warmup-tokens", "0", "--timeout", "30")
+    finally:
+        srv.stop()
+    assert proc.returncode != 0
+    m = run["results"][0]["metrics"]
+    assert m["errors"] == {"http_413": 2}, m["errors"]
+    assert "failed with http_413" in proc.stderr and "body too large" in proc.stderr
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--request-rate", "0"], "--request-rate"),
     (["--request-rate", "fast"], "--request-rate"),
