@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "engine/sampler.h"
 #include "policy/eviction_policy.h"
+#include "policy/policy_options.h"
 #include "server/api_error.h"
 
 namespace kvdice::server {
@@ -100,8 +101,37 @@ std::vector<tokenizer::ChatMessage> parse_messages(const Json& v) {
   return out;
 }
 
+// A request must not make the server open a file of the client's choosing: whether it exists, its type
+// and its size would come back in the error, and any large file would be read for the request. The one
+// statistics file a request may name is the one the server's own --policy names.
+void check_request_names_no_file(const std::string& requested, const std::string& server_policy) {
+  std::string file, server_file, server_name;
+  try {
+    policy::PolicyOptions request_options(requested);
+    file = request_options.get_string("stats", "");
+    policy::PolicyOptions server_options(server_policy);
+    server_name = server_options.name();
+    server_file = server_options.get_string("stats", "");
+  } catch (const Error&) {
+    return;  // a malformed spec is named by make_policy below
+  }
+  if (file.empty() && !server_file.empty() && policy::PolicyOptions(requested).name() == server_name)
+    bad_request("kv.policy", fmt::format("'kv.policy': this server's statistics for '{}' are those of its "
+                                         "default policy: send '{}'",
+                                         server_name, server_policy));
+  if (file.empty() || file == server_file) return;
+  bad_request("kv.policy",
+              server_file.empty()
+                  ? std::string("'kv.policy' may not name a file on the server (stats=...); statistics are "
+                                "chosen when the server starts (--policy triattention:stats=FILE)")
+                  : fmt::format("'kv.policy' may not name a file on the server (stats=...); this server's "
+                                "statistics are those of its default policy: send '{}'",
+                                server_policy));
+}
+
 engine::KvSettings parse_kv(const Json& v, engine::KvSettings kv) {
   if (!v.is_object()) wrong_type("kv", "an object", v);
+  const std::string server_policy = kv.policy;
   for (const auto& [key, value] : v.items()) {
     const std::string field = "kv." + key;
     if (key == "policy") {
@@ -125,6 +155,7 @@ engine::KvSettings parse_kv(const Json& v, engine::KvSettings kv) {
   if (std::find(names.begin(), names.end(), name) == names.end())
     bad_request("kv.policy", fmt::format("unknown policy '{}'; known: {}", quote_for_message(name, 200),
                                          fmt::join(names, ", ")));
+  check_request_names_no_file(kv.policy, server_policy);
   std::unique_ptr<policy::EvictionPolicy> policy;
   try {
     policy = policy::make_policy(kv.policy);

@@ -147,3 +147,34 @@ def test_bad_policy_option_is_named_as_such(start_server, policy, says, never):
     assert status == 400, body
     message = body["error"]["message"]
     assert body["error"]["param"] == "kv.policy" and says in message and never not in message, message
+
+
+def test_a_request_cannot_make_the_server_open_a_file_of_its_choosing(start_server, tmp_path):
+    """TriAttention's statistics are a file: a request naming one made the server open any path it gave
+    and say in the error whether it existed, what it was and how big it was."""
+    stats = tmp_path / "stats.safetensors"
+    text = tmp_path / "calibration.txt"
+    text.write_text("the cat sat on the mat and the dog ran in the park. " * 40)
+    subprocess.run([BINARY, "calibrate", "--model", FIXTURE, "--text", str(text), "--out", str(stats),
+                    "--tokens", "256", "--segment", "128"], check=True, capture_output=True, timeout=120)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("x" * 1234)
+    probes = [str(secret), "/dev/zero", str(tmp_path / "missing"), str(tmp_path)]
+
+    s = start_server("--policy", "full")
+    for path in probes:
+        status, body = _completion(s, {"policy": "triattention:stats=" + path, "budget": 64, "window": 8})
+        assert status == 400 and body["error"]["param"] == "kv.policy", body
+        message = body["error"]["message"]
+        assert "may not name a file on the server" in message, message
+        assert path not in message and "1234" not in message and "device" not in message, message
+
+    own = "triattention:stats=" + str(stats)
+    s = start_server("--policy", own, "--budget", "64", "--window", "8")
+    status, body = _completion(s, {"policy": own, "budget": 64, "window": 8}, max_tokens=2)
+    assert status == 200 and "choices" in body, body
+    status, body = _completion(s, {"policy": "triattention", "budget": 64, "window": 8})
+    assert status == 400 and "send '%s'" % own in body["error"]["message"], body
+    status, body = _completion(s, {"policy": "triattention:stats=" + str(secret), "budget": 64, "window": 8})
+    assert status == 400 and "1234" not in body["error"]["message"], body
+    assert "send '%s'" % own in body["error"]["message"], body
