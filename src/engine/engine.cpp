@@ -186,6 +186,27 @@ PolicyTable::Hold Engine::hold_policy(const std::string& spec) {
   });
 }
 
+namespace {
+
+int protected_slots(const policy::EvictionPolicy& policy, const kv::BudgetSpec& budget, int prompt_len) {
+  return budget.bounded() && policy.protects_prompt() ? budget.protected_slots(prompt_len) : 0;
+}
+
+void check_policy_limits(const policy::EvictionPolicy& policy, const kv::BudgetSpec& budget, int prompt_len,
+                         int max_new_tokens) {
+  if (!budget.bounded()) return;
+  policy.check_request(budget.selection(), budget.window, protected_slots(policy, budget, prompt_len),
+                       int64_t{prompt_len} + max_new_tokens);
+}
+
+}  // namespace
+
+void Engine::check_policy_request(const PolicyTable::Hold& hold, const kv::BudgetSpec& budget, int prompt_len,
+                                  int max_new_tokens) const {
+  const policy::EvictionPolicy& policy = policies_->at(hold.id());
+  check_policy_limits(policy, effective_budget(policy, budget), prompt_len, max_new_tokens);
+}
+
 uint64_t Engine::submit(GenerationRequest request) {
   const int vocab = model_.config().vocab;
   const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
@@ -246,8 +267,8 @@ uint64_t Engine::submit(GenerationRequest request) {
         limit * plan_.kv_bytes_per_slot / kGiB);
   }
   seq->reads_queries = needs_ring_row(policy, budget);
-  seq->n_protected =
-      budget.bounded() && policy.protects_prompt() ? budget.protected_slots(static_cast<int>(prompt_len)) : 0;
+  seq->n_protected = protected_slots(policy, budget, static_cast<int>(prompt_len));
+  check_policy_limits(policy, budget, static_cast<int>(prompt_len), request.max_new_tokens);
   seq->stats.prompt_tokens = static_cast<int>(prompt_len);
   seq->stats.reserved_slots = reservation;
   seq->stats.protected_prompt_slots = seq->n_protected;

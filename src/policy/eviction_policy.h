@@ -113,6 +113,12 @@ class EvictionPolicy {
   virtual DeviceParams device_params() const { return {}; }
   // Error when this policy cannot run on `model` (TriAttention: statistics of another model).
   virtual void check_model(const ModelFingerprint& model) const {}
+  // Error when a request cannot run under this policy however its rounds fall: a round keeps `keep`
+  // slots of keep + `window` candidates, `n_protected` of them the prompt's, and the request appends
+  // positions below `end`. Checked when the request is submitted, so that it is refused before it runs
+  // instead of failing a round that other sequences share (random_pin_pp: a span larger than a round
+  // keeps, or more span tokens to drop in one round than it evicts).
+  virtual void check_request(int keep, int window, int n_protected, int64_t end) const {}
 };
 
 // Registry: one line per policy in registry.cpp. `spec` is a name with optional options,

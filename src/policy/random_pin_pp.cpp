@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <functional>
 #include <memory>
 
 #include "core/error.h"
@@ -82,6 +83,60 @@ class RandomPinPpPolicy final : public EvictionPolicy {
     params.head_scratch = true;  // the device lists the draw's pool in the head scratch
     params.table = pin_.table();
     return params;
+  }
+  void check_model(const ModelFingerprint& model) const override {
+    for (const int layer : pin_.layers)
+      if (layer >= model.n_layers)
+        fail("policy 'random_pin_pp': layers={}: layer {} is not a layer of this model ({} layers: 0-{})",
+             layers_, layer, model.n_layers, model.n_layers - 1);
+    for (const int head : pin_.heads)
+      if (head >= model.n_kv_heads)
+        fail("policy 'random_pin_pp': heads={}: head {} is not a KV head of this model ({} KV heads: 0-{})",
+             heads_, head, model.n_kv_heads, model.n_kv_heads - 1);
+  }
+  void check_request(int keep, int window, int n_protected, int64_t end) const override {
+    // A round keeps `keep` of keep + window candidates. A site keeps every span token it pins, so those
+    // must fit beside the prompt; it drops every span token it does not, and a round evicts only
+    // `window`, so the first round (positions up to keep + window, later rounds see `window` new ones)
+    // must not hold more of them. Sites: a pinned one and an unpinned one, or each dealt head.
+    struct Site {
+      std::string name;
+      std::function<bool(int32_t)> keeps;
+    };
+    std::vector<Site> sites;
+    if (pin_.deal) {
+      for (const int head : pin_.heads)
+        sites.push_back({fmt::format("head {}", head), [this, head](int32_t p) {
+                           return pin_.site_keeps(pin_.all_layers ? 0 : pin_.layers.front(), head, p) == 1;
+                         }});
+    } else {
+      const bool any_pinned = (pin_.all_layers || !pin_.layers.empty()) && (pin_.all_heads || !pin_.heads.empty());
+      if (any_pinned) sites.push_back({"a pinned head", [](int32_t) { return true; }});
+      if (!(pin_.all_layers && pin_.all_heads)) sites.push_back({"an unpinned head", [](int32_t) { return false; }});
+    }
+    int64_t span_end = 0;
+    for (const auto& [lo, hi] : pin_.spans) span_end = std::max<int64_t>(span_end, hi);
+    const int64_t first_round = int64_t{keep} + window;
+    for (const Site& site : sites) {
+      int64_t kept = 0, dropped_first = 0;
+      for (int64_t p = n_protected; p < std::min(end, span_end); ++p) {
+        const auto position = static_cast<int32_t>(p);
+        if (!pin_.in_span(position)) continue;
+        if (site.keeps(position)) {
+          ++kept;
+        } else if (p < first_round) {
+          ++dropped_first;
+        }
+      }
+      if (kept > keep - n_protected)
+        fail("random_pin_pp: {} keeps {} span positions but a round keeps {} slots beside the {}-token prompt; "
+             "shorten the span or raise the budget",
+             site.name, kept, keep - n_protected, n_protected);
+      if (dropped_first > window)
+        fail("random_pin_pp: {} must drop {} span positions in the first round, which evicts only r = {}; "
+             "shorten the span, move it past position {} or raise the window",
+             site.name, dropped_first, window, first_round);
+    }
   }
   void select(const SelectionInput& input, std::span<uint8_t> keep) const override {
     KVDICE_CHECK(static_cast<int>(keep.size()) == input.n_candidates, "keep has {} flags for {} candidates",

@@ -364,6 +364,11 @@ void Server::Impl::completion(const httplib::Request&, const std::string& text, 
     } catch (const Error& e) {
       bad_request("kv.policy", e.what());
     }
+    try {
+      host.check_policy_request(policy_hold, r.kv.budget, prompt_len, max_tokens);
+    } catch (const Error& e) {
+      bad_request("kv.policy", e.what());
+    }
     auto job = std::make_shared<Job>();
     job->kv = r.kv;
     job->policy = std::move(policy_hold);

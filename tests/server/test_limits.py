@@ -178,3 +178,29 @@ def test_a_request_cannot_make_the_server_open_a_file_of_its_choosing(start_serv
     status, body = _completion(s, {"policy": "triattention:stats=" + str(secret), "budget": 64, "window": 8})
     assert status == 400 and "1234" not in body["error"]["message"], body
     assert "send '%s'" % own in body["error"]["message"], body
+
+
+def test_a_policy_that_cannot_run_under_its_budget_is_refused_and_ends_no_other_request(start_server):
+    """A pinned span larger than a round keeps failed the shared eviction round: every request in flight
+    ended with "engine failure" (and the refused request itself got status 200 with an error body). It
+    is refused with 400 before it is accepted now, and the others run on."""
+    s = start_server("--policy", "full", "--max-tokens", "64")
+    box = {}
+
+    def other():
+        body = {"model": "tiny-qwen3", "prompt": "policy table", "max_tokens": 64, "ignore_eos": True,
+                "kv": {"policy": "random_pp", "budget": 32, "window": 8}}
+        status, _, text = s.post("/v1/completions", body)
+        box["other"] = status, json.loads(text)
+
+    import threading
+    t = threading.Thread(target=other)
+    t.start()
+    status, body = _completion(s, {"policy": "random_pin_pp:span=0-1000", "budget": 64, "window": 8},
+                               max_tokens=300)
+    t.join()
+    assert status == 400 and body["error"]["param"] == "kv.policy", body
+    assert "span positions but a round keeps" in body["error"]["message"], body
+    status, body = box["other"]
+    assert status == 200 and body["choices"][0]["finish_reason"] == "length", body
+    assert body["usage"]["completion_tokens"] == 64
