@@ -2,8 +2,6 @@
 // n_tag = floor(share · (K_sel - pl)) unprotected candidates of widest value range (float compare, ties:
 // the older first, as keep_highest<float>), then the CPU's draw_victims over the remaining candidates in
 // slot order (stream c = KV head). share arrives as DeviceParams::large.
-#include <cub/block/block_scan.cuh>
-
 #include "policy/cuda/random_subset.cuh"
 #include "policy/cuda/scoring.cuh"
 
@@ -13,8 +11,6 @@ namespace {
 struct RandomVrangePpDevice {
   __device__ static void select(const CudaSelectionArgs& args, const cuda::HeadSelect& h, int s, char* scratch,
                                 uint8_t* keep) {
-    using Scan = cub::BlockScan<int, cuda::kSelectionThreads>;
-    __shared__ typename Scan::TempStorage scan;
     cuda::HeadScratch w(scratch, args.capacity);
     const int first = h.n_protected;
     const int count = h.n_candidates - first;
@@ -37,23 +33,8 @@ struct RandomVrangePpDevice {
     cuda::block_sort(w.sort, len);
     for (int r = threadIdx.x; r < n_tag; r += blockDim.x) keep[w.slot_of_age[w.sort[r].index]] = 1;
     __syncthreads();
-    // The draw's pool: the unkept candidates in slot order (w.slot_of_age is free again).
-    int32_t* pool = w.slot_of_age;
-    int carry = 0;
-    for (int base = first; base < h.n_candidates; base += blockDim.x) {
-      const int slot = base + static_cast<int>(threadIdx.x);
-      const int in_pool = slot < h.n_candidates && keep[slot] == 0 ? 1 : 0;
-      int rank = 0, total = 0;
-      Scan(scan).ExclusiveSum(in_pool, rank, total);
-      if (in_pool) pool[carry + rank] = slot;
-      carry += total;
-      __syncthreads();
-    }
-    const int m = count - n_tag;
-    const int victims = m - (free - n_tag);
-    const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer), static_cast<uint32_t>(h.kv_head)};
-    for (int p = threadIdx.x; p < m; p += blockDim.x) keep[pool[p]] = 1;
-    cuda::resolve_victims_device(stream, m, victims, [&](int p) { keep[pool[p]] = 0; });
+    // The draw over the unkept candidates in slot order (w.slot_of_age is free again).
+    cuda::keep_random_rest_device(h, first, count - n_tag, count - free, w.slot_of_age, keep);
   }
 };
 
