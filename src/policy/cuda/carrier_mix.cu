@@ -39,12 +39,15 @@ struct CarrierMixDevice {
   }
 };
 
+void cuda_select_carrier_mix(const CudaSelectionArgs& args, void* stream) {
+  cuda::launch_scoring_selection<CarrierMixDevice>(args, stream);
+}
+
 }  // namespace
 
 // The launcher of all four names (registry.cpp): the table says which heads carry and how much recency
 // the others keep.
-void cuda_select_carrier_mix(const CudaSelectionArgs& args, void* stream) {
-  cuda::launch_scoring_selection<CarrierMixDevice>(args, stream);
-}
+// The recency heads sort their candidates by age in the head scratch.
+const CudaSelection cuda_file_carrier_mix{.select = cuda_select_carrier_mix, .head_scratch = true};
 
 }  // namespace kvdice::policy

@@ -3,9 +3,20 @@
 // draw_victims over the remaining candidates in slot order (stream c = KV head) decides the rest.
 #include "policy/cuda/random_subset.cuh"
 #include "policy/cuda/scoring.cuh"
+#include "policy/policy_options.h"
 
 namespace kvdice::policy {
 namespace {
+
+struct RandomPpRecParams {
+  double recent = 0.5;  // share of K_sel kept as the most recent
+};
+
+CudaParams bind_random_pp_rec(PolicyOptions& options) {
+  CudaParams params;
+  params.emplace<RandomPpRecParams>().recent = options.require_double("recent");
+  return params;
+}
 
 struct RandomPpRecDevice {
   __device__ static void select(const CudaSelectionArgs& args, const cuda::HeadSelect& h, int s, char* scratch,
@@ -14,7 +25,7 @@ struct RandomPpRecDevice {
     const int first = h.n_protected;
     const int count = h.n_candidates - first;
     const int free = h.keep - first;
-    const int rounded = static_cast<int>(nearbyint(args.recent * h.keep));  // as Python's round()
+    const int rounded = static_cast<int>(nearbyint(args.params.as<RandomPpRecParams>().recent * h.keep));  // as Python's round()
     const int n_rec = rounded < free ? rounded : free;
     cuda::age_order(h, w, first);
     for (int slot = threadIdx.x; slot < first; slot += blockDim.x) keep[slot] = 1;
@@ -26,10 +37,14 @@ struct RandomPpRecDevice {
   }
 };
 
-}  // namespace
-
 void cuda_select_random_pp_rec(const CudaSelectionArgs& args, void* stream) {
   cuda::launch_scoring_selection<RandomPpRecDevice>(args, stream);
 }
+
+}  // namespace
+
+// The candidates are sorted by age and the random pool listed in the head scratch.
+const CudaSelection cuda_file_random_pp_rec{
+    .select = cuda_select_random_pp_rec, .bind = bind_random_pp_rec, .head_scratch = true};
 
 }  // namespace kvdice::policy

@@ -1,12 +1,23 @@
 // random_vrange_pp on the device (twin of policy/random_vrange_pp.cpp): the prompt, the
 // n_tag = floor(share · (K_sel - pl)) unprotected candidates of widest value range (float compare, ties:
 // the older first, as keep_highest<float>), then the CPU's draw_victims over the remaining candidates in
-// slot order (stream c = KV head). share arrives as DeviceParams::large.
+// slot order (stream c = KV head).
 #include "policy/cuda/random_subset.cuh"
 #include "policy/cuda/scoring.cuh"
+#include "policy/policy_options.h"
 
 namespace kvdice::policy {
 namespace {
+
+struct RandomVrangePpParams {
+  double share = 0.0;  // of K_sel - pl tagged by value range
+};
+
+CudaParams bind_random_vrange_pp(PolicyOptions& options) {
+  CudaParams params;
+  params.emplace<RandomVrangePpParams>().share = options.require_double("share");
+  return params;
+}
 
 struct RandomVrangePpDevice {
   __device__ static void select(const CudaSelectionArgs& args, const cuda::HeadSelect& h, int s, char* scratch,
@@ -15,7 +26,7 @@ struct RandomVrangePpDevice {
     const int first = h.n_protected;
     const int count = h.n_candidates - first;
     const int free = h.keep - first;
-    const int tagged = static_cast<int>(floor(args.large * static_cast<double>(free)));
+    const int tagged = static_cast<int>(floor(args.params.as<RandomVrangePpParams>().share * static_cast<double>(free)));
     const int n_tag = tagged < free ? tagged : free;
     const float* range = args.layers[h.layer].value_range;
     cuda::age_order(h, w, first);
@@ -38,10 +49,14 @@ struct RandomVrangePpDevice {
   }
 };
 
-}  // namespace
-
 void cuda_select_random_vrange_pp(const CudaSelectionArgs& args, void* stream) {
   cuda::launch_scoring_selection<RandomVrangePpDevice>(args, stream);
 }
+
+}  // namespace
+
+// The value ranges are sorted and the draw's pool listed in the head scratch.
+const CudaSelection cuda_file_random_vrange_pp{
+    .select = cuda_select_random_vrange_pp, .bind = bind_random_vrange_pp, .head_scratch = true};
 
 }  // namespace kvdice::policy
