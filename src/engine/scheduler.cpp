@@ -23,6 +23,27 @@ int64_t Scheduler::sequences_that_fit(int64_t reservation_slots) const {
   return pool_.query_ring().rows > 0 ? std::min<int64_t>(n, pool_.query_ring().rows) : n;
 }
 
+bool Scheduler::fits_when_idle(int64_t slots, bool ring_row, int n) const {
+  return n <= limits_.max_batch && pool_.pages_for(slots) * n <= pool_.n_pages() &&
+         (limits_.kv_slot_limit == 0 || slots * n <= limits_.kv_slot_limit) &&
+         (!ring_row || n <= pool_.query_ring().rows);
+}
+
+bool Scheduler::fits_now(int64_t slots, bool ring_row, int n) const {
+  // What the waiting sequences (and a chunking prompt's row) will take first: no overtaking.
+  int64_t rows = running() + (chunking_ ? 1 : 0), pages = 0, reserved = reserved_slots_, ring_rows = 0;
+  for (const auto& seq : waiting_) {
+    rows += 1;
+    pages += pool_.pages_for(seq->stats.reserved_slots);
+    reserved += seq->stats.reserved_slots;
+    ring_rows += seq->reads_queries ? 1 : 0;
+  }
+  // Admission only takes, so the whole line fits exactly when each of its prefixes does.
+  return rows + n <= limits_.max_batch && pages + pool_.pages_for(slots) * n <= pool_.free_pages() &&
+         (limits_.kv_slot_limit == 0 || reserved + slots * n <= limits_.kv_slot_limit) &&
+         ring_rows + (ring_row ? n : 0) <= pool_.free_ring_rows();
+}
+
 uint64_t Scheduler::submit(std::unique_ptr<Sequence> seq) {
   seq->id = next_id_++;
   seq->stream_id = seq->request.stream_id.value_or(seq->id);

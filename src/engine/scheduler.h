@@ -104,6 +104,13 @@ class Scheduler {
   int64_t reserved_slots() const { return reserved_slots_; }
   // Sequences of `reservation_slots` each that the pool (and slot limit) holds together.
   int64_t sequences_that_fit(int64_t reservation_slots) const;
+  // Admission as a question, by the rule admit() applies: rows of the decode batch, whole pages of the
+  // pool, the slot limit, and a query ring row each when `ring_row`. Whether n sequences reserving
+  // `slots` each could ever run at once (in an idle engine; reads only fixed sizes, so any thread may
+  // ask), and whether they would all be admitted, behind every sequence already waiting, without any
+  // running sequence retiring first.
+  bool fits_when_idle(int64_t slots, bool ring_row, int n) const;
+  bool fits_now(int64_t slots, bool ring_row, int n) const;
 
   // Whether admit() may take a sequence now: one waits, a row is free and no long prompt is chunking.
   bool may_admit() const;
