@@ -159,7 +159,8 @@ void EngineHost::admit_locked() {
       queue_.pop_front();
       continue;
     }
-    // The engine's own rule: all n choices are admitted at its next step, or the job waits (in order).
+    // The engine's own rule: all n choices would be admitted without waiting for a retirement, or the
+    // job waits (in order).
     if (!engine_->fits_now(job->each, n)) break;
     try {
       const int64_t per_choice = job->each.slots;
