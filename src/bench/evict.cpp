@@ -20,6 +20,7 @@
 #include "backend/step_storage.h"
 #include "bench/protocols.h"
 #include "core/error.h"
+#include "core/step_row.h"
 #include "kv/kv_pool.h"
 #include "model/forward.h"
 #include "policy/cuda_selection.h"
@@ -62,31 +63,25 @@ class FilledPool {
     backend::StepBatch& b = storage_->host();
     b.n_seqs = b.n_rows = batch;
     b.max_rows_per_seq = 1;
-    std::vector<std::vector<int32_t>> pages(static_cast<size_t>(batch));
+    pages_.resize(static_cast<size_t>(batch));
+    rows_.resize(static_cast<size_t>(batch));
     for (int s = 0; s < batch; ++s) {
-      pages[static_cast<size_t>(s)] = pool_->allocate(len_);
-      KVDICE_CHECK(!pages[static_cast<size_t>(s)].empty(), "evict bench: the pool is sized for the batch");
-      b.tokens[s] = 0;
-      b.row_seq[s] = s;
-      b.seq_row_begin[s] = s;
-      b.seq_row_begin[s + 1] = s + 1;
-      b.appended[s] = len_;
-      std::copy(pages[static_cast<size_t>(s)].begin(), pages[static_cast<size_t>(s)].end(),
-                b.page_table + int64_t{s} * pages_per_seq);
-      b.budget[s] = budget.budget;
-      b.window[s] = budget.window;
-      b.n_protected[s] = policy.protects_prompt() ? budget.protected_slots(prompt_len) : 0;
-      b.policy_id[s] = 0;
-      b.round[s] = 0;
-      b.ring_row[s] = policy.needs().window_queries ? pool_->allocate_ring_row() : -1;
-      b.evict_key[s] = philox_key(ctx.options.seed, static_cast<uint64_t>(s), RngDomain::Eviction);
-      b.sample_key[s] = philox_key(ctx.options.seed, static_cast<uint64_t>(s), RngDomain::Sampling);
-      b.temperature[s] = 0.0f;
-      b.top_p[s] = 1.0f;
-      b.top_k[s] = 0;
-      b.gen_step[s] = 0;
-      b.forced[s] = -1;
+      std::vector<int32_t>& pages = pages_[static_cast<size_t>(s)];
+      pages = pool_->allocate(len_);
+      KVDICE_CHECK(!pages.empty(), "evict bench: the pool is sized for the batch");
+      backend::SeqRow& row = rows_[static_cast<size_t>(s)];
+      row.tokens = kToken;
+      row.length = row.appended = len_;
+      row.pages = pages;
+      row.budget = budget.budget;
+      row.window = budget.window;
+      row.n_protected = policy.protects_prompt() ? budget.protected_slots(prompt_len) : 0;
+      row.ring_row = policy.needs().window_queries ? pool_->allocate_ring_row() : -1;
+      row.evict_key = philox_key(ctx.options.seed, static_cast<uint64_t>(s), RngDomain::Eviction);
+      row.sample_key = philox_key(ctx.options.seed, static_cast<uint64_t>(s), RngDomain::Sampling);
+      backend::write_row(b, s, s, row);
     }
+    const std::vector<std::vector<int32_t>>& pages = pages_;
     // Every slot holds its absolute position (slot i of a sequence = token i); K and V are zero.
     const kv::KvShape shape = ctx.model.kv_shape();
     const int64_t n_pages = pool_->n_pages();
@@ -118,8 +113,11 @@ class FilledPool {
     if (length < 0) length = len_;
     backend::StepBatch& b = storage_->host();
     for (int s = 0; s < batch_; ++s) {
-      b.length[s] = b.appended[s] = length;
-      b.round[s] = 0;
+      backend::SeqRow& row = rows_[static_cast<size_t>(s)];
+      row.length = length;
+      row.appended = length;
+      row.round = 0;
+      backend::write_row(b, s, s, row);
     }
     storage_->upload_all();
     backend_.synchronize();
@@ -224,6 +222,9 @@ class FilledPool {
   std::unique_ptr<kv::KvPool> pool_;
   std::unique_ptr<backend::StepStorage> storage_;
   backend::StepBatch view_;
+  static constexpr int32_t kToken[1] = {0};  // every row's input token
+  std::vector<std::vector<int32_t>> pages_;  // each sequence's pages
+  std::vector<backend::SeqRow> rows_;         // each sequence's row (reset() rewrites length and round)
 };
 
 }  // namespace

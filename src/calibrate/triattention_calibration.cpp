@@ -6,6 +6,7 @@
 
 #include "backend/step_storage.h"
 #include "core/error.h"
+#include "core/step_row.h"
 #include "kv/kv_pool.h"
 #include "kv/sequence_kv.h"
 #include "model/forward.h"
@@ -54,19 +55,16 @@ policy::TriAttentionStats collect_triattention_stats(const model::Model& model, 
       b.n_seqs = 1;
       b.n_rows = n;
       b.max_rows_per_seq = n;
-      b.seq_row_begin[0] = 0;
-      b.seq_row_begin[1] = n;
-      b.length[0] = kv.length();
-      b.appended[0] = static_cast<int32_t>(kv.appended());
+      backend::SeqRow row;
+      row.tokens = tokens.subspan(begin + static_cast<size_t>(at), static_cast<size_t>(n));
+      row.length = kv.length();
+      row.appended = kv.appended();
+      row.pages = page_ids;
       // The ring row records queries into ring slot position % window; no eviction runs here.
-      b.budget[0] = static_cast<int32_t>(pages * page_slots);
-      b.window[0] = options.chunk;
-      b.ring_row[0] = ring_row;
-      std::copy(page_ids.begin(), page_ids.end(), b.page_table);
-      for (int r = 0; r < n; ++r) {
-        b.tokens[r] = tokens[begin + static_cast<size_t>(at + r)];
-        b.row_seq[r] = 0;
-      }
+      row.budget = static_cast<int>(pages * page_slots);
+      row.window = options.chunk;
+      row.ring_row = ring_row;
+      backend::write_row(b, 0, 0, row);
       storage.upload_all();
       pass.run(storage.device(), pool, /*all_positions=*/false);
       kv.commit(n);

@@ -246,8 +246,8 @@ uint64_t Engine::submit(GenerationRequest request) {
         "policy '{}' (its default r, or the engine's query window): lower the request's window or start the "
         "engine with a wider one",
         budget.window, pool_->query_ring().window, policy.name());
-  const int64_t reservation = budget.bounded() ? std::max<int64_t>(prompt_len, budget.budget) + budget.window
-                                               : prompt_len + request.max_new_tokens;
+  const Reservation reserved = reserve(policy, budget, prompt_len, request.max_new_tokens);
+  const int64_t reservation = reserved.slots;
   const int64_t max_slots = int64_t{max_pages_} * pool_->page_slots();
   if (reservation > max_slots) {
     fail("request needs {} KV slots ({}), more than the longest context of {} slots: {}", reservation,
@@ -266,7 +266,7 @@ uint64_t Engine::submit(GenerationRequest request) {
         reservation, reservation * plan_.kv_bytes_per_slot / kGiB, limit,
         limit * plan_.kv_bytes_per_slot / kGiB);
   }
-  seq->reads_queries = needs_ring_row(policy, budget);
+  seq->reads_queries = reserved.ring_row;
   seq->n_protected = protected_slots(policy, budget, static_cast<int>(prompt_len));
   check_policy_limits(policy, budget, static_cast<int>(prompt_len), request.max_new_tokens);
   seq->stats.prompt_tokens = static_cast<int>(prompt_len);
@@ -457,6 +457,32 @@ void Engine::forget_reused_policies(const std::vector<uint8_t>& policy_used) {
 
 bool Engine::needs_ring_row(const policy::EvictionPolicy& policy, const kv::BudgetSpec& budget) const {
   return pool_->signals().window_queries && policy.needs().window_queries && budget.bounded();
+}
+
+Reservation Engine::reserve(const policy::EvictionPolicy& policy, const kv::BudgetSpec& budget, int64_t prompt_len,
+                            int max_new_tokens) const {
+  Reservation r;
+  r.slots = budget.bounded() ? std::max<int64_t>(prompt_len, budget.budget) + budget.window
+                             : prompt_len + max_new_tokens;
+  r.ring_row = needs_ring_row(policy, budget);
+  r.budget = budget;
+  return r;
+}
+
+Reservation Engine::reservation(const PolicyTable::Hold& policy, const kv::BudgetSpec& budget, int prompt_len,
+                                int max_new_tokens) const {
+  KVDICE_CHECK(policy, "a reservation needs a held policy");
+  const policy::EvictionPolicy& p = policies_->at(policy.id());
+  return reserve(p, effective_budget(p, budget), prompt_len, max_new_tokens);
+}
+
+bool Engine::fits_when_idle(const Reservation& each, int n) const {
+  return each.slots <= int64_t{max_pages_} * pool_->page_slots() &&
+         scheduler_->fits_when_idle(each.slots, each.ring_row, n);
+}
+
+bool Engine::fits_now(const Reservation& each, int n) const {
+  return scheduler_->fits_now(each.slots, each.ring_row, n);
 }
 
 void Engine::finish_round(Sequence& seq) {

@@ -105,6 +105,15 @@ class DecodeShapes {
 // The budget a policy runs under: unbounded when it keeps everything; validated (Error) otherwise.
 kv::BudgetSpec effective_budget(const policy::EvictionPolicy& policy, kv::BudgetSpec budget);
 
+// What one sequence takes at admission, by the rule submit() applies: its KV reservation in slots
+// (allocated as whole pages), a query ring row when its policy reads window queries, and the budget it
+// runs under (unbounded for a policy that keeps everything).
+struct Reservation {
+  int64_t slots = 0;
+  bool ring_row = false;
+  kv::BudgetSpec budget;
+};
+
 class Engine {
  public:
   Engine(const model::Model& model, backend::Backend& backend, EngineConfig config);
@@ -143,6 +152,18 @@ class Engine {
   int64_t reserved_slots() const;
   // Sequences of `reservation_slots` each that the pool (and slot limit) holds together.
   int64_t sequences_that_fit(int64_t reservation_slots) const;
+  // Admission as questions a server asks instead of keeping a copy of the rule. The reservation of a
+  // sequence under `budget` with the held policy, of `prompt_len` tokens and up to `max_new_tokens`
+  // (thread-safe; Error when the budget does not suit the policy).
+  Reservation reservation(const PolicyTable::Hold& policy, const kv::BudgetSpec& budget, int prompt_len,
+                          int max_new_tokens) const;
+  // Whether n sequences of `each` could ever run at once: the longest context, rows of the decode batch,
+  // whole pages of the pool, the slot limit, ring rows (thread-safe: reads only fixed sizes). A request that never could is
+  // to be refused, not queued.
+  bool fits_when_idle(const Reservation& each, int n) const;
+  // Whether n sequences of `each` submitted now would all be admitted, behind every sequence already
+  // waiting, without any running sequence retiring first (the engine's thread only).
+  bool fits_now(const Reservation& each, int n) const;
   // Decode steps whose tokens the host has read so far (a step launched and not yet read is not one).
   int64_t decode_steps() const { return decode_steps_; }
   // One scheduler iteration: admit + prefill new sequences, or one decode step for all running. A
@@ -195,6 +216,9 @@ class Engine {
   void retire_finished();
   // Whether a sequence under `policy` and `budget` keeps its window queries in a row of the query ring.
   bool needs_ring_row(const policy::EvictionPolicy& policy, const kv::BudgetSpec& budget) const;
+  // The reservation of a sequence under `policy` and its effective `budget`.
+  Reservation reserve(const policy::EvictionPolicy& policy, const kv::BudgetSpec& budget, int64_t prompt_len,
+                      int max_new_tokens) const;
 
   const model::Model& model_;
   backend::Backend& backend_;

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/philox.h"
+#include "core/step_row.h"
 
 namespace kvdice::engine {
 
@@ -21,6 +22,27 @@ int64_t Scheduler::sequences_that_fit(int64_t reservation_slots) const {
       kv::sequences_that_fit(pool_.n_pages(), pool_.page_slots(), limits_.kv_slot_limit, reservation_slots);
   // Under the default policy a sequence reading window queries also needs a ring row.
   return pool_.query_ring().rows > 0 ? std::min<int64_t>(n, pool_.query_ring().rows) : n;
+}
+
+bool Scheduler::fits_when_idle(int64_t slots, bool ring_row, int n) const {
+  return n <= limits_.max_batch && pool_.pages_for(slots) * n <= pool_.n_pages() &&
+         (limits_.kv_slot_limit == 0 || slots * n <= limits_.kv_slot_limit) &&
+         (!ring_row || n <= pool_.query_ring().rows);
+}
+
+bool Scheduler::fits_now(int64_t slots, bool ring_row, int n) const {
+  // What the waiting sequences (and a chunking prompt's row) will take first: no overtaking.
+  int64_t rows = running() + (chunking_ ? 1 : 0), pages = 0, reserved = reserved_slots_, ring_rows = 0;
+  for (const auto& seq : waiting_) {
+    rows += 1;
+    pages += pool_.pages_for(seq->stats.reserved_slots);
+    reserved += seq->stats.reserved_slots;
+    ring_rows += seq->reads_queries ? 1 : 0;
+  }
+  // Admission only takes, so the whole line fits exactly when each of its prefixes does.
+  return rows + n <= limits_.max_batch && pages + pool_.pages_for(slots) * n <= pool_.free_pages() &&
+         (limits_.kv_slot_limit == 0 || reserved + slots * n <= limits_.kv_slot_limit) &&
+         ring_rows + (ring_row ? n : 0) <= pool_.free_ring_rows();
 }
 
 uint64_t Scheduler::submit(std::unique_ptr<Sequence> seq) {
@@ -168,37 +190,31 @@ int Scheduler::write_row(backend::StepBatch& b, int s, int first_row, const Sequ
   if (fields == RowFields::Forced) return 0;
   const std::vector<int>& prompt = seq.request.prompt;
   const int64_t prompt_len = static_cast<int64_t>(prompt.size());
-  int n = 1;
+  backend::SeqRow row;
   if (seq.appended < prompt_len) {
-    n = static_cast<int>(std::min<int64_t>(max_tokens, prompt_len - seq.appended));
-    for (int i = 0; i < n; ++i) b.tokens[first_row + i] = prompt[static_cast<size_t>(seq.appended + i)];
+    const int n = static_cast<int>(std::min<int64_t>(max_tokens, prompt_len - seq.appended));
+    row.tokens = std::span<const int>(prompt).subspan(static_cast<size_t>(seq.appended), static_cast<size_t>(n));
   } else {
     KVDICE_CHECK(!seq.generated.empty(), "sequence {} has appended its prompt but sampled no token", seq.id);
-    b.tokens[first_row] = seq.generated.back();
+    row.tokens = std::span<const int>(&seq.generated.back(), 1);
   }
-  std::fill_n(b.row_seq + first_row, n, s);
-  b.seq_row_begin[s] = first_row;
-  b.seq_row_begin[s + 1] = first_row + n;
-  b.length[s] = seq.length;
-  b.appended[s] = static_cast<int32_t>(seq.appended);
-  KVDICE_CHECK(static_cast<int64_t>(seq.pages.size()) <= b.max_pages, "sequence {} holds {} pages, a row {}",
-               seq.id, seq.pages.size(), b.max_pages);
-  int32_t* page_table = b.page_table + int64_t{s} * b.max_pages;
-  std::fill_n(page_table, b.max_pages, 0);
-  std::copy(seq.pages.begin(), seq.pages.end(), page_table);
-  b.budget[s] = seq.budget.budget;
-  b.window[s] = seq.budget.window;  // also the query ring's modulus
-  b.ring_row[s] = seq.ring_row;
-  b.n_protected[s] = seq.n_protected;
-  b.policy_id[s] = seq.policy;
-  b.round[s] = seq.stats.eviction_rounds;
-  b.evict_key[s] = philox_key(limits_.eviction_seed, seq.stream_id, RngDomain::Eviction);
-  b.sample_key[s] = philox_key(seq.request.sampling.seed, seq.stream_id, RngDomain::Sampling);
-  b.temperature[s] = seq.request.sampling.temperature;
-  b.top_p[s] = seq.request.sampling.top_p;
-  b.top_k[s] = seq.request.sampling.top_k;
-  b.gen_step[s] = static_cast<int32_t>(seq.generated.size());
-  return n;
+  row.length = seq.length;
+  row.appended = seq.appended;
+  row.pages = seq.pages;
+  row.budget = seq.budget.budget;
+  row.window = seq.budget.window;
+  row.n_protected = seq.n_protected;
+  row.policy_id = seq.policy;
+  row.round = seq.stats.eviction_rounds;
+  row.ring_row = seq.ring_row;
+  row.evict_key = philox_key(limits_.eviction_seed, seq.stream_id, RngDomain::Eviction);
+  row.sample_key = philox_key(seq.request.sampling.seed, seq.stream_id, RngDomain::Sampling);
+  row.temperature = seq.request.sampling.temperature;
+  row.top_p = seq.request.sampling.top_p;
+  row.top_k = seq.request.sampling.top_k;
+  row.gen_step = static_cast<int>(seq.generated.size());
+  row.forced = seq.forced_now();
+  return backend::write_row(b, s, first_row, row);
 }
 
 bool Scheduler::write_prefill(backend::StepBatch& b, const std::vector<Sequence*>& batch) const {

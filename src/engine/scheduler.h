@@ -3,7 +3,7 @@
 // window queries, a query ring row: both taken at admission and kept until it retires, never
 // preempted), keeps the running sequences dense as the rows of the persistent decode batch, retires
 // finished and cancelled ones (pages and ring row back to the pool, the last row moved into the hole)
-// and is the one writer of step-batch rows (write_row). It runs nothing: the Engine runs each step over
+// and writes the engine's step-batch rows (write_row, through core's one row writer). It runs nothing: the Engine runs each step over
 // the sequences the scheduler hands it and updates their host state from what the step did.
 #pragma once
 
@@ -104,6 +104,13 @@ class Scheduler {
   int64_t reserved_slots() const { return reserved_slots_; }
   // Sequences of `reservation_slots` each that the pool (and slot limit) holds together.
   int64_t sequences_that_fit(int64_t reservation_slots) const;
+  // Admission as a question, by the rule admit() applies: rows of the decode batch, whole pages of the
+  // pool, the slot limit, and a query ring row each when `ring_row`. Whether n sequences reserving
+  // `slots` each could ever run at once (in an idle engine; reads only fixed sizes, so any thread may
+  // ask), and whether they would all be admitted, behind every sequence already waiting, without any
+  // running sequence retiring first.
+  bool fits_when_idle(int64_t slots, bool ring_row, int n) const;
+  bool fits_now(int64_t slots, bool ring_row, int n) const;
 
   // Whether admit() may take a sequence now: one waits, a row is free and no long prompt is chunking.
   bool may_admit() const;
@@ -133,10 +140,10 @@ class Scheduler {
   // Finished results, in completion order; taken out of the scheduler.
   std::vector<GenerationResult> take_finished();
 
-  // The one writer of step-batch rows. Writes `seq` as sequence s of `b`, its fields as they are before
-  // the step; with RowFields::All also its next input tokens as rows [first_row, first_row + n): the
-  // rest of its prompt (at most max_tokens of it) while the prompt is not all appended, else its last
-  // generated token. Returns n (0 with RowFields::Forced).
+  // The engine's step-batch rows, through backend::write_row (core/step_row.h). Writes `seq` as
+  // sequence s of `b`, its fields as they are before the step; with RowFields::All also its next input
+  // tokens as rows [first_row, first_row + n): the rest of its prompt (at most max_tokens of it) while
+  // the prompt is not all appended, else its last generated token. Returns n (0 with RowFields::Forced).
   int write_row(backend::StepBatch& b, int s, int first_row, const Sequence& seq, RowFields fields,
                 int max_tokens = 1) const;
   // Fills `b` with one prefill step over `batch`: each sequence's next prompt chunk (up to prefill_chunk

@@ -6,6 +6,7 @@
 
 #include "backend/step_storage.h"
 #include "core/error.h"
+#include "core/step_row.h"
 #include "model/forward.h"
 
 namespace kvdice::model {
@@ -72,18 +73,14 @@ Tensor Model::forward(backend::Backend& be, std::span<const SequenceStep> steps,
   b.max_rows_per_seq = max_rows_per_seq;
   int row = 0;
   for (int s = 0; s < n_seqs; ++s) {
-    const kv::SequenceKv& cache = *steps[static_cast<size_t>(s)].kv;
-    b.seq_row_begin[s] = row;
-    b.length[s] = cache.length();
-    b.appended[s] = static_cast<int32_t>(cache.appended());
-    std::copy(cache.pages().begin(), cache.pages().end(), b.page_table + int64_t{s} * max_pages);
-    for (int t : steps[static_cast<size_t>(s)].tokens) {
-      b.tokens[row] = t;
-      b.row_seq[row] = s;
-      ++row;
-    }
+    const SequenceStep& step = steps[static_cast<size_t>(s)];
+    backend::SeqRow seq;  // no eviction, no sampling: the caller reads the logits
+    seq.tokens = step.tokens;
+    seq.length = step.kv->length();
+    seq.appended = step.kv->appended();
+    seq.pages = step.kv->pages();
+    row += backend::write_row(b, s, row, seq);
   }
-  b.seq_row_begin[n_seqs] = row;
   storage.upload_all();
   const backend::View logits = pass.run(storage.device(), pool, all_positions);
   Tensor out({logits.rows, logits.cols});

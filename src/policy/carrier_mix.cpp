@@ -64,13 +64,12 @@ class CarrierMixPolicy final : public EvictionPolicy {
   std::string options() const override {
     return softmix_ ? fmt::format("heads={},q={}", heads_text(), q_) : fmt::format("heads={}", heads_text());
   }
-  DeviceParams device_params() const override {
-    DeviceParams params;
-    params.head_scratch = true;  // the recency heads sort their candidates by age
+  DeviceTable device_table() const override {
+    DeviceTable table;
     // [q (1 for mix), anti, n_heads, head...] (cuda/carrier_mix.cu reads it)
-    params.table = {q_, anti_ ? 1.0 : 0.0, static_cast<double>(heads_.size())};
-    for (int h : heads_) params.table.push_back(h);
-    return params;
+    table.values = {q_, anti_ ? 1.0 : 0.0, static_cast<double>(heads_.size())};
+    for (int h : heads_) table.values.push_back(h);
+    return table;
   }
   void check_model(const ModelFingerprint& model) const override {
     for (int h : heads_) {

@@ -5,11 +5,43 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <new>
 #include <string_view>
+#include <type_traits>
 
+#include "core/dtype.h"
 #include "core/step_batch.h"
 
 namespace kvdice::policy {
+
+class EvictionPolicy;
+class PolicyOptions;
+
+// A policy's options as its CUDA selection reads them. Each CUDA file defines its own parameter type
+// (a trivially copyable struct of at most kCudaParamBytes) and a binder that fills it from the policy's
+// options; the block crosses the backend opaque, in every launch's CudaSelectionArgs, and only the file
+// that wrote it reads it back.
+inline constexpr int kCudaParamBytes = 64;
+struct CudaParams {
+  alignas(8) unsigned char bytes[kCudaParamBytes] = {};
+
+  // Starts a T (default values) in the zeroed block, whose bytes beyond T's members stay zero, so equal
+  // options give equal blocks.
+  template <class T>
+  T& emplace() {
+    static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= kCudaParamBytes && alignof(T) <= 8,
+                  "a CUDA parameter type is a small plain struct");
+    std::memset(bytes, 0, sizeof bytes);
+    return *new (bytes) T();
+  }
+  template <class T>
+  KVDICE_HD const T& as() const {
+    static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= kCudaParamBytes && alignof(T) <= 8,
+                  "a CUDA parameter type is a small plain struct");
+    return *reinterpret_cast<const T*>(bytes);
+  }
+};
 
 // One layer of the KV pool as a scoring selection reads it (device pointers; a signal is nullptr when
 // the pool does not record it). Keys are bf16, [page][KV head][page slot][head_dim] (backend.h KvLayer).
@@ -87,17 +119,12 @@ struct CudaSelectionArgs {
   // row of such a policy must hold a ring row (StepBatch::ring_row >= 0) and r <= ring_window, or the
   // selection flags kErrorSelectionInput.
   int ring_window = 0;
+  CudaParams params;  // the policy's options, written by its CUDA file's binder (CudaSelection::bind)
+  // The windowed attention's smoothing kernel and temperature (window_attention.cuh reads them): a
+  // launcher of a policy scoring by windowed attention sets them from its own parameters.
   int pool = 1;
   double temperature = 1.0;
-  double lambda = 0.0;
-  double large = 0.0;
-  int sinks = 0;
-  int block = 0;
-  bool block_from_slot0 = true;
-  double recent = 0.0;
-  int queries = 0;
-  double threshold = 0.0;
-  const double* table = nullptr;  // EvictionPolicy::device_params().table, uploaded once
+  const double* table = nullptr;  // EvictionPolicy::device_table().values, uploaded once per policy
   // Windowed attention: the window scratch holds the logits of up to this many window queries (0: none;
   // rows with more queries recompute them). Set with the scratch by the backend.
   int logit_queries = 0;
@@ -122,40 +149,54 @@ using CudaSelectionLauncher = void (*)(const CudaSelectionArgs& args, void* stre
 // with every layer (layer_begin 0, n_layers = the model's) before any layer is compacted; writes
 // round_keep, which the policy's selection launcher then copies into each layer's flags.
 using CudaRoundScorer = void (*)(const CudaSelectionArgs& args, void* stream);
+// Fills a CUDA file's parameter type from a policy's options (the spec as describe() writes it, every
+// option in effect stated; PolicyOptions::require_* reads them).
+using CudaParamBinder = CudaParams (*)(PolicyOptions& options);
 
-// The launcher registered for `name`, or nullptr when the policy has no CUDA file or the build has no
-// CUDA ("full" has none and needs none: it never evicts).
-CudaSelectionLauncher cuda_selection(std::string_view name);
+// What one CUDA file (src/policy/cuda/<file>.cu) gives the registry: its selection launcher, the binder
+// of its parameters (nullptr: it reads none), whether it needs the per-head scratch of the scoring
+// launches although its policy reads no signals (an age order, a sort: random_block_pp, random_pp_rec),
+// and its whole-model scorer (nullptr for per-layer policies).
+struct CudaSelection {
+  CudaSelectionLauncher select = nullptr;
+  CudaParamBinder bind = nullptr;
+  bool head_scratch = false;
+  CudaRoundScorer round = nullptr;
+};
+
+// The CUDA file registered for policy `name` (a spec's options are ignored): "snapkv" for snapkv and
+// snapkv_pp; empty for "full", which never evicts and needs none. Known in every build.
+std::string_view cuda_file(std::string_view name);
+// The CUDA selection registered for `name`, or nullptr when the policy has no CUDA file or the build has
+// no CUDA.
+const CudaSelection* cuda_selection(std::string_view name);
 // The round scorer registered for `name` (nullptr for per-layer policies or without CUDA).
 CudaRoundScorer cuda_round_scorer(std::string_view name);
+// `policy`'s options bound into its CUDA file's parameter type (empty when the file reads none); Error
+// naming the policy when its CUDA file is missing or an option its binder reads is not stated.
+CudaParams bind_cuda_params(const EvictionPolicy& policy);
 
 // Throws kvdice::Error naming the policy when it cannot run on the CUDA backend (it evicts but has no
 // CUDA selection). The engine may call it at construction; CudaBackend::evict calls it too.
 void require_cuda_selection(std::string_view name);
 
 #ifdef KVDICE_WITH_CUDA
-void cuda_select_random_pp(const CudaSelectionArgs& args, void* stream);
-void cuda_select_random_shared(const CudaSelectionArgs& args, void* stream);
-void cuda_select_recency(const CudaSelectionArgs& args, void* stream);
-void cuda_select_streaming(const CudaSelectionArgs& args, void* stream);
-void cuda_select_snapkv(const CudaSelectionArgs& args, void* stream);
-void cuda_select_triattention(const CudaSelectionArgs& args, void* stream);
-void cuda_select_rkv(const CudaSelectionArgs& args, void* stream);
-void cuda_select_vase(const CudaSelectionArgs& args, void* stream);
-void cuda_select_random_block_pp(const CudaSelectionArgs& args, void* stream);
-void cuda_select_random_pp_rec(const CudaSelectionArgs& args, void* stream);
-void cuda_select_random_pin_pp(const CudaSelectionArgs& args, void* stream);
-void cuda_select_carrier_mix(const CudaSelectionArgs& args, void* stream);
-void cuda_select_random_vrange_pp(const CudaSelectionArgs& args, void* stream);
-void cuda_select_rkv_official(const CudaSelectionArgs& args, void* stream);
-void cuda_select_h2o(const CudaSelectionArgs& args, void* stream);
-void cuda_round_triattention(const CudaSelectionArgs& args, void* stream);
-// The registry columns: the launchers of a policy with a CUDA file, nullptr in builds without CUDA.
-#define KVDICE_CUDA_SELECTION(name) ::kvdice::policy::cuda_select_##name
-#define KVDICE_CUDA_ROUND(name) ::kvdice::policy::cuda_round_##name
-#else
-#define KVDICE_CUDA_SELECTION(name) nullptr
-#define KVDICE_CUDA_ROUND(name) nullptr
+// One per file in src/policy/cuda/, defined there.
+extern const CudaSelection cuda_file_random_pp;
+extern const CudaSelection cuda_file_random_shared;
+extern const CudaSelection cuda_file_recency;
+extern const CudaSelection cuda_file_streaming;
+extern const CudaSelection cuda_file_snapkv;
+extern const CudaSelection cuda_file_triattention;
+extern const CudaSelection cuda_file_rkv;
+extern const CudaSelection cuda_file_vase;
+extern const CudaSelection cuda_file_random_block_pp;
+extern const CudaSelection cuda_file_random_pp_rec;
+extern const CudaSelection cuda_file_random_pin_pp;
+extern const CudaSelection cuda_file_carrier_mix;
+extern const CudaSelection cuda_file_random_vrange_pp;
+extern const CudaSelection cuda_file_rkv_official;
+extern const CudaSelection cuda_file_h2o;
 #endif
 
 // Codes a device selection (or the backend's compaction after it) writes into CudaSelectionArgs::error;

@@ -69,26 +69,14 @@ struct RoundKeys {
   std::function<int32_t(int layer, int kv_head, int slot)> position;
 };
 
-// A policy's options as its CUDA selection reads them (policy/cuda_selection.h): numbers copied into
-// every launch, and a table the CUDA backend uploads once per policy (TriAttention's statistics).
-struct DeviceParams {
-  int pool = 1;  // smoothing kernel of the windowed attention (1 = none)
-  double temperature = 1.0;
-  double lambda = 0.0;  // R-KV's weight of attention against redundancy
-  double large = 0.0;   // VaSE: n_large = floor(large · T)
-  int sinks = 0;        // VaSE's sink tokens
-  int block = 0;        // random_block_pp: candidates per draw
-  bool block_from_slot0 = true;  // random_block_pp: blocks numbered from cache slot 0, prompt included
-  double recent = 0.0;  // random_pp_rec: share of K_sel kept as the most recent
-  int queries = 0;      // rkv_official: newest window queries that score
-  double threshold = 0.0;  // rkv_official: similarity above which the newest similar key is spared
-  // The CUDA selection needs the per-head scratch of the scoring launches (an age order, a sort) even
-  // though the policy reads no signals (random_block_pp, random_pp_rec).
-  bool head_scratch = false;
-  std::vector<double> table;
-  // The shape the table was made for (checked against the pool by the backend): layers, query heads,
-  // KV heads and head_dim.
-  int table_layers = 0, table_heads = 0, table_kv_heads = 0, table_head_dim = 0;
+// A table the CUDA backend uploads once per policy and every launch of its CUDA selection reads
+// (CudaSelectionArgs::table): TriAttention's statistics, the carrier heads, the pinned sites. A policy's
+// numeric options reach its CUDA file through the file's own parameter type (policy/cuda_selection.h).
+struct DeviceTable {
+  std::vector<double> values;
+  // The shape the table was made for (checked against the pool by the backend; 0: none): layers, query
+  // heads, KV heads and head_dim.
+  int layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
 };
 
 class EvictionPolicy {
@@ -109,8 +97,8 @@ class EvictionPolicy {
   // layer's select() as input.round_score.
   virtual bool scores_whole_round() const { return false; }
   virtual std::vector<double> score_round(const RoundKeys& keys) const { return {}; }
-  // What the policy's CUDA selection reads besides the pool (default: nothing).
-  virtual DeviceParams device_params() const { return {}; }
+  // The table the policy's CUDA selection reads besides the pool and its options (default: none).
+  virtual DeviceTable device_table() const { return {}; }
   // Error when this policy cannot run on `model` (TriAttention: statistics of another model).
   virtual void check_model(const ModelFingerprint& model) const {}
   // Error when a request cannot run under this policy however its rounds fall: a round keeps `keep`

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 
@@ -64,6 +65,21 @@ std::string PolicyOptions::get_string(std::string_view key, std::string fallback
   if (auto it = given_.find(key); it != given_.end()) value = it->second;
   used_.emplace_back(std::string(key), value);
   return value;
+}
+
+int PolicyOptions::require_int(std::string_view key) {
+  if (!given_.count(key)) fail("policy '{}': option {} is not stated", name_, key);
+  return get_int(key, 0, std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
+}
+
+double PolicyOptions::require_double(std::string_view key) {
+  if (!given_.count(key)) fail("policy '{}': option {} is not stated", name_, key);
+  return get_double(key, 0.0, -std::numeric_limits<double>::max(), std::numeric_limits<double>::max());
+}
+
+std::string PolicyOptions::require_string(std::string_view key) {
+  if (!given_.count(key)) fail("policy '{}': option {} is not stated", name_, key);
+  return get_string(key, {});
 }
 
 void PolicyOptions::finish() const {

@@ -23,6 +23,11 @@ class PolicyOptions {
   double get_double(std::string_view key, double fallback, double lo, double hi);
   // The text given for `key` (a file path: no ',' possible), or `fallback`.
   std::string get_string(std::string_view key, std::string fallback);
+  // The value stated for `key`, with no default: what a CUDA file's binder reads from a spec that
+  // describe() wrote (every option in effect stated). Error naming the key when it is absent or malformed.
+  int require_int(std::string_view key);
+  double require_double(std::string_view key);
+  std::string require_string(std::string_view key);
   // Error naming every given key that no get_* call read.
   void finish() const;
   // "key=value,..." of every option read, in reading order (empty without options).

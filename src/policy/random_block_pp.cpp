@@ -30,13 +30,6 @@ class RandomBlockPpPolicy final : public EvictionPolicy {
   }
   bool protects_prompt() const override { return true; }
   std::string options() const override { return fmt::format("block={},grid={}", block_, grid_); }
-  DeviceParams device_params() const override {
-    DeviceParams params;
-    params.block = block_;
-    params.block_from_slot0 = grid_ == "slot0";
-    params.head_scratch = true;  // the device sorts the candidates by age, then the blocks by draw
-    return params;
-  }
   void select(const SelectionInput& input, std::span<uint8_t> keep) const override {
     std::fill(keep.begin(), keep.end(), uint8_t{0});
     const std::vector<int32_t> order = chronological(input, input.n_protected);

@@ -78,12 +78,7 @@ class RandomPinPpPolicy final : public EvictionPolicy {
     return fmt::format("span={},layers={},heads={},deal={}", span, sites_text(pin_.all_layers, pin_.layers),
                        sites_text(pin_.all_heads, pin_.heads), pin_.deal ? 1 : 0);
   }
-  DeviceParams device_params() const override {
-    DeviceParams params;
-    params.head_scratch = true;  // the device lists the draw's pool in the head scratch
-    params.table = pin_.table();
-    return params;
-  }
+  DeviceTable device_table() const override { return {pin_.table()}; }
   void check_model(const ModelFingerprint& model) const override {
     for (const int layer : pin_.layers)
       if (layer >= model.n_layers)

@@ -24,12 +24,6 @@ class RandomPpRecPolicy final : public EvictionPolicy {
   }
   bool protects_prompt() const override { return true; }
   std::string options() const override { return fmt::format("recent={}", recent_); }
-  DeviceParams device_params() const override {
-    DeviceParams params;
-    params.recent = recent_;
-    params.head_scratch = true;  // the device sorts the candidates by age and lists the random pool
-    return params;
-  }
   void select(const SelectionInput& input, std::span<uint8_t> keep) const override {
     std::fill(keep.begin(), keep.end(), uint8_t{0});
     const int free = input.keep - input.n_protected;

@@ -27,12 +27,6 @@ class RandomVrangePpPolicy final : public EvictionPolicy {
   bool protects_prompt() const override { return true; }
   SignalNeeds needs() const override { return {.value_ranges = true}; }
   std::string options() const override { return fmt::format("share={}", share_); }
-  DeviceParams device_params() const override {
-    DeviceParams params;
-    params.large = share_;
-    params.head_scratch = true;  // the device sorts the value ranges and lists the draw's pool
-    return params;
-  }
   void select(const SelectionInput& input, std::span<uint8_t> keep) const override {
     KVDICE_CHECK(static_cast<int>(input.value_range.size()) == input.n_candidates,
                  "random_vrange_pp got {} value ranges for {} candidates", input.value_range.size(),

@@ -34,13 +34,6 @@ class RkvPolicy final : public EvictionPolicy {
   std::string options() const override {
     return fmt::format("lambda={},pool={},temperature={}", lambda_, pool_, temperature_);
   }
-  DeviceParams device_params() const override {
-    DeviceParams params;
-    params.pool = pool_;
-    params.temperature = temperature_;
-    params.lambda = lambda_;
-    return params;
-  }
   void select(const SelectionInput& input, std::span<uint8_t> keep) const override {
     std::vector<double> score = windowed_attention(input, pool_, temperature_);
     const std::vector<double> redundancy = key_redundancy(input, std::nullopt);

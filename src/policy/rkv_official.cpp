@@ -38,14 +38,6 @@ class RkvOfficialPolicy final : public EvictionPolicy {
   std::string options() const override {
     return fmt::format("lambda={},queries={},pool={},threshold={}", lambda_, queries_, pool_, threshold_);
   }
-  DeviceParams device_params() const override {
-    DeviceParams params;
-    params.lambda = lambda_;
-    params.queries = queries_;
-    params.pool = pool_;
-    params.threshold = threshold_;
-    return params;
-  }
 
   void select(const SelectionInput& input, std::span<uint8_t> keep) const override {
     const std::vector<double> importance = this->importance(input);

@@ -29,12 +29,6 @@ class SnapKvPolicy final : public EvictionPolicy {
   bool protects_prompt() const override { return protect_; }
   SignalNeeds needs() const override { return {.window_queries = true}; }
   std::string options() const override { return fmt::format("pool={},temperature={}", pool_, temperature_); }
-  DeviceParams device_params() const override {
-    DeviceParams params;
-    params.pool = pool_;
-    params.temperature = temperature_;
-    return params;
-  }
   void select(const SelectionInput& input, std::span<uint8_t> keep) const override {
     const std::vector<double> score = windowed_attention(input, pool_, temperature_);
     keep_prompt_and_highest<double>(input, score, keep);

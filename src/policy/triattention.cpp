@@ -109,35 +109,35 @@ class TriAttentionPolicy final : public EvictionPolicy {
   // The statistics as the CUDA round scorer reads them (policy/cuda/triattention.cu): per (layer, query
   // head, band) E q_f and extra_f, then per band mean_d e^{i d ω_f}, ω_f and s_f², each computed here
   // exactly as score_round() computes it.
-  DeviceParams device_params() const override {
+  DeviceTable device_table() const override {
     const TriAttentionStats& s = stats_;
     const int nf = s.bands();
-    DeviceParams params;
-    params.table_layers = s.n_layers;
-    params.table_heads = s.n_heads;
-    params.table_kv_heads = s.n_kv_heads;
-    params.table_head_dim = s.head_dim;
-    params.table.reserve(static_cast<size_t>(s.n_layers) * s.n_heads * nf * 3 + static_cast<size_t>(nf) * 4);
+    DeviceTable table;
+    table.layers = s.n_layers;
+    table.heads = s.n_heads;
+    table.kv_heads = s.n_kv_heads;
+    table.head_dim = s.head_dim;
+    table.values.reserve(static_cast<size_t>(s.n_layers) * s.n_heads * nf * 3 + static_cast<size_t>(nf) * 4);
     for (int layer = 0; layer < s.n_layers; ++layer)
       for (int h = 0; h < s.n_heads; ++h)
         for (int f = 0; f < nf; ++f) {
           const int64_t i = s.index(layer, h, f);
           const std::complex<double> eq(s.q_mean_real[i], s.q_mean_imag[i]);
-          params.table.push_back(eq.real());
-          params.table.push_back(eq.imag());
-          params.table.push_back((double{s.q_abs_mean[i]} - std::abs(eq)) * s.freq_scale[f] *
+          table.values.push_back(eq.real());
+          table.values.push_back(eq.imag());
+          table.values.push_back((double{s.q_abs_mean[i]} - std::abs(eq)) * s.freq_scale[f] *
                                  s.freq_scale[f]);
         }
     for (int f = 0; f < nf; ++f) {
       std::complex<double> mean = 0.0;
       for (double d : offsets_) mean += std::polar(1.0, d * s.omega[f]);
       mean /= static_cast<double>(offsets_.size());
-      params.table.push_back(mean.real());
-      params.table.push_back(mean.imag());
-      params.table.push_back(static_cast<double>(s.omega[f]));
-      params.table.push_back(double{s.freq_scale[f]} * s.freq_scale[f]);
+      table.values.push_back(mean.real());
+      table.values.push_back(mean.imag());
+      table.values.push_back(static_cast<double>(s.omega[f]));
+      table.values.push_back(double{s.freq_scale[f]} * s.freq_scale[f]);
     }
-    return params;
+    return table;
   }
 
   void select(const SelectionInput& input, std::span<uint8_t> keep) const override {

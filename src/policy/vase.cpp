@@ -44,14 +44,6 @@ class VasePolicy final : public EvictionPolicy {
     return fmt::format("large={},sinks={},pool={},temperature={}", large_, sinks_, pool_, temperature_);
   }
 
-  DeviceParams device_params() const override {
-    DeviceParams params;
-    params.pool = pool_;
-    params.temperature = temperature_;
-    params.large = large_;
-    params.sinks = sinks_;
-    return params;
-  }
   void select(const SelectionInput& input, std::span<uint8_t> keep) const override {
     KVDICE_CHECK(static_cast<int>(input.value_range.size()) == input.n_candidates,
                  "vase got {} value ranges for {} candidates", input.value_range.size(), input.n_candidates);

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "policy/eviction_policy.h"
 
 namespace kvdice::server {
 namespace {
@@ -28,8 +27,6 @@ EngineHost::EngineHost(const model::Model& model, backend::Backend& backend, Hos
   engine_ = std::make_unique<engine::Engine>(model_, backend_, config);
   const engine::MemoryPlan& plan = engine_->memory_plan();
   options_.kv_slots = plan.kv_capacity_slots;
-  page_slots_ = std::max(1, plan.kv_page_slots);
-  pool_pages_ = plan.kv_pool_slots / page_slots_;
   engine_->set_token_callback([this](const engine::TokenEvent& ev) { on_token(ev); });
   thread_ = std::thread([this] { thread_main(); });
 }
@@ -82,11 +79,6 @@ bool EngineHost::draining() const {
   return draining_;
 }
 
-bool EngineHost::fits_when_idle(int64_t per_choice, int n) const {
-  const int64_t pages_each = (per_choice + page_slots_ - 1) / page_slots_;
-  return pages_each * n <= pool_pages_ && per_choice * n <= options_.kv_slots;
-}
-
 int64_t EngineHost::queue_depth() const {
   std::lock_guard lock(mutex_);
   return static_cast<int64_t>(queue_.size());
@@ -136,7 +128,9 @@ void EngineHost::thread_main() {
       }
       admit_locked();
     }
-    if (live_.empty()) continue;
+    // Cancelled sequences hold their pages until the engine's next step retires them: it steps for
+    // them too, or a job waiting for their pages would wait for ever.
+    if (live_.empty() && engine_->idle()) continue;
     try {
       apply_cancels();
       engine_->step();
@@ -165,24 +159,20 @@ void EngineHost::admit_locked() {
       queue_.pop_front();
       continue;
     }
-    const int64_t per_choice = job->reserved_slots / n;
-    const int64_t pages_each = (per_choice + page_slots_ - 1) / page_slots_;
-    if (running_ + n > options_.max_batch || reserved_pages_ + pages_each * n > pool_pages_ ||
-        reserved_slots_ + job->reserved_slots > options_.kv_slots)
-      break;
+    // The engine's own rule: all n choices would be admitted without waiting for a retirement, or the
+    // job waits (in order).
+    if (!engine_->fits_now(job->each, n)) break;
     try {
-      const kv::BudgetSpec spec =
-          engine::effective_budget(*policy::make_policy(job->kv.policy), job->kv.budget);
+      const int64_t per_choice = job->each.slots;
       for (int i = 0; i < n; ++i) {
         engine::GenerationRequest request = job->requests[static_cast<size_t>(i)];
         request.kv = job->kv;
         const int prompt_len = static_cast<int>(request.prompt.size());
         const uint64_t id = engine_->submit(std::move(request));
-        live_[id] = Seq{job, i, per_choice, pages_each, spec, prompt_len, 0, Clock::now()};
+        live_[id] = Seq{job, i, per_choice, job->each.budget, prompt_len, 0, Clock::now()};
         metrics_.add_prompt_tokens(prompt_len);
         running_++;
         reserved_slots_ += per_choice;
-        reserved_pages_ += pages_each;
       }
     } catch (const std::exception& e) {
       // Settings were validated at parse time; a refusal here still ends the job cleanly.
@@ -239,7 +229,6 @@ void EngineHost::on_token(const engine::TokenEvent& ev) {
 void EngineHost::release_locked(const Seq& s) {
   running_--;
   reserved_slots_ -= s.reserved;
-  reserved_pages_ -= s.pages;
   resident_slots_ -= s.resident;
 }
 

@@ -1,6 +1,6 @@
 // EngineHost: the one thread that owns the engine. HTTP handler threads hand it Jobs through a
-// bounded, thread-safe queue; it submits a job's choices only when their whole KV reservation fits
-// in the pool (so an admitted request is never preempted), each with the request's own policy and
+// bounded, thread-safe queue; it submits a job's choices only when the engine would admit them all at
+// once (Engine::fits_now: an admitted request is never preempted), each with the request's own policy and
 // budget, so requests with different KV settings share one continuous batch. It streams each
 // sampled token back to its job, frees the sequences of jobs whose client left at the next step
 // (Engine::cancel), and drains on shutdown.
@@ -44,6 +44,7 @@ struct Job {
   // job accepted is never refused its policy when the engine thread submits it.
   engine::PolicyTable::Hold policy;
   std::vector<engine::GenerationRequest> requests;  // one per choice
+  engine::Reservation each;                         // what each choice reserves (Engine::reservation)
   int64_t reserved_slots = 0;                       // all choices together
   Clock::time_point enqueued = Clock::now();
 
@@ -91,10 +92,14 @@ class EngineHost {
   // Sequences of `reservation_slots` each that the pool holds together.
   int64_t sequences_that_fit(int64_t reservation_slots) const { return engine_->sequences_that_fit(reservation_slots); }
   int64_t queue_depth() const;
-  // Whether n choices reserving per_choice slots each could ever run at once, by the admission rule
-  // (whole pages of the pool and the slot capacity): a request that never could is refused, not queued.
-  bool fits_when_idle(int64_t per_choice, int n) const;
-  int page_slots() const { return page_slots_; }
+  // The engine's admission rule, asked from any thread: what one choice of a request reserves, and
+  // whether n of them could ever run at once (a request that never could is refused, not queued).
+  engine::Reservation reservation(const engine::PolicyTable::Hold& policy, const kv::BudgetSpec& budget,
+                                  int prompt_len, int max_tokens) const {
+    return engine_->reservation(policy, budget, prompt_len, max_tokens);
+  }
+  bool fits_when_idle(const engine::Reservation& each, int n) const { return engine_->fits_when_idle(each, n); }
+  int page_slots() const { return engine_->memory_plan().kv_page_slots; }
   // A hold on a place in the engine's policy table for `spec` (a valid policy spec): the place of an
   // equal policy (name and options), else one no live request holds. engine::PolicyTableFull when all
   // engine::kMaxPolicies places are held by live requests. Safe from any thread: the engine owns the
@@ -111,7 +116,6 @@ class EngineHost {
     std::shared_ptr<Job> job;
     int choice = 0;
     int64_t reserved = 0;
-    int64_t pages = 0;    // the pool pages the engine allocates for `reserved`
     kv::BudgetSpec spec;  // effective: unbounded for policies that keep everything
     int resident = 0;     // slots per (layer, head), following BudgetSpec's trigger rule
     int tokens = 0;
@@ -140,13 +144,8 @@ class EngineHost {
   uint64_t seen_cancel_epoch_ = 0;
   std::set<uint64_t> step_ids_;  // sequences that got a token in the current step
   Clock::time_point step_start_ = Clock::now();
-  int64_t reserved_slots_ = 0;  // admitted, not yet freed
-  // The engine's admission rule, so that what this host starts is what the engine runs at once (and
-  // the running and queue gauges are exact): whole pages of the pool, and the slots within the capacity
-  // (options_.kv_slots: the slot limit when one is set, else the pool's slots).
-  int64_t reserved_pages_ = 0;
-  int64_t pool_pages_ = 0;
-  int page_slots_ = 1;
+  // The running and reserved gauges: what this host submitted and has not yet seen end.
+  int64_t reserved_slots_ = 0;
   int64_t running_ = 0;
   int64_t resident_slots_ = 0;
   bool draining_ = false;

@@ -340,20 +340,6 @@ void Server::Impl::completion(const httplib::Request&, const std::string& text, 
     if (r.n > options.engine.max_batch)
       bad_request("n", fmt::format("n = {} exceeds the server's batch of {} sequences", r.n,
                                    options.engine.max_batch));
-    const int64_t per_choice = spec.reservation(prompt_len, max_tokens);
-    const int64_t total = per_choice * r.n;
-    if (!host.fits_when_idle(per_choice, r.n))
-      throw ApiError(
-          400,
-          fmt::format("this request can never fit: it reserves {} KV slots ({} choice(s) x {} = {}) "
-                      "but the pool holds {} in pages of {}; lower max_tokens or n, or set kv.budget",
-                      total, r.n, per_choice,
-                      spec.bounded()
-                          ? fmt::format("max(prompt {}, T {}) + r {}", prompt_len, spec.budget, spec.window)
-                          : fmt::format("prompt {} + max_tokens {}", prompt_len, max_tokens),
-                      options.engine.kv_slots, host.page_slots()),
-          r.max_tokens ? r.max_tokens_field : std::string("max_tokens"), "kv_reservation_too_large");
-
     // The engine's policy table: a place held for the request until it ends (engine::kMaxPolicies at
     // once; a place no live request holds goes to the next new policy).
     engine::PolicyTable::Hold policy_hold;
@@ -364,6 +350,27 @@ void Server::Impl::completion(const httplib::Request&, const std::string& text, 
     } catch (const Error& e) {
       bad_request("kv.policy", e.what());
     }
+    // What each choice reserves and whether the request could ever run: the engine's admission rule.
+    engine::Reservation each;
+    try {
+      each = host.reservation(policy_hold, spec, prompt_len, max_tokens);
+    } catch (const Error& e) {
+      bad_request("kv.budget", e.what());
+    }
+    const int64_t per_choice = each.slots;
+    const int64_t total = per_choice * r.n;
+    if (!host.fits_when_idle(each, r.n))
+      throw ApiError(
+          400,
+          fmt::format("this request can never fit: it reserves {} KV slots ({} choice(s) x {} = {}) "
+                      "but the pool holds {} in pages of {}; lower max_tokens or n, or set kv.budget",
+                      total, r.n, per_choice,
+                      each.budget.bounded()
+                          ? fmt::format("max(prompt {}, T {}) + r {}", prompt_len, each.budget.budget,
+                                        each.budget.window)
+                          : fmt::format("prompt {} + max_tokens {}", prompt_len, max_tokens),
+                      options.engine.kv_slots, host.page_slots()),
+          r.max_tokens ? r.max_tokens_field : std::string("max_tokens"), "kv_reservation_too_large");
     try {
       host.check_policy_request(policy_hold, r.kv.budget, prompt_len, max_tokens);
     } catch (const Error& e) {
@@ -372,6 +379,7 @@ void Server::Impl::completion(const httplib::Request&, const std::string& text, 
     auto job = std::make_shared<Job>();
     job->kv = r.kv;
     job->policy = std::move(policy_hold);
+    job->each = each;
     job->reserved_slots = total;
     const uint64_t base_seed =
         r.seed ? static_cast<uint64_t>(*r.seed) : std::random_device{}() * 0x100000001ull;

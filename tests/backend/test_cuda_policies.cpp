@@ -265,6 +265,38 @@ INSTANTIATE_TEST_SUITE_P(Policies, CudaScoringPolicy,
                                          "random_vrange_pp", "random_vrange_pp:share=0.3",
                                          "random_vrange_pp:share=1", "random_vrange_pp:share=0"));
 
+#ifdef KVDICE_WITH_CUDA
+// Each CUDA file binds every option its device rule reads into its own parameter type (host code, no GPU
+// needed): changing any one option changes the bound block, equal options bind equal blocks, and a
+// policy and its prompt-protecting twin (one file) bind alike.
+TEST(CudaPolicyParams, EveryOptionReachesItsCudaFile) {
+  auto bound = [](const std::string& spec) {
+    const policy::CudaParams params = policy::bind_cuda_params(*policy::make_policy(spec));
+    return std::vector<unsigned char>(params.bytes, params.bytes + policy::kCudaParamBytes);
+  };
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases{
+      {"snapkv", {"pool=3", "temperature=2"}},
+      {"rkv", {"lambda=0.1", "pool=3", "temperature=2"}},
+      {"vase", {"large=0.5", "sinks=2", "pool=3", "temperature=2"}},
+      {"rkv_official", {"lambda=0.5", "queries=4", "pool=3", "threshold=0.3"}},
+      {"random_block_pp", {"block=4", "grid=candidates"}},
+      {"random_pp_rec", {"recent=0.25"}},
+      {"random_vrange_pp", {"share=0.4"}},
+  };
+  for (const auto& [name, changes] : cases) {
+    const std::vector<unsigned char> base = bound(name);
+    EXPECT_EQ(base, bound(name)) << name;
+    for (const std::string& change : changes)
+      EXPECT_NE(bound(name + ":" + change), base) << name << ":" << change << " binds like the defaults";
+  }
+  EXPECT_EQ(bound("snapkv_pp:pool=3"), bound("snapkv:pool=3"));
+  EXPECT_EQ(bound("vase_pp:sinks=2"), bound("vase:sinks=2"));
+  // Files without options bind an empty block.
+  EXPECT_EQ(bound("random_pp"), std::vector<unsigned char>(policy::kCudaParamBytes, 0));
+  EXPECT_EQ(bound("h2o_pp"), std::vector<unsigned char>(policy::kCudaParamBytes, 0));
+}
+#endif
+
 // At Qwen3-4B's shape each kernel once (the CPU reference is serial: R-KV's n x n redundancy alone is
 // ~1.5e11 multiply-adds there, so the option variants run only at the small shape).
 class CudaScoringPolicyQwen : public testing::TestWithParam<std::string> {};

@@ -401,9 +401,8 @@ INSTANTIATE_TEST_SUITE_P(Policies, CudaRealShape, testing::ValuesIn(kRealShapePo
 
 // ---- what the cases above reach (runs without a GPU) -------------------------------------------------
 
-// A policy added with a CUDA selection but no real-shape case fails here. A policy's device file is
-// src/policy/cuda/<name>.cu, or its twin's for a policy and its _pp twin (one launcher, docs/policies.md);
-// a build without CUDA has no launchers, so the files stand in.
+// A policy added with a CUDA selection but no real-shape case fails here. The registry names each
+// policy's CUDA file (policy::cuda_file); a build without CUDA has no launchers, so the files stand in.
 TEST(RealShapes, EveryPolicyWithACudaSelectionHasARealShapeCase) {
   std::set<std::string> covered;
   for (const std::string& spec : kRealShapePolicies) covered.insert(base_name(spec));
@@ -412,9 +411,9 @@ TEST(RealShapes, EveryPolicyWithACudaSelectionHasARealShapeCase) {
 #ifdef KVDICE_WITH_CUDA
     const bool has_cuda = policy::cuda_selection(name) != nullptr;
 #else
-    const fs::path dir = fs::path(KVDICE_SOURCE_DIR) / "src" / "policy" / "cuda";
-    const std::string twin = name.ends_with("_pp") ? name.substr(0, name.size() - 3) : name + "_pp";
-    const bool has_cuda = fs::exists(dir / (name + ".cu")) || fs::exists(dir / (twin + ".cu"));
+    const std::string_view file = policy::cuda_file(name);
+    const bool has_cuda =
+        !file.empty() && fs::exists(fs::path(KVDICE_SOURCE_DIR) / "src" / "policy" / "cuda" / (std::string(file) + ".cu"));
 #endif
     if (!has_cuda) continue;
     ++with_cuda;

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -157,6 +158,48 @@ TEST(Scheduler, RefusesWhatThePoolTheSlotLimitOrTheRowsCannotHold) {
     EXPECT_EQ(rig.pool->free_ring_rows(), 0);
     EXPECT_EQ(rig.scheduler->waiting(), 2);
   }
+}
+
+// fits_now and fits_when_idle are the admission rule as a question: over random pools, limits, running
+// and waiting sequences, fits_now(slots, ring, n) holds exactly when n such sequences submitted then are
+// all admitted before anything retires, and fits_when_idle exactly when they are in an empty scheduler.
+TEST(Scheduler, FitsAnswersWhatAdmissionDoes) {
+  std::mt19937 rng(4242);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int said_yes = 0, said_no = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int pages = pick(2, 16), ring_rows = pick(0, 3);
+    const SchedulerLimits lim = limits(pick(1, 6), 2048, pick(0, 1) ? pick(24, 200) : 0);
+    const int64_t slots = pick(1, 70);
+    const bool ring = ring_rows > 0 && pick(0, 1);
+    const int n = pick(1, 4);
+    auto before = [&](Rig& rig) {  // some running, some waiting
+      for (int i = pick(0, 3); i > 0; --i) rig.submit(2, pick(1, 40), ring_rows > 0 && pick(0, 1));
+      rig.admit_and_prefill();
+      for (int i = pick(0, 2); i > 0; --i) rig.submit(2, pick(1, 40), ring_rows > 0 && pick(0, 1));
+    };
+    Rig rig(pages, lim, ring_rows);
+    before(rig);
+    const bool now = rig.scheduler->fits_now(slots, ring, n);
+    const bool idle = rig.scheduler->fits_when_idle(slots, ring, n);
+    std::vector<uint64_t> ids;
+    for (int i = 0; i < n; ++i) ids.push_back(rig.submit(2, slots, ring));
+    while (!rig.admit_and_prefill().batch.empty()) {
+    }
+    const std::vector<uint64_t> rows = rig.row_ids();
+    const bool all_admitted =
+        std::all_of(ids.begin(), ids.end(), [&](uint64_t id) { return std::count(rows.begin(), rows.end(), id); });
+    EXPECT_EQ(now, all_admitted) << "trial " << trial << ": " << pages << " pages, " << slots << " slots x " << n;
+    Rig empty(pages, lim, ring_rows);
+    ids.clear();
+    for (int i = 0; i < n; ++i) ids.push_back(empty.submit(2, slots, ring));
+    while (!empty.admit_and_prefill().batch.empty()) {
+    }
+    EXPECT_EQ(idle, static_cast<int>(empty.row_ids().size()) == n) << "trial " << trial;
+    (now ? said_yes : said_no)++;
+  }
+  EXPECT_GT(said_yes, 30);  // both answers are exercised
+  EXPECT_GT(said_no, 30);
 }
 
 TEST(Scheduler, WholePromptsShareAPrefillStepAndALongPromptGoesAloneInChunks) {

@@ -138,10 +138,9 @@ TEST(CarrierMix, OptionsAreCanonicalAndBadOnesNamed) {
     EXPECT_THROW(make_policy(bad), Error) << bad;
   }
   // The device table: [q (1 for mix), anti, n_heads, head...].
-  EXPECT_EQ(make_policy("carrier_mix")->device_params().table, (std::vector<double>{1, 0, 3, 2, 3, 5}));
-  EXPECT_EQ(make_policy("anti_softmix:heads=4,q=0.25")->device_params().table,
+  EXPECT_EQ(make_policy("carrier_mix")->device_table().values, (std::vector<double>{1, 0, 3, 2, 3, 5}));
+  EXPECT_EQ(make_policy("anti_softmix:heads=4,q=0.25")->device_table().values,
             (std::vector<double>{0.25, 1, 1, 4}));
-  EXPECT_TRUE(make_policy("carrier_mix")->device_params().head_scratch);
 }
 
 TEST(CarrierMix, AHeadBeyondTheModelsKvHeadsIsRefusedByName) {

@@ -97,9 +97,6 @@ TEST(RandomVrange, OptionsSignalsAndMissingRanges) {
   EXPECT_TRUE(policy->needs().value_ranges);
   EXPECT_FALSE(policy->needs().window_queries);
   EXPECT_FALSE(policy->needs().accumulated_attention);
-  const DeviceParams params = make_policy("random_vrange_pp:share=0.4")->device_params();
-  EXPECT_EQ(params.large, 0.4);
-  EXPECT_TRUE(params.head_scratch);
   Round r(0, 40, 20, 3, 0);
   r.input.value_range = {};
   std::vector<uint8_t> keep(40, 0);

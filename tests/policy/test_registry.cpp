@@ -1,11 +1,13 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "policy/cuda_selection.h"
 #include "policy/eviction_policy.h"
+#include "policy/policy_options.h"
 
 namespace kvdice::policy {
 namespace {
@@ -103,29 +105,41 @@ TEST(Registry, RkvOptionsAndDefaults) {
     EXPECT_THROW(make_policy(bad), Error) << bad;
 }
 
-// What the CUDA selections read of a policy's options (DeviceParams): every option the device rule needs.
-TEST(Registry, DeviceParamsCarryTheOptions) {
-  const DeviceParams block = make_policy("random_block_pp")->device_params();
-  EXPECT_EQ(block.block, 32);
-  EXPECT_TRUE(block.head_scratch);
-  EXPECT_EQ(make_policy("random_block_pp:block=4")->device_params().block, 4);
-  EXPECT_TRUE(block.block_from_slot0);
-  EXPECT_FALSE(make_policy("random_block_pp:grid=candidates")->device_params().block_from_slot0);
-  const DeviceParams rec = make_policy("random_pp_rec:recent=0.25")->device_params();
-  EXPECT_EQ(rec.recent, 0.25);
-  EXPECT_TRUE(rec.head_scratch);
-  EXPECT_EQ(make_policy("random_pp_rec")->device_params().recent, 0.5);
-  EXPECT_FALSE(make_policy("random_pp")->device_params().head_scratch);
-  const DeviceParams official = make_policy("rkv_official")->device_params();
-  EXPECT_EQ(official.lambda, 0.1);
-  EXPECT_EQ(official.queries, 8);
-  EXPECT_EQ(official.pool, 7);
-  EXPECT_EQ(official.threshold, 0.5);
-  const DeviceParams set = make_policy("rkv_official:lambda=0.5,queries=4,pool=3,threshold=0.3")->device_params();
-  EXPECT_EQ(set.lambda, 0.5);
-  EXPECT_EQ(set.queries, 4);
-  EXPECT_EQ(set.pool, 3);
-  EXPECT_EQ(set.threshold, 0.3);
+// The registry names each policy's CUDA file, in every build: the file exists, a policy and its
+// prompt-protecting twin share one, and "full" (which never evicts) has none.
+TEST(Registry, NamesEachPolicysCudaFile) {
+  const std::filesystem::path dir = std::filesystem::path(KVDICE_SOURCE_DIR) / "src" / "policy" / "cuda";
+  for (const std::string& name : policy_names()) {
+    const std::string_view file = cuda_file(name);
+    if (name == "full") {
+      EXPECT_TRUE(file.empty());
+      continue;
+    }
+    EXPECT_TRUE(std::filesystem::exists(dir / (std::string(file) + ".cu"))) << name << ": " << file;
+  }
+  EXPECT_EQ(cuda_file("snapkv_pp"), "snapkv");
+  EXPECT_EQ(cuda_file("random"), "random_pp");
+  EXPECT_EQ(cuda_file("anti_softmix"), "carrier_mix");
+  EXPECT_EQ(cuda_file("rkv_pp:lambda=0.3"), "rkv");
+  EXPECT_TRUE(cuda_file("no_such_policy").empty());
+}
+
+// What a CUDA file's binder reads: options stated in a described spec, never a silent default.
+TEST(Registry, StatedOptionsAreRequiredByValue) {
+  PolicyOptions options(describe(*make_policy("rkv_official:lambda=0.25")));
+  EXPECT_EQ(options.require_double("lambda"), 0.25);
+  EXPECT_EQ(options.require_int("queries"), 8);
+  EXPECT_EQ(options.require_double("threshold"), 0.5);
+  PolicyOptions block(describe(*make_policy("random_block_pp:grid=candidates")));
+  EXPECT_EQ(block.require_string("grid"), "candidates");
+  try {
+    block.require_int("pool");
+    ADD_FAILURE() << "an option the spec does not state was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pool"), std::string::npos) << e.what();
+  }
+  PolicyOptions bad("random_block_pp:block=x");
+  EXPECT_THROW(bad.require_int("block"), Error);
 }
 
 TEST(Registry, FullRefusesToSelect) {

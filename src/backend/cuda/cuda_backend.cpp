@@ -409,8 +409,8 @@ class CudaBackend final : public Backend {
   void evict(const StepBatch& batch, const std::vector<KvLayer>& layers, const policy::EvictionPolicy& policy,
              int policy_id) override {
     if (!policy.evicts() || batch.n_seqs == 0 || layers.empty()) return;
-    const policy::CudaSelectionLauncher launcher = policy::cuda_selection(policy.name());
-    if (launcher == nullptr) policy::require_cuda_selection(policy.name());  // throws naming the policy
+    const policy::CudaSelection* cuda = policy::cuda_selection(policy.name());
+    if (cuda == nullptr) policy::require_cuda_selection(policy.name());  // throws naming the policy
     const KvLayer& first = layers.front();
     for (const KvLayer& layer : layers) {
       KVDICE_CHECK(layer.n_kv_heads == first.n_kv_heads && layer.head_dim == first.head_dim &&
@@ -427,12 +427,12 @@ class CudaBackend final : public Backend {
         static_cast<size_t>(batch.n_seqs) * first.n_kv_heads * static_cast<size_t>(capacity);
     int chunk = static_cast<int>(std::clamp<size_t>(kKeepScratchBytes / std::max<size_t>(per_layer, 1), 1,
                                                     static_cast<size_t>(n_layers)));
-    // Scoring policies: signals, options, statistics table and per-head scratch.
-    const policy::CudaRoundScorer round_scorer = policy::cuda_round_scorer(policy.name());
+    // Scoring policies: signals, statistics table and per-head scratch.
+    const policy::CudaRoundScorer round_scorer = cuda->round;
     const policy::SignalNeeds needs = policy.needs();
     const bool reads_pool = needs.any() || round_scorer != nullptr;
-    const CachedParams* params = &device_params(policy);
-    const bool scoring = reads_pool || params->params.head_scratch;
+    const CachedParams* params = &cuda_params(policy);
+    const bool scoring = reads_pool || cuda->head_scratch;
     int n_heads = first.n_heads;
     // Scoring scratch is per (row, layer, KV head): rows go in groups so one group's scratch for a chunk
     // of layers stays under kScoreScratchBytes (one row and one layer at least).
@@ -441,7 +441,7 @@ class CudaBackend final : public Backend {
     int group_rows = batch.n_seqs, round_rows = batch.n_seqs;
     if (scoring) {
       if (reads_pool) check_scoring_inputs(layers, policy, needs, *params);
-      if (params->params.table_heads > 0) n_heads = params->params.table_heads;
+      if (params->shape.heads > 0) n_heads = params->shape.heads;
       head_scratch = policy::cuda_head_scratch_bytes(capacity);
       // Windowed-attention policies also keep per-query-head means, tile statistics and, when one row
       // and layer of them fits a quarter of the cap (a launch still spans >= 4 row-layers), the logits
@@ -476,16 +476,7 @@ class CudaBackend final : public Backend {
     args.n_model_layers = n_layers;
     args.head_dim = first.head_dim;
     args.n_heads = n_heads;
-    args.pool = params->params.pool;
-    args.temperature = params->params.temperature;
-    args.lambda = params->params.lambda;
-    args.large = params->params.large;
-    args.sinks = params->params.sinks;
-    args.block = params->params.block;
-    args.block_from_slot0 = params->params.block_from_slot0;
-    args.recent = params->params.recent;
-    args.queries = params->params.queries;
-    args.threshold = params->params.threshold;
+    args.params = params->params;  // the policy's options in its CUDA file's own type
     args.table = static_cast<const double*>(params->table.data());
     args.logit_queries = logit_queries;
     args.ring_window = needs.window_queries ? first.ring_window : 0;
@@ -528,7 +519,7 @@ class CudaBackend final : public Backend {
       for (int row = 0; row < batch.n_seqs; row += group_rows) {
         args.row_begin = row;
         args.n_rows = std::min(group_rows, batch.n_seqs - row);
-        launcher(args, stream_);
+        cuda->select(args, stream_);
       }
       cuda::launch_compaction(batch, table->layers, begin, args.n_layers, first.n_kv_heads, first.page_slots,
                               row_bytes, policy_id, keep, capacity, error_device_, stream_);
@@ -675,21 +666,23 @@ class CudaBackend final : public Backend {
     return &layer_tables_.emplace(std::move(key), std::move(entry)).first->second.table;
   }
 
-  // A scoring policy's device options, its table uploaded once (keyed by the policy object and its
-  // full spec, so a new policy at a recycled address is uploaded again).
+  // A policy's options bound into its CUDA file's parameters and its table uploaded once (keyed by the
+  // policy object and its full spec, so a new policy at a recycled address is bound and uploaded again).
   struct CachedParams {
     std::string spec;
-    policy::DeviceParams params;  // table emptied once uploaded
+    policy::CudaParams params;
+    policy::DeviceTable shape;  // values emptied once uploaded
     Buffer table;
   };
-  const CachedParams& device_params(const policy::EvictionPolicy& policy) {
+  const CachedParams& cuda_params(const policy::EvictionPolicy& policy) {
     const std::string spec = policy::describe(policy);
     CachedParams& cached = params_[&policy];
     if (cached.spec != spec || cached.spec.empty()) {
       cached.spec = spec;
-      cached.params = policy.device_params();
-      const std::vector<double> table = std::move(cached.params.table);
-      cached.params.table.clear();
+      cached.params = policy::bind_cuda_params(policy);
+      cached.shape = policy.device_table();
+      const std::vector<double> table = std::move(cached.shape.values);
+      cached.shape.values.clear();
       cached.table =
           alloc(table.size() * sizeof(double), fmt::format("policy '{}' device table", policy.name()));
       if (!table.empty()) {
@@ -719,18 +712,18 @@ class CudaBackend final : public Backend {
       if (needs.accumulated_attention && layer.attention_mass == nullptr)
         fail("CUDA evict: policy '{}' needs attention mass but the KV pool records none", policy.name());
     }
-    const policy::DeviceParams& p = cached.params;
-    if (p.table_heads > 0) {
-      if (p.table_layers != static_cast<int>(layers.size()) || p.table_kv_heads != first.n_kv_heads ||
-          p.table_head_dim != first.head_dim || p.table_heads % first.n_kv_heads != 0)
+    const policy::DeviceTable& p = cached.shape;
+    if (p.heads > 0) {
+      if (p.layers != static_cast<int>(layers.size()) || p.kv_heads != first.n_kv_heads ||
+          p.head_dim != first.head_dim || p.heads % first.n_kv_heads != 0)
         fail(
             "CUDA evict: policy '{}' has a table for {} layers, {} query / {} KV heads of dim {}; the cache "
             "has {} layers, {} KV heads of dim {}",
-            policy.name(), p.table_layers, p.table_heads, p.table_kv_heads, p.table_head_dim, layers.size(),
+            policy.name(), p.layers, p.heads, p.kv_heads, p.head_dim, layers.size(),
             first.n_kv_heads, first.head_dim);
-      if (p.table_heads / first.n_kv_heads * (first.head_dim / 2) > 1024)
+      if (p.heads / first.n_kv_heads * (first.head_dim / 2) > 1024)
         fail("CUDA evict: policy '{}' takes GQA group x bands up to 1024, got {} x {}", policy.name(),
-             p.table_heads / first.n_kv_heads, first.head_dim / 2);
+             p.heads / first.n_kv_heads, first.head_dim / 2);
     }
   }
 

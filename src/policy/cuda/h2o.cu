@@ -3,9 +3,14 @@
 #include "policy/cuda/h2o_select.cuh"
 
 namespace kvdice::policy {
+namespace {
 
 void cuda_select_h2o(const CudaSelectionArgs& args, void* stream) {
   cuda::launch_scoring_selection<cuda::H2oDevice>(args, stream);
 }
+
+}  // namespace
+
+const CudaSelection cuda_file_h2o{cuda_select_h2o};
 
 }  // namespace kvdice::policy

@@ -5,23 +5,38 @@
 // draws keep the older block first and a block's candidates share its draw, so that order is the CPU's
 // (score descending, position ascending): one exact sort of (~draw, age rank) keys.
 #include "policy/cuda/scoring.cuh"
+#include "policy/policy_options.h"
 
 namespace kvdice::policy {
 namespace {
 
+struct RandomBlockPpParams {
+  int block = 32;
+  bool from_slot0 = true;  // grid=slot0: blocks numbered from cache slot 0, prompt included
+};
+
+CudaParams bind_random_block_pp(PolicyOptions& options) {
+  CudaParams params;
+  auto& p = params.emplace<RandomBlockPpParams>();
+  p.block = options.require_int("block");
+  p.from_slot0 = options.require_string("grid") == "slot0";
+  return params;
+}
+
 struct RandomBlockPpDevice {
   __device__ static void select(const CudaSelectionArgs& args, const cuda::HeadSelect& h, int s, char* scratch,
                                 uint8_t* keep) {
+    const RandomBlockPpParams& params = args.params.as<RandomBlockPpParams>();
     cuda::HeadScratch w(scratch, args.capacity);
     const int first = h.n_protected;
     const int count = h.n_candidates - first;
     cuda::age_order(h, w, first);
     const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer), static_cast<uint32_t>(h.kv_head)};
     const int len = cuda::HeadScratch::sort_len(count);
-    const int origin = args.block_from_slot0 ? first : 0;
+    const int origin = params.from_slot0 ? first : 0;
     for (int i = threadIdx.x; i < len; i += blockDim.x) {
       cuda::SortPair p{~uint64_t{0}, ~0u, 0};
-      if (i < count) p = {~stream.draw_u64(static_cast<uint32_t>((origin + i) / args.block)), static_cast<uint32_t>(i), 0};
+      if (i < count) p = {~stream.draw_u64(static_cast<uint32_t>((origin + i) / params.block)), static_cast<uint32_t>(i), 0};
       w.sort[i] = p;
     }
     __syncthreads();
@@ -32,10 +47,14 @@ struct RandomBlockPpDevice {
   }
 };
 
-}  // namespace
-
 void cuda_select_random_block_pp(const CudaSelectionArgs& args, void* stream) {
   cuda::launch_scoring_selection<RandomBlockPpDevice>(args, stream);
 }
+
+}  // namespace
+
+// The candidates are sorted by age, then the blocks by draw, in the head scratch.
+const CudaSelection cuda_file_random_block_pp{
+    .select = cuda_select_random_block_pp, .bind = bind_random_block_pp, .head_scratch = true};
 
 }  // namespace kvdice::policy

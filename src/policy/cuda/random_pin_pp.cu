@@ -78,10 +78,13 @@ struct RandomPinPpDevice {
   }
 };
 
-}  // namespace
-
 void cuda_select_random_pin_pp(const CudaSelectionArgs& args, void* stream) {
   cuda::launch_scoring_selection<RandomPinPpDevice>(args, stream);
 }
+
+}  // namespace
+
+// The draw's pool is listed in the head scratch.
+const CudaSelection cuda_file_random_pin_pp{.select = cuda_select_random_pin_pp, .head_scratch = true};
 
 }  // namespace kvdice::policy

@@ -12,10 +12,12 @@ struct RandomPpDevice {
   }
 };
 
-}  // namespace
-
 void cuda_select_random_pp(const CudaSelectionArgs& args, void* stream) {
   cuda::launch_selection<RandomPpDevice>(args, stream);
 }
+
+}  // namespace
+
+const CudaSelection cuda_file_random_pp{cuda_select_random_pp};
 
 }  // namespace kvdice::policy

@@ -12,10 +12,12 @@ struct RandomSharedDevice {
   }
 };
 
-}  // namespace
-
 void cuda_select_random_shared(const CudaSelectionArgs& args, void* stream) {
   cuda::launch_selection<RandomSharedDevice>(args, stream);
 }
+
+}  // namespace
+
+const CudaSelection cuda_file_random_shared{cuda_select_random_shared};
 
 }  // namespace kvdice::policy

@@ -8,6 +8,8 @@
 // memory for the draws (a sparse view of the same permutation the CPU builds densely).
 #pragma once
 
+#include <cub/block/block_scan.cuh>
+
 #include <cstdint>
 
 #include "core/philox.h"
@@ -38,6 +40,29 @@ __device__ inline void resolve_victims_device(const PhiloxStream& stream, int m,
     victim(p);  // victims are distinct, so no two threads get the same p
   }
   __syncthreads();
+}
+
+// The random rest of a head whose other slots another rule kept (recency, a tag): the m candidates in
+// [first, n_candidates) not yet kept, listed in slot order in `pool` by a block scan (pool may alias
+// scratch that is free again), all kept, then `victims` of them dropped by the CPU's draw_victims on the
+// (round, layer, KV head) stream. Collective; keep[] of the kept slots must be published.
+__device__ inline void keep_random_rest_device(const HeadSelect& h, int first, int m, int victims, int32_t* pool,
+                                               uint8_t* keep) {
+  using Scan = cub::BlockScan<int, kSelectionThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  int carry = 0;
+  for (int base = first; base < h.n_candidates; base += blockDim.x) {
+    const int slot = base + static_cast<int>(threadIdx.x);
+    const int in_pool = slot < h.n_candidates && keep[slot] == 0 ? 1 : 0;
+    int rank = 0, total = 0;
+    Scan(scan).ExclusiveSum(in_pool, rank, total);
+    if (in_pool) pool[carry + rank] = slot;
+    carry += total;
+    __syncthreads();
+  }
+  const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer), static_cast<uint32_t>(h.kv_head)};
+  for (int p = threadIdx.x; p < m; p += blockDim.x) keep[pool[p]] = 1;
+  resolve_victims_device(stream, m, victims, [&](int p) { keep[pool[p]] = 0; });
 }
 
 __device__ inline void keep_random_subset_device(const HeadSelect& h, uint32_t stream_c, uint8_t* keep) {

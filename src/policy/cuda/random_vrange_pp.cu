@@ -1,25 +1,32 @@
 // random_vrange_pp on the device (twin of policy/random_vrange_pp.cpp): the prompt, the
 // n_tag = floor(share · (K_sel - pl)) unprotected candidates of widest value range (float compare, ties:
 // the older first, as keep_highest<float>), then the CPU's draw_victims over the remaining candidates in
-// slot order (stream c = KV head). share arrives as DeviceParams::large.
-#include <cub/block/block_scan.cuh>
-
+// slot order (stream c = KV head).
 #include "policy/cuda/random_subset.cuh"
 #include "policy/cuda/scoring.cuh"
+#include "policy/policy_options.h"
 
 namespace kvdice::policy {
 namespace {
 
+struct RandomVrangePpParams {
+  double share = 0.0;  // of K_sel - pl tagged by value range
+};
+
+CudaParams bind_random_vrange_pp(PolicyOptions& options) {
+  CudaParams params;
+  params.emplace<RandomVrangePpParams>().share = options.require_double("share");
+  return params;
+}
+
 struct RandomVrangePpDevice {
   __device__ static void select(const CudaSelectionArgs& args, const cuda::HeadSelect& h, int s, char* scratch,
                                 uint8_t* keep) {
-    using Scan = cub::BlockScan<int, cuda::kSelectionThreads>;
-    __shared__ typename Scan::TempStorage scan;
     cuda::HeadScratch w(scratch, args.capacity);
     const int first = h.n_protected;
     const int count = h.n_candidates - first;
     const int free = h.keep - first;
-    const int tagged = static_cast<int>(floor(args.large * static_cast<double>(free)));
+    const int tagged = static_cast<int>(floor(args.params.as<RandomVrangePpParams>().share * static_cast<double>(free)));
     const int n_tag = tagged < free ? tagged : free;
     const float* range = args.layers[h.layer].value_range;
     cuda::age_order(h, w, first);
@@ -37,30 +44,19 @@ struct RandomVrangePpDevice {
     cuda::block_sort(w.sort, len);
     for (int r = threadIdx.x; r < n_tag; r += blockDim.x) keep[w.slot_of_age[w.sort[r].index]] = 1;
     __syncthreads();
-    // The draw's pool: the unkept candidates in slot order (w.slot_of_age is free again).
-    int32_t* pool = w.slot_of_age;
-    int carry = 0;
-    for (int base = first; base < h.n_candidates; base += blockDim.x) {
-      const int slot = base + static_cast<int>(threadIdx.x);
-      const int in_pool = slot < h.n_candidates && keep[slot] == 0 ? 1 : 0;
-      int rank = 0, total = 0;
-      Scan(scan).ExclusiveSum(in_pool, rank, total);
-      if (in_pool) pool[carry + rank] = slot;
-      carry += total;
-      __syncthreads();
-    }
-    const int m = count - n_tag;
-    const int victims = m - (free - n_tag);
-    const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer), static_cast<uint32_t>(h.kv_head)};
-    for (int p = threadIdx.x; p < m; p += blockDim.x) keep[pool[p]] = 1;
-    cuda::resolve_victims_device(stream, m, victims, [&](int p) { keep[pool[p]] = 0; });
+    // The draw over the unkept candidates in slot order (w.slot_of_age is free again).
+    cuda::keep_random_rest_device(h, first, count - n_tag, count - free, w.slot_of_age, keep);
   }
 };
-
-}  // namespace
 
 void cuda_select_random_vrange_pp(const CudaSelectionArgs& args, void* stream) {
   cuda::launch_scoring_selection<RandomVrangePpDevice>(args, stream);
 }
+
+}  // namespace
+
+// The value ranges are sorted and the draw's pool listed in the head scratch.
+const CudaSelection cuda_file_random_vrange_pp{
+    .select = cuda_select_random_vrange_pp, .bind = bind_random_vrange_pp, .head_scratch = true};
 
 }  // namespace kvdice::policy

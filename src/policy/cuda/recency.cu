@@ -14,10 +14,12 @@ struct RecencyDevice {
   }
 };
 
-}  // namespace
-
 void cuda_select_recency(const CudaSelectionArgs& args, void* stream) {
   cuda::launch_selection<RecencyDevice>(args, stream);
 }
+
+}  // namespace
+
+const CudaSelection cuda_file_recency{cuda_select_recency};
 
 }  // namespace kvdice::policy

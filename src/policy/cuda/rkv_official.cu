@@ -15,9 +15,27 @@
 // searches the spares over (tiles of kSpareRows rows, layer x KV head, row) CTAs into w.sort; the
 // per-head selection then scores and ranks (its importance pass reuses w.c once the spares are found).
 #include "policy/cuda/rkv_select.cuh"
+#include "policy/policy_options.h"
 
 namespace kvdice::policy {
 namespace {
+
+struct RkvOfficialParams {
+  double lambda = 0.1;
+  int queries = 8;
+  int pool = 7;
+  double threshold = 0.5;
+};
+
+CudaParams bind_rkv_official(PolicyOptions& options) {
+  CudaParams params;
+  auto& p = params.emplace<RkvOfficialParams>();
+  p.lambda = options.require_double("lambda");
+  p.queries = options.require_int("queries");
+  p.pool = options.require_int("pool");
+  p.threshold = options.require_double("threshold");
+  return params;
+}
 
 constexpr int kSpareTile = 16;  // candidates whose unit keys sit in shared memory at a time
 constexpr int kSpareRows = 128; // rows (one per thread) of a spare_kernel CTA
@@ -32,7 +50,8 @@ __device__ void importance_device(const CudaSelectionArgs& args, const cuda::Hea
   const int window = batch.window[s];
   const int64_t appended = batch.appended[s];
   const int n_queries = static_cast<int>(appended < window ? appended : window);
-  const int nq = args.queries < n_queries ? args.queries : n_queries;
+  const int queries = args.params.as<RkvOfficialParams>().queries;
+  const int nq = queries < n_queries ? queries : n_queries;
   const SelectionLayer layer = args.layers[h.layer];
   const auto* keys = static_cast<const __nv_bfloat16*>(layer.keys);
   const double scale = 1.0 / sqrt(static_cast<double>(d));
@@ -66,7 +85,7 @@ __device__ void importance_device(const CudaSelectionArgs& args, const cuda::Hea
   }
   __syncthreads();
   // Max pool along age order; the padding never wins (torch's max_pool1d).
-  const int half = args.pool / 2;
+  const int half = args.params.as<RkvOfficialParams>().pool / 2;
   for (int a = threadIdx.x; a < n; a += blockDim.x) {
     double best = -INFINITY;
     for (int t = max(0, a - half); t <= min(n - 1, a + half); ++t) best = fmax(best, mean[t]);
@@ -186,7 +205,7 @@ __global__ void __launch_bounds__(kSpareRows) spare_kernel(CudaSelectionArgs arg
       }
       for (int t = 0; t < kSpareTile && !found; ++t) {
         const int j = newest - t;
-        if (j >= 0 && j != i && dots[t] > args.threshold) {
+        if (j >= 0 && j != i && dots[t] > args.params.as<RkvOfficialParams>().threshold) {
           found = true;
           spare = j;
           spare_dot = dots[t];
@@ -207,17 +226,16 @@ __global__ void __launch_bounds__(kSpareRows) spare_kernel(CudaSelectionArgs arg
 struct RkvOfficialDevice {
   __device__ static void select(const CudaSelectionArgs& args, const cuda::HeadSelect& h, int s, char* scratch,
                                 uint8_t* keep) {
+    const double lambda = args.params.as<RkvOfficialParams>().lambda;
     cuda::HeadScratch w(scratch, args.capacity);  // age order and spares from launches 1 and 2
     importance_device(args, h, s, w);       // w.b
     spared_redundancy_device(args, h, w);   // w.a
     for (int a = threadIdx.x; a < h.n_candidates; a += blockDim.x)
-      w.b[a] = args.lambda * w.b[a] - (1.0 - args.lambda) * w.a[a];
+      w.b[a] = lambda * w.b[a] - (1.0 - lambda) * w.a[a];
     __syncthreads();
     cuda::keep_prompt_and_highest_device(h, w, w.b, keep);
   }
 };
-
-}  // namespace
 
 void cuda_select_rkv_official(const CudaSelectionArgs& args, void* stream) {
   cuda::launch_scoring_selection<RkvOfficialPrepare>(args, stream);
@@ -229,5 +247,9 @@ void cuda_select_rkv_official(const CudaSelectionArgs& args, void* stream) {
   }
   cuda::launch_scoring_selection<RkvOfficialDevice>(args, stream);
 }
+
+}  // namespace
+
+const CudaSelection cuda_file_rkv_official{.select = cuda_select_rkv_official, .bind = bind_rkv_official};
 
 }  // namespace kvdice::policy

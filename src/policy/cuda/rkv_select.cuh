@@ -85,15 +85,23 @@ __device__ inline void key_redundancy_device(const CudaSelectionArgs& args, cons
   __syncthreads();
 }
 
+// rkv's options (rkv.cu binds them).
+struct RkvParams {
+  double lambda = 0.5;
+  int pool = 1;
+  double temperature = 1.0;
+};
+
 struct RkvDevice {
   __device__ static void select(const CudaSelectionArgs& args, const HeadSelect& h, int s, char* scratch,
                                 uint8_t* keep) {
+    const double lambda = args.params.as<RkvParams>().lambda;
     HeadScratch w(scratch, args.capacity);
     age_order(h, w);
     windowed_attention_device(args, h, w, scratch);  // w.b; w.a is free again afterwards
     key_redundancy_device(args, h, w);         // w.a
     for (int a = threadIdx.x; a < h.n_candidates; a += blockDim.x)
-      w.b[a] = args.lambda * w.b[a] - (1.0 - args.lambda) * w.a[a];
+      w.b[a] = lambda * w.b[a] - (1.0 - lambda) * w.a[a];
     __syncthreads();
     keep_prompt_and_highest_device(h, w, w.b, keep);
   }

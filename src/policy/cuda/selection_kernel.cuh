@@ -105,6 +105,14 @@ __global__ void __launch_bounds__(kSelectionThreads) selection_kernel(CudaSelect
   Policy::select(h, keep);
 }
 
+// `args` with the windowed attention's smoothing kernel and temperature (window_attention.cuh reads
+// them), which a policy scoring by windowed attention takes from its own parameters.
+inline CudaSelectionArgs with_window(CudaSelectionArgs args, int pool, double temperature) {
+  args.pool = pool;
+  args.temperature = temperature;
+  return args;
+}
+
 template <class Policy>
 void launch_selection(const CudaSelectionArgs& args, void* stream) {
   if (args.batch.n_seqs == 0 || args.n_layers == 0 || args.n_kv_heads == 0) return;

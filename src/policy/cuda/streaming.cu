@@ -13,10 +13,12 @@ struct StreamingDevice {
   }
 };
 
-}  // namespace
-
 void cuda_select_streaming(const CudaSelectionArgs& args, void* stream) {
   cuda::launch_selection<StreamingDevice>(args, stream);
 }
+
+}  // namespace
+
+const CudaSelection cuda_file_streaming{cuda_select_streaming};
 
 }  // namespace kvdice::policy

@@ -6,7 +6,7 @@
 // into the total; then the prompt + top rule writes one flag row per (row, KV head). The per-layer
 // selection launches copy that row into every layer's flags.
 //
-// The statistics table (TriAttentionPolicy::device_params, uploaded once by the backend):
+// The statistics table (TriAttentionPolicy::device_table, uploaded once by the backend):
 //   [n_layers][n_heads][bands] x (Re E q_f, Im E q_f, extra_f = (E|q_f| - |E q_f|) s_f²), then
 //   [bands] x (Re mean_d e^{i d ω_f}, Im mean_d e^{i d ω_f}, ω_f, s_f²).
 #include <cuda_bf16.h>
@@ -155,8 +155,6 @@ struct TriAttentionCopy {
   }
 };
 
-}  // namespace
-
 void cuda_round_triattention(const CudaSelectionArgs& args, void* stream) {
   if (args.n_rows == 0 || args.n_kv_heads == 0) return;
   const dim3 grid(static_cast<unsigned>(args.n_kv_heads), static_cast<unsigned>(args.n_rows));
@@ -167,5 +165,9 @@ void cuda_round_triattention(const CudaSelectionArgs& args, void* stream) {
 void cuda_select_triattention(const CudaSelectionArgs& args, void* stream) {
   cuda::launch_scoring_selection<TriAttentionCopy>(args, stream);
 }
+
+}  // namespace
+
+const CudaSelection cuda_file_triattention{.select = cuda_select_triattention, .round = cuda_round_triattention};
 
 }  // namespace kvdice::policy

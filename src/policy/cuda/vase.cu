@@ -1,11 +1,28 @@
 // vase and vase_pp on the device (twins of policy/vase.cpp): the row's n_protected prompt slots (0 for
 // vase), sinks, widest value ranges, attention-weighted draw without replacement (vase_select.cuh).
 #include "policy/cuda/vase_select.cuh"
+#include "policy/policy_options.h"
 
 namespace kvdice::policy {
+namespace {
+
+CudaParams bind_vase(PolicyOptions& options) {
+  CudaParams params;
+  auto& p = params.emplace<cuda::VaseParams>();
+  p.large = options.require_double("large");
+  p.sinks = options.require_int("sinks");
+  p.pool = options.require_int("pool");
+  p.temperature = options.require_double("temperature");
+  return params;
+}
 
 void cuda_select_vase(const CudaSelectionArgs& args, void* stream) {
-  cuda::launch_window_scoring_selection<cuda::VaseDevice>(args, stream);
+  const auto& p = args.params.as<cuda::VaseParams>();
+  cuda::launch_window_scoring_selection<cuda::VaseDevice>(cuda::with_window(args, p.pool, p.temperature), stream);
 }
+
+}  // namespace
+
+const CudaSelection cuda_file_vase{.select = cuda_select_vase, .bind = bind_vase};
 
 }  // namespace kvdice::policy

@@ -18,9 +18,18 @@
 
 namespace kvdice::policy::cuda {
 
+// vase's options (vase.cu binds them).
+struct VaseParams {
+  double large = 0.0;
+  int sinks = 0;
+  int pool = 1;
+  double temperature = 1.0;
+};
+
 struct VaseDevice {
   __device__ static void select(const CudaSelectionArgs& args, const HeadSelect& h, int s, char* scratch,
                                 uint8_t* keep) {
+    const VaseParams& p = args.params.as<VaseParams>();
     using Scan = cub::BlockScan<unsigned long long, kSelectionThreads>;
     using IntScan = cub::BlockScan<int, kSelectionThreads>;
     __shared__ union {
@@ -39,7 +48,7 @@ struct VaseDevice {
     __syncthreads();
     if (threadIdx.x == 0) {
       int kept = h.n_protected, outside = 0;
-      for (int i = 0; i < min(args.sinks, n) && kept < h.keep; ++i) {
+      for (int i = 0; i < min(p.sinks, n) && kept < h.keep; ++i) {
         const int slot = w.slot_of_age[i];
         if (keep[slot]) continue;
         keep[slot] = 1;
@@ -51,7 +60,7 @@ struct VaseDevice {
     }
     __syncthreads();
     int kept = shared_kept;
-    const int n_large = static_cast<int>(floor(args.large * args.batch.budget[s]));
+    const int n_large = static_cast<int>(floor(p.large * args.batch.budget[s]));
     const int n_range = max(0, min(n_large - shared_sinks_outside, h.keep - kept));
 
     // Widest value ranges among the unkept (float compare, ties: older first), as keep_highest<float>.
