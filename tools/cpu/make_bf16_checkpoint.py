@@ -6,8 +6,9 @@ backend's 16-bit path (load time, decode tok/s) at a size the test fixtures do n
 
 Weights: normal(0, 0.02) rounded to bf16 (norms 1, biases 0), one model.safetensors in HF names;
 config.json is the shape file (torch_dtype bfloat16); the tokenizer and generation config are the
-tiny qwen2 fixture's (its vocabulary is smaller than the model's, which kvdice accepts). Needs numpy
-only.
+tiny qwen2 fixture's (its vocabulary is smaller than the model's, which kvdice accepts; `kvdice bench`
+feeds token ids and needs no text, while `generate` would stop at the first sampled id the tiny
+tokenizer cannot decode). Needs numpy only.
 """
 
 from __future__ import annotations
