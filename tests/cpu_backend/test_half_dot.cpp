@@ -11,12 +11,12 @@
 
 #include <algorithm>
 #include <bit>
-#include <cstdio>
-#include <filesystem>
-#include <memory>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,7 +45,7 @@ uint16_t to_f16_for_tests(float f) {  // fp32 to fp16, round to nearest even (fi
   const int exponent = static_cast<int>((u >> 23) & 0xff) - 127 + 15;
   uint32_t mantissa = u & 0x7fffffu;
   if (exponent < -10) return static_cast<uint16_t>(sign);  // below half the smallest subnormal
-  if (exponent <= 0) {  // subnormal half
+  if (exponent <= 0) {                                     // subnormal half
     mantissa |= 0x800000u;
     const int shift = 14 - exponent;
     uint32_t h = mantissa >> shift;
@@ -91,8 +91,8 @@ std::vector<float> activations(int64_t rows, int64_t cols) {
   std::vector<float> x(static_cast<size_t>(rows * cols));
   for (int64_t i = 0; i < rows * cols; ++i) {
     const double t = static_cast<double>(i);
-    x[static_cast<size_t>(i)] = static_cast<float>(std::sin(0.37 * t + 1.0) * (1.0 + 3.0 * std::cos(0.011 * t)) +
-                                                   (i % 97 == 0 ? 7.5 : 0.0));
+    x[static_cast<size_t>(i)] = static_cast<float>(
+        std::sin(0.37 * t + 1.0) * (1.0 + 3.0 * std::cos(0.011 * t)) + (i % 97 == 0 ? 7.5 : 0.0));
   }
   return x;
 }
@@ -155,14 +155,16 @@ TEST(HalfDot, EveryShapeIsBitIdenticalToTheOnePairCall) {
         const cpu::HalfRows hx{x.data(), cols, xb.data(), cols};
         float one[4][8];
         for (int a = 0; a < 4; ++a)
-          for (int b = 0; b < 8; ++b) dot(m.data() + a * m.row_bytes(), m.row_bytes(), 1, hx, b, 1, &one[a][b]);
+          for (int b = 0; b < 8; ++b)
+            dot(m.data() + a * m.row_bytes(), m.row_bytes(), 1, hx, b, 1, &one[a][b]);
         for (int n_w = 1; n_w <= 4; ++n_w)
           for (int n_x = 1; n_w * n_x <= cpu::kHalfMaxPairs; ++n_x) {
             float out[cpu::kHalfMaxPairs];
             dot(m.data(), m.row_bytes(), n_w, hx, 8 - n_x, n_x, out);
             for (int a = 0; a < n_w; ++a)
               for (int b = 0; b < n_x; ++b)
-                ASSERT_EQ(std::bit_cast<uint32_t>(out[a * n_x + b]), std::bit_cast<uint32_t>(one[a][8 - n_x + b]))
+                ASSERT_EQ(std::bit_cast<uint32_t>(out[a * n_x + b]),
+                          std::bit_cast<uint32_t>(one[a][8 - n_x + b]))
                     << n_w << " x " << n_x << ": weight row " << a << ", activation row " << b;
           }
       }
@@ -175,57 +177,65 @@ TEST(HalfDot, WidenedRowsAreTheStoredValues) {
     const HalfMatrix m = half_matrix(type, 1, 200);
     std::vector<float> got(200);
     cpu::widen_half_row(type, m.data(), 200, got.data());
-    for (int i = 0; i < 200; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], m.values[static_cast<size_t>(i)]) << i;
+    for (int i = 0; i < 200; ++i)
+      ASSERT_EQ(got[static_cast<size_t>(i)], m.values[static_cast<size_t>(i)]) << i;
   }
 }
 
 // The backend's matmul over a weight stacked from a bf16 and an fp16 part, 1, 3 (runs) and 11 rows
 // (tiles), bias and accumulate, against the exact backend on the widened values; and each row's bits
-// the same in every batch.
+// the same in every batch. 3,000 columns make prefill's stretches of weight rows 2 rows long, so the
+// tiles cross many stretch ends.
 TEST(HalfDot, MatmulOverSixteenBitPartsMatchesTheExactBackend) {
-  const int64_t cols = 96;
-  const HalfMatrix a = half_matrix(cpu::kBF16, 37, cols), b = half_matrix(cpu::kF16, 30, cols);
-  const int64_t out = a.rows + b.rows;
-  Weight half;
-  half.blocks = {{a.type, a.data(), a.rows, a.row_bytes()}, {b.type, b.data(), b.rows, b.row_bytes()}};
-  half.w = View{nullptr, DType::F32, out, cols, cols};
-  std::vector<float> dense = a.values;
-  dense.insert(dense.end(), b.values.begin(), b.values.end());
-  std::vector<float> bias(static_cast<size_t>(out));
-  for (int64_t o = 0; o < out; ++o) bias[static_cast<size_t>(o)] = 0.25f * static_cast<float>(o % 7) - 1.0f;
-  const View bv{bias.data(), DType::F32, 1, out, out};
-  half.bias = bv;
-  auto fast = make_cpu_backend(2, CpuMath::Fast);
-  auto exact = make_cpu_backend(2, CpuMath::Exact);
-  const std::vector<float> x = activations(11, cols);
-  const auto start = [](int64_t r, int64_t o) { return 0.125f * static_cast<float>((r * 7 + o) % 13) - 0.5f; };
-  std::vector<float> alone(static_cast<size_t>(11 * out));
-  for (int64_t rows : {1, 3, 11}) {
-    for (int64_t r0 = 0; r0 + rows <= 11; r0 += rows) {
-      std::vector<float> y_fast(static_cast<size_t>(rows * out)), y_exact;
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t o = 0; o < out; ++o) y_fast[static_cast<size_t>(r * out + o)] = start(r0 + r, o);
-      y_exact = y_fast;
-      const View xv{const_cast<float*>(x.data()) + r0 * cols, DType::F32, rows, cols, cols};
-      fast->matmul(xv, half, View{y_fast.data(), DType::F32, rows, out, out}, true);
-      exact->matmul(xv, Weight{View{dense.data(), DType::F32, out, cols, cols}, bv},
-                    View{y_exact.data(), DType::F32, rows, out, out}, true);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t o = 0; o < out; ++o) {
-          double magnitude = 1.0;
-          for (int64_t i = 0; i < cols; ++i)
-            magnitude += std::fabs(dense[static_cast<size_t>(o * cols + i)] * x[static_cast<size_t>((r0 + r) * cols + i)]);
-          const float got = y_fast[static_cast<size_t>(r * out + o)];
-          EXPECT_NEAR(got, y_exact[static_cast<size_t>(r * out + o)], (4e-6 + std::ldexp(1.0, -9)) * magnitude)
-              << rows << " rows: row " << r0 + r << " output " << o;
-          float& first = alone[static_cast<size_t>((r0 + r) * out + o)];
-          if (rows == 1) {
-            first = got;
-          } else {
-            ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(first))
+  for (const int64_t cols : {96, 3000}) {
+    SCOPED_TRACE(std::to_string(cols) + " columns");
+    const HalfMatrix a = half_matrix(cpu::kBF16, 37, cols), b = half_matrix(cpu::kF16, 30, cols);
+    const int64_t out = a.rows + b.rows;
+    Weight half;
+    half.blocks = {{a.type, a.data(), a.rows, a.row_bytes()}, {b.type, b.data(), b.rows, b.row_bytes()}};
+    half.w = View{nullptr, DType::F32, out, cols, cols};
+    std::vector<float> dense = a.values;
+    dense.insert(dense.end(), b.values.begin(), b.values.end());
+    std::vector<float> bias(static_cast<size_t>(out));
+    for (int64_t o = 0; o < out; ++o) bias[static_cast<size_t>(o)] = 0.25f * static_cast<float>(o % 7) - 1.0f;
+    const View bv{bias.data(), DType::F32, 1, out, out};
+    half.bias = bv;
+    auto fast = make_cpu_backend(2, CpuMath::Fast);
+    auto exact = make_cpu_backend(2, CpuMath::Exact);
+    const std::vector<float> x = activations(11, cols);
+    const auto start = [](int64_t r, int64_t o) {
+      return 0.125f * static_cast<float>((r * 7 + o) % 13) - 0.5f;
+    };
+    std::vector<float> alone(static_cast<size_t>(11 * out));
+    for (int64_t rows : {1, 3, 11}) {
+      for (int64_t r0 = 0; r0 + rows <= 11; r0 += rows) {
+        std::vector<float> y_fast(static_cast<size_t>(rows * out)), y_exact;
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t o = 0; o < out; ++o) y_fast[static_cast<size_t>(r * out + o)] = start(r0 + r, o);
+        y_exact = y_fast;
+        const View xv{const_cast<float*>(x.data()) + r0 * cols, DType::F32, rows, cols, cols};
+        fast->matmul(xv, half, View{y_fast.data(), DType::F32, rows, out, out}, true);
+        exact->matmul(xv, Weight{View{dense.data(), DType::F32, out, cols, cols}, bv},
+                      View{y_exact.data(), DType::F32, rows, out, out}, true);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t o = 0; o < out; ++o) {
+            double magnitude = 1.0;
+            for (int64_t i = 0; i < cols; ++i)
+              magnitude += std::fabs(dense[static_cast<size_t>(o * cols + i)] *
+                                     x[static_cast<size_t>((r0 + r) * cols + i)]);
+            const float got = y_fast[static_cast<size_t>(r * out + o)];
+            EXPECT_NEAR(got, y_exact[static_cast<size_t>(r * out + o)],
+                        (4e-6 + std::ldexp(1.0, -9)) * magnitude)
                 << rows << " rows: row " << r0 + r << " output " << o;
+            float& first = alone[static_cast<size_t>((r0 + r) * out + o)];
+            if (rows == 1) {
+              first = got;
+            } else {
+              ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(first))
+                  << rows << " rows: row " << r0 + r << " output " << o;
+            }
           }
-        }
+      }
     }
   }
 }
@@ -262,7 +272,8 @@ void write_16bit_checkpoint(const fs::path& dir, const std::string& dtype) {
   for (const formats::TensorInfo& info : source.list()) {
     const Tensor t = source.load_f32(info.name);
     std::vector<uint16_t> bits;
-    for (float v : t.data) bits.push_back(dtype == "BF16" ? f32_to_bf16(v) : kvdice::backend::to_f16_for_tests(v));
+    for (float v : t.data)
+      bits.push_back(dtype == "BF16" ? f32_to_bf16(v) : kvdice::backend::to_f16_for_tests(v));
     tensors.push_back({info.name, dtype, info.shape, st_test::u16_bytes(bits)});
   }
   st_test::write_bytes(dir / "model.safetensors", st_test::safetensors_bytes(tensors));
@@ -288,8 +299,10 @@ TEST(HalfDot, SixteenBitCheckpointStaysMappedAndMatchesTheExactPath) {
     std::unique_ptr<Model> fast_model, exact_model;
     {
       const auto source = formats::open_safetensors_dir(dir.path());
-      fast_model = std::make_unique<Model>(config, load_weights(config, *source, {fast->block_weight_types()}));
-      exact_model = std::make_unique<Model>(config, load_weights(config, *source, {exact->block_weight_types()}));
+      fast_model =
+          std::make_unique<Model>(config, load_weights(config, *source, {fast->block_weight_types()}));
+      exact_model =
+          std::make_unique<Model>(config, load_weights(config, *source, {exact->block_weight_types()}));
     }  // the source is gone: the kept matrices live on through ModelWeights::storage
     const uint32_t type = dtype == "BF16" ? backend::cpu::kBF16 : backend::cpu::kF16;
     const ModelWeights& w = fast_model->weights();
@@ -303,7 +316,8 @@ TEST(HalfDot, SixteenBitCheckpointStaysMappedAndMatchesTheExactPath) {
     }
     EXPECT_TRUE(exact_model->weights().embed_blocks.empty());
     // TriAttention's fingerprint reads the q projections kept 16-bit as the fp32 copies.
-    const std::vector<float> fast_norms = fast_model->q_weight_norms(), exact_norms = exact_model->q_weight_norms();
+    const std::vector<float> fast_norms = fast_model->q_weight_norms(),
+                             exact_norms = exact_model->q_weight_norms();
     ASSERT_EQ(fast_norms.size(), exact_norms.size());
     for (size_t i = 0; i < fast_norms.size(); ++i) EXPECT_FLOAT_EQ(fast_norms[i], exact_norms[i]);
 
@@ -321,8 +335,10 @@ TEST(HalfDot, SixteenBitCheckpointStaysMappedAndMatchesTheExactPath) {
       int best = 0, second = -1;
       for (int v = 0; v < config.vocab; ++v) {
         worst = std::max(worst, std::fabs(a[v] - b[v]));
-        if (b[v] > b[best]) second = best, best = v;
-        else if (v != best && (second < 0 || b[v] > b[second])) second = v;
+        if (b[v] > b[best])
+          second = best, best = v;
+        else if (v != best && (second < 0 || b[v] > b[second]))
+          second = v;
       }
       const int fast_best = static_cast<int>(std::max_element(a, a + config.vocab) - a);
       if (b[best] - b[second] > 2 * kLogitTolerance) EXPECT_EQ(fast_best, best) << "position " << r;

@@ -253,16 +253,22 @@ class CpuBackend final : public Backend {
           }
           continue;
         }
-        for (int64_t o = lo; o < hi; ++o) {
-          const uint8_t* wr = p.data + (o - p.begin) * p.row_bytes;
-          // A tile of activation rows per weight row: each weight block is read once per tile.
+        // A tile of activation rows per weight row (each weight block read once per tile), over a
+        // stretch of weight rows small enough to stay in L1 with the tile's activations: every
+        // stretch meets each tile in turn, instead of each weight row meeting every tile (which
+        // streamed all the prompt's activations from L2 once per weight row).
+        const int64_t stretch = tile_stretch(p.row_bytes);
+        for (int64_t o0 = lo; o0 < hi; o0 += stretch) {
+          const int64_t o1 = std::min(hi, o0 + stretch);
           for (int64_t r0 = 0; r0 < rows; r0 += cpu::kTileRows) {
             const int n = static_cast<int>(std::min<int64_t>(cpu::kTileRows, rows - r0));
-            float v[cpu::kTileRows];
-            p.tile(wr, xq, r0, n, v);
-            for (int i = 0; i < n; ++i) {
-              float& dst = row(y, r0 + i)[o];
-              dst = accumulate ? dst + v[i] : v[i];
+            for (int64_t o = o0; o < o1; ++o) {
+              float v[cpu::kTileRows];
+              p.tile(p.data + (o - p.begin) * p.row_bytes, xq, r0, n, v);
+              for (int i = 0; i < n; ++i) {
+                float& dst = row(y, r0 + i)[o];
+                dst = accumulate ? dst + v[i] : v[i];
+              }
             }
           }
         }
@@ -288,18 +294,25 @@ class CpuBackend final : public Backend {
       }
       return;
     }
-    for (int64_t o = lo; o < hi; ++o) {
-      const uint8_t* wr = w + (o - lo) * row_bytes;
+    const int64_t stretch = tile_stretch(row_bytes);  // as matmul_blocks' tiles
+    for (int64_t o0 = lo; o0 < hi; o0 += stretch) {
+      const int64_t o1 = std::min(hi, o0 + stretch);
       for (int64_t r0 = 0; r0 < rows; r0 += cpu::kTileRows) {
         const int n = static_cast<int>(std::min<int64_t>(cpu::kTileRows, rows - r0));
-        dot(wr, row_bytes, 1, hx, r0, n, v);
-        for (int i = 0; i < n; ++i) {
-          float& dst = row(y, r0 + i)[o];
-          dst = accumulate ? dst + v[i] : v[i];
+        for (int64_t o = o0; o < o1; ++o) {
+          dot(w + (o - lo) * row_bytes, row_bytes, 1, hx, r0, n, v);
+          for (int i = 0; i < n; ++i) {
+            float& dst = row(y, r0 + i)[o];
+            dst = accumulate ? dst + v[i] : v[i];
+          }
         }
       }
     }
   }
+
+  // Weight rows of `row_bytes` that prefill's tiles take as one stretch: 16 KiB of weights (at least
+  // one row), beside a tile's activations in a 32-48 KiB L1.
+  static int64_t tile_stretch(int64_t row_bytes) { return std::max<int64_t>(1, (16 << 10) / row_bytes); }
 
   void qk_norm_rope_append(const StepBatch& batch, const View& qkv, const View& q_norm, const View& k_norm,
                            float eps, const Rope& rope, const KvLayer& kv, const View& q,

@@ -22,7 +22,8 @@ float widen(const uint8_t* p) {
 // The portable kernel: 16 fp32 partial sums per pair (element i into sum i % 16), then summed as a
 // tree. Each pair's steps do not depend on n_w or n_x.
 template <uint32_t Type>
-void scalar_half(const uint8_t* w, int64_t row_bytes, int n_w, const HalfRows& x, int64_t r0, int n_x, float* out) {
+void scalar_half(const uint8_t* w, int64_t row_bytes, int n_w, const HalfRows& x, int64_t r0, int n_x,
+                 float* out) {
   const int64_t cols = x.cols;
   for (int a = 0; a < n_w; ++a) {
     const uint8_t* wr = w + a * row_bytes;
@@ -74,7 +75,9 @@ HalfIsa best_half_isa() {
   return best;
 }
 
-bool needs_bf16_rows(uint32_t ggml_type, HalfIsa isa) { return ggml_type == kBF16 && isa == HalfIsa::Avx512Bf16; }
+bool needs_bf16_rows(uint32_t ggml_type, HalfIsa isa) {
+  return ggml_type == kBF16 && isa == HalfIsa::Avx512Bf16;
+}
 
 void round_rows_to_bf16(const float* x, int64_t rows, int64_t cols, int64_t ld, std::vector<uint16_t>& out) {
   out.resize(static_cast<size_t>(rows * cols));
@@ -94,7 +97,8 @@ HalfDot half_dot(uint32_t ggml_type, HalfIsa isa) {
 
 void widen_half_row(uint32_t ggml_type, const uint8_t* w, int64_t cols, float* out) {
   KVDICE_CHECK(is_half_type(ggml_type), "ggml type {} is not a 16-bit float type", ggml_type);
-  for (int64_t i = 0; i < cols; ++i) out[i] = ggml_type == kBF16 ? widen<kBF16>(w + 2 * i) : widen<kF16>(w + 2 * i);
+  for (int64_t i = 0; i < cols; ++i)
+    out[i] = ggml_type == kBF16 ? widen<kBF16>(w + 2 * i) : widen<kF16>(w + 2 * i);
 }
 
 }  // namespace kvdice::backend::cpu

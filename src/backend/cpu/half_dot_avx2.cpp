@@ -51,7 +51,8 @@ void dot(const uint8_t* w, int64_t row_bytes, const HalfRows& x, int64_t r0, flo
       prefetch_line(wp);
       for (int k = 0; k < 4; ++k) {
         const __m256 wv = widen8<Type>(wp + 16 * k);
-        for (int b = 0; b < N; ++b) acc[a][b] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xr[b] + i + 8 * k), acc[a][b]);
+        for (int b = 0; b < N; ++b)
+          acc[a][b] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xr[b] + i + 8 * k), acc[a][b]);
       }
     }
   }
@@ -76,32 +77,47 @@ void dot(const uint8_t* w, int64_t row_bytes, const HalfRows& x, int64_t r0, flo
 }
 
 template <uint32_t Type>
-void kernel(const uint8_t* w, int64_t row_bytes, int n_w, const HalfRows& x, int64_t r0, int n_x, float* out) {
+void kernel(const uint8_t* w, int64_t row_bytes, int n_w, const HalfRows& x, int64_t r0, int n_x,
+            float* out) {
   static_assert(kHalfMaxPairs == 8);
   if (n_x == 1) {
     switch (n_w) {
-      case 1: return dot<Type, 1, 1>(w, row_bytes, x, r0, out);
-      case 2: return dot<Type, 2, 1>(w, row_bytes, x, r0, out);
-      case 3: return dot<Type, 3, 1>(w, row_bytes, x, r0, out);
-      case 4: return dot<Type, 4, 1>(w, row_bytes, x, r0, out);
+      case 1:
+        return dot<Type, 1, 1>(w, row_bytes, x, r0, out);
+      case 2:
+        return dot<Type, 2, 1>(w, row_bytes, x, r0, out);
+      case 3:
+        return dot<Type, 3, 1>(w, row_bytes, x, r0, out);
+      case 4:
+        return dot<Type, 4, 1>(w, row_bytes, x, r0, out);
     }
   }
   if (n_w == 1) {
     switch (n_x) {
-      case 2: return dot<Type, 1, 2>(w, row_bytes, x, r0, out);
-      case 3: return dot<Type, 1, 3>(w, row_bytes, x, r0, out);
-      case 4: return dot<Type, 1, 4>(w, row_bytes, x, r0, out);
-      case 5: return dot<Type, 1, 5>(w, row_bytes, x, r0, out);
-      case 6: return dot<Type, 1, 6>(w, row_bytes, x, r0, out);
-      case 7: return dot<Type, 1, 7>(w, row_bytes, x, r0, out);
-      case 8: return dot<Type, 1, 8>(w, row_bytes, x, r0, out);
+      case 2:
+        return dot<Type, 1, 2>(w, row_bytes, x, r0, out);
+      case 3:
+        return dot<Type, 1, 3>(w, row_bytes, x, r0, out);
+      case 4:
+        return dot<Type, 1, 4>(w, row_bytes, x, r0, out);
+      case 5:
+        return dot<Type, 1, 5>(w, row_bytes, x, r0, out);
+      case 6:
+        return dot<Type, 1, 6>(w, row_bytes, x, r0, out);
+      case 7:
+        return dot<Type, 1, 7>(w, row_bytes, x, r0, out);
+      case 8:
+        return dot<Type, 1, 8>(w, row_bytes, x, r0, out);
     }
   }
   if (n_w == 2 && n_x <= 4) {
     switch (n_x) {
-      case 2: return dot<Type, 2, 2>(w, row_bytes, x, r0, out);
-      case 3: return dot<Type, 2, 3>(w, row_bytes, x, r0, out);
-      case 4: return dot<Type, 2, 4>(w, row_bytes, x, r0, out);
+      case 2:
+        return dot<Type, 2, 2>(w, row_bytes, x, r0, out);
+      case 3:
+        return dot<Type, 2, 3>(w, row_bytes, x, r0, out);
+      case 4:
+        return dot<Type, 2, 4>(w, row_bytes, x, r0, out);
     }
   }
   // Any other shape one weight row at a time (the same steps per pair).

@@ -25,7 +25,9 @@ inline __m512 widen16(const uint8_t* p, __mmask16 m) {
   }
 }
 
-inline __mmask16 mask16(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n > 0 ? n : 0)) - 1); }
+inline __mmask16 mask16(int64_t n) {
+  return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n > 0 ? n : 0)) - 1);
+}
 inline __mmask32 mask32(int64_t n) { return n >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << n) - 1); }
 
 inline void prefetch_line(const uint8_t* p) {
@@ -85,7 +87,8 @@ void dot_bf16(const uint8_t* w, int64_t row_bytes, const HalfRows& x, int64_t r0
       const uint8_t* wp = w + a * row_bytes + 2 * i;
       prefetch_line(wp);
       const __m512bh wv = (__m512bh)_mm512_loadu_si512(wp);
-      for (int b = 0; b < N; ++b) acc[a][b] = _mm512_dpbf16_ps(acc[a][b], wv, (__m512bh)_mm512_loadu_si512(xr[b] + i));
+      for (int b = 0; b < N; ++b)
+        acc[a][b] = _mm512_dpbf16_ps(acc[a][b], wv, (__m512bh)_mm512_loadu_si512(xr[b] + i));
     }
   }
   if (i < cols) {
@@ -113,32 +116,47 @@ struct Dot {
 };
 
 template <class K>
-void kernel(const uint8_t* w, int64_t row_bytes, int n_w, const HalfRows& x, int64_t r0, int n_x, float* out) {
+void kernel(const uint8_t* w, int64_t row_bytes, int n_w, const HalfRows& x, int64_t r0, int n_x,
+            float* out) {
   static_assert(kHalfMaxPairs == 8);
   if (n_x == 1) {
     switch (n_w) {
-      case 1: return K::template run<1, 1>(w, row_bytes, x, r0, out);
-      case 2: return K::template run<2, 1>(w, row_bytes, x, r0, out);
-      case 3: return K::template run<3, 1>(w, row_bytes, x, r0, out);
-      case 4: return K::template run<4, 1>(w, row_bytes, x, r0, out);
+      case 1:
+        return K::template run<1, 1>(w, row_bytes, x, r0, out);
+      case 2:
+        return K::template run<2, 1>(w, row_bytes, x, r0, out);
+      case 3:
+        return K::template run<3, 1>(w, row_bytes, x, r0, out);
+      case 4:
+        return K::template run<4, 1>(w, row_bytes, x, r0, out);
     }
   }
   if (n_w == 1) {
     switch (n_x) {
-      case 2: return K::template run<1, 2>(w, row_bytes, x, r0, out);
-      case 3: return K::template run<1, 3>(w, row_bytes, x, r0, out);
-      case 4: return K::template run<1, 4>(w, row_bytes, x, r0, out);
-      case 5: return K::template run<1, 5>(w, row_bytes, x, r0, out);
-      case 6: return K::template run<1, 6>(w, row_bytes, x, r0, out);
-      case 7: return K::template run<1, 7>(w, row_bytes, x, r0, out);
-      case 8: return K::template run<1, 8>(w, row_bytes, x, r0, out);
+      case 2:
+        return K::template run<1, 2>(w, row_bytes, x, r0, out);
+      case 3:
+        return K::template run<1, 3>(w, row_bytes, x, r0, out);
+      case 4:
+        return K::template run<1, 4>(w, row_bytes, x, r0, out);
+      case 5:
+        return K::template run<1, 5>(w, row_bytes, x, r0, out);
+      case 6:
+        return K::template run<1, 6>(w, row_bytes, x, r0, out);
+      case 7:
+        return K::template run<1, 7>(w, row_bytes, x, r0, out);
+      case 8:
+        return K::template run<1, 8>(w, row_bytes, x, r0, out);
     }
   }
   if (n_w == 2 && n_x <= 4) {
     switch (n_x) {
-      case 2: return K::template run<2, 2>(w, row_bytes, x, r0, out);
-      case 3: return K::template run<2, 3>(w, row_bytes, x, r0, out);
-      case 4: return K::template run<2, 4>(w, row_bytes, x, r0, out);
+      case 2:
+        return K::template run<2, 2>(w, row_bytes, x, r0, out);
+      case 3:
+        return K::template run<2, 3>(w, row_bytes, x, r0, out);
+      case 4:
+        return K::template run<2, 4>(w, row_bytes, x, r0, out);
     }
   }
   for (int a = 0; a < n_w; ++a) kernel<K>(w + a * row_bytes, row_bytes, 1, x, r0, n_x, out + a * n_x);
@@ -148,8 +166,7 @@ void kernel(const uint8_t* w, int64_t row_bytes, int n_w, const HalfRows& x, int
 
 namespace detail {
 HalfDot avx512_half_kernel(uint32_t ggml_type, bool bf16_products) {
-  if (ggml_type == kBF16)
-    return bf16_products ? kernel<Dot<kBF16, true>> : kernel<Dot<kBF16, false>>;
+  if (ggml_type == kBF16) return bf16_products ? kernel<Dot<kBF16, true>> : kernel<Dot<kBF16, false>>;
   return kernel<Dot<kF16, false>>;
 }
 }  // namespace detail
