@@ -254,7 +254,7 @@ class CpuBackend final : public Backend {
           continue;
         }
         // A tile of activation rows per weight row (each weight block read once per tile), over a
-        // stretch of weight rows small enough to stay in L1 with the tile's activations: every
+        // stretch of weight rows that stays in the near caches with the tile's activations: every
         // stretch meets each tile in turn, instead of each weight row meeting every tile (which
         // streamed all the prompt's activations from L2 once per weight row).
         const int64_t stretch = tile_stretch(p.row_bytes);
@@ -310,9 +310,10 @@ class CpuBackend final : public Backend {
     }
   }
 
-  // Weight rows of `row_bytes` that prefill's tiles take as one stretch: 16 KiB of weights (at least
-  // one row), beside a tile's activations in a 32-48 KiB L1.
-  static int64_t tile_stretch(int64_t row_bytes) { return std::max<int64_t>(1, (16 << 10) / row_bytes); }
+  // Weight rows of `row_bytes` that prefill's tiles take as one stretch: 32 KiB of weights (at least
+  // one row). One thread's CPU time for a long prompt: 8 KiB 12.9-13.1 s, 16 KiB 12.0-12.4, 32 KiB
+  // 11.8-12.0, 64 and 128 KiB 11.1-14.1 and 11.5-12.3 (noisier), a stretch per weight row 15.2-16.0.
+  static int64_t tile_stretch(int64_t row_bytes) { return std::max<int64_t>(1, (32 << 10) / row_bytes); }
 
   void qk_norm_rope_append(const StepBatch& batch, const View& qkv, const View& q_norm, const View& k_norm,
                            float eps, const Rope& rope, const KvLayer& kv, const View& q,
