@@ -37,9 +37,9 @@ struct View {
   }
 };
 
-// Consecutive rows of a weight kept in a GGUF block format (ggml type id), `row_bytes` apart, in
-// memory the loaded model owns (the mapped file). Only a backend that lists the type in
-// block_weight_types() is given these.
+// Consecutive rows of a weight kept in a GGUF block format or as 16-bit floats (ggml type id), `row_bytes`
+// apart, in memory the loaded model owns (the mapped GGUF or safetensors file). Only a backend that
+// lists the type in block_weight_types() is given these.
 struct BlockRows {
   uint32_t ggml_type = 0;
   const uint8_t* data = nullptr;
@@ -162,8 +162,8 @@ class Backend {
   // that feed norms, and logits are always fp32.
   virtual DType activation_dtype() const = 0;
   virtual DType weight_dtype() const = 0;
-  // GGUF block types (ggml type ids) this backend computes from as stored: a model loaded for it
-  // keeps such weights in their blocks instead of converting them to weight_dtype(). None by default.
+  // Stored types (ggml ids: GGUF blocks; F16, BF16 matrices of either format) this backend reads as
+  // stored: a model loaded for it keeps such weights instead of converting them. None by default.
   virtual std::vector<uint32_t> block_weight_types() const { return {}; }
   virtual DType kv_dtype() const = 0;
 

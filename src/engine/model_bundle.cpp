@@ -26,7 +26,7 @@ void check_exists(const fs::path& path) {
   }
 }
 
-ModelBundle load_hf_dir(const fs::path& dir) {
+ModelBundle load_hf_dir(const fs::path& dir, const model::LoadOptions& options) {
   ModelBundle bundle;
   bundle.source = dir.string();
   bundle.format = "safetensors";
@@ -34,7 +34,7 @@ ModelBundle load_hf_dir(const fs::path& dir) {
   bundle.generation = model::GenerationConfig::from_hf_dir(dir);
   bundle.weight_dtype = std::string(dtype_name(config.dtype));
   auto source = formats::open_safetensors_dir(dir);
-  model::ModelWeights weights = model::load_weights(config, *source);
+  model::ModelWeights weights = model::load_weights(config, *source, options);
   bundle.model = std::make_unique<model::Model>(std::move(config), std::move(weights));
   bundle.tokenizer = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_hf_dir(dir));
   return bundle;
@@ -57,7 +57,7 @@ void check_bundle_consistency(const std::string& where, const model::ModelConfig
 
 ModelBundle load_model_bundle(const fs::path& path, const model::LoadOptions& options) {
   check_exists(path);
-  ModelBundle bundle = is_gguf_file(path) ? load_gguf_file(path, options) : load_hf_dir(path);
+  ModelBundle bundle = is_gguf_file(path) ? load_gguf_file(path, options) : load_hf_dir(path, options);
   check_bundle_consistency(path.string(), bundle.model->config(), *bundle.tokenizer, bundle.generation);
   return bundle;
 }

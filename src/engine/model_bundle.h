@@ -26,7 +26,8 @@ struct ModelBundle {
 };
 
 // Loads an HF checkpoint directory or a .gguf file; Error naming the path otherwise. `options` says
-// which GGUF block types stay as stored (pass the backend's block_weight_types()).
+// which stored types (GGUF blocks, bf16 / fp16 matrices) stay as stored (pass the backend's
+// block_weight_types()).
 ModelBundle load_model_bundle(const std::filesystem::path& path, const model::LoadOptions& options = {});
 // What `inspect` shows, read without converting any weights.
 struct CheckpointSummary {

@@ -8,6 +8,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "formats/gguf_dequant.h"
 
 namespace kvdice::formats {
 namespace fs = std::filesystem;
@@ -221,8 +222,8 @@ SafetensorsSource::SafetensorsSource(const fs::path& path) : path_(path) {
 const SafetensorsSource::Shard& SafetensorsSource::add_shard(const fs::path& file) {
   auto shard = std::make_unique<Shard>(Shard{MappedFile(file), {}});
   shard->header = parse_safetensors_header(shard->file.bytes(), file.string());
-  shards_.push_back(std::move(shard));
-  return *shards_.back();
+  shards_->push_back(std::move(shard));
+  return *shards_->back();
 }
 
 void SafetensorsSource::add_all_tensors(const Shard& shard) {
@@ -307,6 +308,17 @@ Tensor SafetensorsSource::load_f32(const std::string& name) const {
     convert_elements(src, tensor.data.data(), count, f16_to_f32);
   }
   return tensor;
+}
+
+std::optional<StoredBlocks> SafetensorsSource::stored_blocks(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) return std::nullopt;
+  const SafetensorsEntry& entry = *it->second.entry;
+  if (entry.shape.size() != 2 || (entry.dtype != "BF16" && entry.dtype != "F16")) return std::nullopt;
+  const uint32_t type = static_cast<uint32_t>(entry.dtype == "BF16" ? GgmlType::BF16 : GgmlType::F16);
+  const Shard& shard = *it->second.shard;
+  return StoredBlocks{type, shard.file.data() + shard.header.data_start + entry.begin, entry.shape[0], entry.shape[1],
+                      entry.shape[1] * 2};
 }
 
 std::unique_ptr<TensorSource> open_safetensors_dir(const fs::path& dir) {

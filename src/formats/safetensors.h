@@ -53,6 +53,10 @@ class SafetensorsSource : public TensorSource {
   std::optional<TensorInfo> find(const std::string& name) const override;
   Tensor load_f32(const std::string& name) const override;
   void check_loadable(const std::string& name) const override;
+  // A 2-D BF16 or F16 tensor as mapped (ggml type ids BF16 = 30, F16 = 1), nothing converted; the
+  // shards stay mapped as long as storage() is held.
+  std::optional<StoredBlocks> stored_blocks(const std::string& name) const override;
+  std::shared_ptr<const void> storage() const override { return shards_; }
 
  private:
   struct Shard {
@@ -69,7 +73,8 @@ class SafetensorsSource : public TensorSource {
   void open_index(const std::filesystem::path& index_path);
 
   std::filesystem::path path_;
-  std::vector<std::unique_ptr<Shard>> shards_;
+  std::shared_ptr<std::vector<std::unique_ptr<Shard>>> shards_ =
+      std::make_shared<std::vector<std::unique_ptr<Shard>>>();
   std::map<std::string, Location, std::less<>> tensors_;
 };
 

@@ -19,8 +19,9 @@ struct TensorInfo {
   std::vector<int64_t> shape;  // PyTorch order (outermost first)
 };
 
-// A matrix as stored, in a ggml block format: `rows` rows of `row_bytes` bytes (PyTorch shape
-// [rows, cols]), in memory owned by the source (for GGUF, the mapped file; see TensorSource::storage).
+// A matrix as stored, in a ggml block format or as 16-bit floats (ggml's F16 and BF16 type ids):
+// `rows` rows of `row_bytes` bytes (PyTorch shape [rows, cols]), in memory owned by the source (the
+// mapped GGUF or safetensors files; see TensorSource::storage).
 struct StoredBlocks {
   uint32_t ggml_type = 0;
   const uint8_t* data = nullptr;
@@ -41,8 +42,9 @@ class TensorSource {
   virtual Tensor load_f32(const std::string& name) const = 0;
   // Error naming the tensor if load_f32 would refuse its stored type; converts nothing.
   virtual void check_loadable(const std::string& name) const = 0;
-  // A 2-D tensor exactly as stored when its rows are whole blocks of a block format and need no
-  // reordering; nullopt otherwise (then load_f32 is the only way). Nothing is copied or converted.
+  // A 2-D tensor exactly as stored when its rows are whole blocks of a block format (or 16-bit
+  // floats) and need no reordering; nullopt otherwise (then load_f32 is the only way). Nothing is
+  // copied or converted.
   virtual std::optional<StoredBlocks> stored_blocks(const std::string& name) const { return std::nullopt; }
   // Keeps the memory StoredBlocks point into alive (null when the source gives none).
   virtual std::shared_ptr<const void> storage() const { return nullptr; }

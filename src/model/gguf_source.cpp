@@ -272,8 +272,11 @@ std::optional<StoredBlocks> GgufSource::stored_blocks(const std::string& name) c
   if (it == index_.end()) return std::nullopt;
   const GgufTensor& t = *tensors_[it->second].second;
   const formats::GgmlTypeTraits& traits = ggml_traits(t.type);
-  // Only block formats, whole blocks per row; llama q/k rows are stored permuted (see load_f32).
-  if (t.dims.size() != 2 || traits.block_size == 1 || t.dims[0] % traits.block_size != 0) return std::nullopt;
+  // Only block formats (whole blocks per row) and 16-bit floats; llama q/k rows are stored permuted
+  // (see load_f32).
+  const bool half = t.type == formats::GgmlType::F16 || t.type == formats::GgmlType::BF16;
+  if (t.dims.size() != 2 || (traits.block_size == 1 && !half) || t.dims[0] % traits.block_size != 0)
+    return std::nullopt;
   if (architecture_ == "llama" &&
       (t.name.find(".attn_q.") != std::string::npos || t.name.find(".attn_k.") != std::string::npos))
     return std::nullopt;

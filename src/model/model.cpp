@@ -7,6 +7,7 @@
 #include "backend/step_storage.h"
 #include "core/error.h"
 #include "core/step_row.h"
+#include "formats/gguf_dequant.h"
 #include "model/forward.h"
 
 namespace kvdice::model {
@@ -94,6 +95,15 @@ std::vector<float> Model::q_weight_norms() const {
   for (const LayerWeights& layer : weights_.layers) {
     double sum = 0.0;
     for (float w : layer.wq.data) sum += static_cast<double>(w) * w;
+    const StoredBlocks& b = layer.wq_blocks;
+    if (!b.empty()) {  // kept as stored: dequantised here a row at a time
+      std::vector<float> row(static_cast<size_t>(b.cols));
+      for (int64_t r = 0; r < b.rows; ++r) {
+        formats::dequantize(static_cast<formats::GgmlType>(b.ggml_type),
+                            {b.data + r * b.row_bytes, static_cast<size_t>(b.row_bytes)}, row, "wq");
+        for (float w : row) sum += static_cast<double>(w) * w;
+      }
+    }
     norms.push_back(static_cast<float>(std::sqrt(sum)));
   }
   return norms;

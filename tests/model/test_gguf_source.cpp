@@ -198,3 +198,46 @@ TEST(GgufSource, HeaderOnlyModelAndErrors) {
 
 }  // namespace
 }  // namespace kvdice::model
+
+namespace kvdice::model {
+namespace {
+
+// F16 and BF16 matrices are handed out as stored (16-bit rows, ggml's type ids; the CPU backend's
+// --cpu-math fast reads them in place), F32 ones and 16-bit vectors are not, and llama's permuted
+// q rows never are.
+TEST(GgufSource, SixteenBitMatricesAreHandedOutAsStored) {
+  for (const char* arch : {"qwen2", "llama"}) {
+    SCOPED_TRACE(arch);
+    test::GgufBuilder b;
+    b.header(3, 4, 3).kv_string("general.architecture", arch);
+    b.kv_u32(std::string(arch) + ".attention.head_count", 1).kv_u32(std::string(arch) + ".attention.head_count_kv", 1);
+    // GGUF dims are innermost first: [cols, rows].
+    b.tensor_info("blk.0.ffn_up.weight", {4, 2}, 1, 0)      // F16, 16 bytes
+        .tensor_info("blk.0.ffn_down.weight", {2, 4}, 30, 32)  // BF16, 16 bytes
+        .tensor_info("blk.0.attn_q.weight", {2, 2}, 1, 64)     // F16 (permuted rows on llama)
+        .tensor_info("output_norm.weight", {4}, 1, 96);        // F16 vector
+    b.pad_to(32);
+    const size_t data = b.bytes.size();
+    b.zeros(128);
+    for (int i = 0; i < 16; ++i) b.bytes[data + i] = static_cast<uint8_t>(i + 1);
+    const auto file = std::make_shared<const GgufFile>(GgufFile::parse(b.bytes, "test.gguf"));
+    const GgufSource source(file);
+    const auto up = source.stored_blocks("model.layers.0.mlp.up_proj.weight");
+    const auto down = source.stored_blocks("model.layers.0.mlp.down_proj.weight");
+    ASSERT_TRUE(up.has_value() && down.has_value());
+    EXPECT_EQ(up->ggml_type, 1u);
+    EXPECT_EQ(up->rows, 2);
+    EXPECT_EQ(up->cols, 4);
+    EXPECT_EQ(up->row_bytes, 8);
+    EXPECT_EQ(up->data, b.bytes.data() + data);
+    EXPECT_EQ(down->ggml_type, 30u);
+    EXPECT_EQ(down->rows, 4);
+    EXPECT_EQ(down->cols, 2);
+    EXPECT_EQ(down->row_bytes, 4);
+    EXPECT_FALSE(source.stored_blocks("model.norm.weight").has_value());
+    EXPECT_EQ(source.stored_blocks("model.layers.0.self_attn.q_proj.weight").has_value(), std::string(arch) != "llama");
+  }
+}
+
+}  // namespace
+}  // namespace kvdice::model

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <memory>
+#include <optional>
 #include <limits>
 #include <random>
 
@@ -220,6 +223,43 @@ TEST_F(SafetensorsSourceTest, ConvertsEveryFloatDtypeExactly) {
   EXPECT_EQ(t.data, (std::vector<float>{1.0f, -2.0f, std::numeric_limits<float>::infinity(),
                                         std::ldexp(1.0f, -24), -65504.0f}));
   EXPECT_EQ(source.load_f32("f32").data, f32);
+}
+
+// 2-D BF16 and F16 tensors are handed out as stored (ggml's type ids, rows of 2 x cols bytes, the
+// mapped bytes themselves), in every shard of a sharded checkpoint, and stay readable through
+// storage() after the source is gone; F32, 1-D and absent tensors are not.
+TEST_F(SafetensorsSourceTest, SixteenBitMatricesAreHandedOutAsMapped) {
+  const std::vector<uint16_t> bf16 = {0x3F80, 0xC000, 0x4040, 0x3F00, 0x0000, 0xBF80};  // 1 -2 3 .5 0 -1
+  const std::vector<uint16_t> f16 = {0x3C00, 0xC000, 0x4200, 0x3800};                   // 1 -2 3 .5
+  write_bytes(dir / "model-1.safetensors", safetensors_bytes({{"bf16", "BF16", {2, 3}, u16_bytes(bf16)},
+                                                              {"vec", "BF16", {4}, u16_bytes(f16)}}));
+  write_bytes(dir / "model-2.safetensors", safetensors_bytes({{"f16", "F16", {4, 1}, u16_bytes(f16)},
+                                                              f32_tensor("f32", {1, 2}, {1.0f, 2.0f})}));
+  write_text(dir / "model.safetensors.index.json",
+             R"({"weight_map": {"bf16": "model-1.safetensors", "vec": "model-1.safetensors",
+                                "f16": "model-2.safetensors", "f32": "model-2.safetensors"}})");
+  std::optional<StoredBlocks> a, b;
+  std::shared_ptr<const void> keep;
+  {
+    SafetensorsSource source(dir.path());
+    a = source.stored_blocks("bf16");
+    b = source.stored_blocks("f16");
+    EXPECT_FALSE(source.stored_blocks("vec").has_value());
+    EXPECT_FALSE(source.stored_blocks("f32").has_value());
+    EXPECT_FALSE(source.stored_blocks("absent").has_value());
+    keep = source.storage();
+  }
+  ASSERT_TRUE(a.has_value() && b.has_value());
+  EXPECT_EQ(a->ggml_type, 30u);
+  EXPECT_EQ(a->rows, 2);
+  EXPECT_EQ(a->cols, 3);
+  EXPECT_EQ(a->row_bytes, 6);
+  EXPECT_EQ(b->ggml_type, 1u);
+  EXPECT_EQ(b->rows, 4);
+  EXPECT_EQ(b->cols, 1);
+  EXPECT_EQ(b->row_bytes, 2);
+  EXPECT_EQ(std::memcmp(a->data, bf16.data(), 12), 0);  // the source is gone, its mapping is not
+  EXPECT_EQ(std::memcmp(b->data, f16.data(), 8), 0);
 }
 
 TEST_F(SafetensorsSourceTest, ListsAndFindsTensors) {

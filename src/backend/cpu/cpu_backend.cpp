@@ -2,7 +2,8 @@
 // output slices: worker_pool.h says why not OpenMP), OpenBLAS for the
 // GEMMs, memory in host RAM. Every CUDA op is checked against the op of the same name here. With
 // CpuMath::Fast, GGUF weights of the types quant_dot.h reads stay in their blocks and the linear
-// layers multiply them with int8-quantised activations; everything else is fp32 either way.
+// layers multiply them with int8-quantised activations, and bf16 / fp16 weights (safetensors or GGUF)
+// stay 16-bit and meet fp32 activations (half_dot.h); everything else is fp32 either way.
 #include <cblas.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -18,6 +19,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_eviction.h"
 #include "backend/cpu/cpu_sampling.h"
+#include "backend/cpu/half_dot.h"
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/worker_pool.h"
 #include "backend/sampling_rule.h"
@@ -41,18 +43,20 @@ class CpuBackend final : public Backend {
       : threads_(threads > 0 ? threads : available_cores()),
         math_(math),
         isa_(cpu::best_isa()),
+        half_isa_(cpu::best_half_isa()),
         pool_(threads_) {
     openblas_set_num_threads(1);
   }
 
   std::string name() const override {
     if (math_ == CpuMath::Exact) return fmt::format("cpu (fp32, {} threads)", threads_);
-    return fmt::format("cpu (GGUF blocks x int8 activations, {}; fp32 otherwise; {} threads)",
-                       cpu::isa_name(isa_), threads_);
+    return fmt::format(
+        "cpu (GGUF blocks x int8 activations, {}; bf16/fp16 weights kept 16-bit, {}; fp32 otherwise; {} threads)",
+        cpu::isa_name(isa_), cpu::half_isa_name(half_isa_), threads_);
   }
   std::vector<uint32_t> block_weight_types() const override {
     if (math_ == CpuMath::Exact) return {};
-    return {cpu::kQ5_0, cpu::kQ8_0, cpu::kQ4_K, cpu::kQ6_K};
+    return {cpu::kQ5_0, cpu::kQ8_0, cpu::kQ4_K, cpu::kQ6_K, cpu::kF16, cpu::kBF16};
   }
   bool is_cpu() const override { return true; }
   DType activation_dtype() const override { return DType::F32; }
@@ -111,7 +115,12 @@ class CpuBackend final : public Backend {
       int64_t token = batch.tokens[r];
       for (const BlockRows& part : table.blocks) {
         if (token < part.rows) {
-          cpu::dequantize_row(part.ggml_type, part.data + token * part.row_bytes, x.cols, row(x, r));
+          const uint8_t* w = part.data + token * part.row_bytes;
+          if (cpu::is_half_type(part.ggml_type)) {
+            cpu::widen_half_row(part.ggml_type, w, x.cols, row(x, r));
+          } else {
+            cpu::dequantize_row(part.ggml_type, w, x.cols, row(x, r));
+          }
           break;
         }
         token -= part.rows;
@@ -175,12 +184,22 @@ class CpuBackend final : public Backend {
   // weight row read once for all x rows: a few x rows (decode) take runs of kRunRows weight rows per x
   // row (the run stays in L1 for the next x row), more take tiles of kTileRows x rows per weight row.
   // Either way a result is bit-identical to the one-row kernel's, so it does not depend on the batch.
+  // Parts stored as bf16 / fp16 take the same runs and tiles through half_dot.h's kernels, which read
+  // the fp32 activations (or their bf16 rounding, made once per op) instead of the int8 ones.
   void matmul_blocks(const View& x, const Weight& w, const View& y, bool accumulate) {
     const int64_t rows = x.rows, in = x.cols;
-    cpu::quantize_rows(f32(x), rows, in, x.ld, activations_);
+    bool any_blocks = false, any_bf16_rows = false;
+    for (const BlockRows& b : w.blocks) {
+      if (!cpu::is_half_type(b.ggml_type)) any_blocks = true;
+      if (cpu::needs_bf16_rows(b.ggml_type, half_isa_)) any_bf16_rows = true;
+    }
+    if (any_blocks) cpu::quantize_rows(f32(x), rows, in, x.ld, activations_);
+    if (any_bf16_rows) cpu::round_rows_to_bf16(f32(x), rows, in, x.ld, bf16_activations_);
+    const cpu::HalfRows hx{f32(x), x.ld, any_bf16_rows ? bf16_activations_.data() : nullptr, in};
     struct Part {
       cpu::TileDot tile;
       cpu::RunDot run;
+      cpu::HalfDot half;
       const uint8_t* data;
       int64_t begin, end, row_bytes;
     };
@@ -191,14 +210,16 @@ class CpuBackend final : public Backend {
     int n_parts = 0;
     int64_t out = 0;
     for (const BlockRows& b : w.blocks) {
-      KVDICE_CHECK(b.row_bytes == cpu::block_row_bytes(b.ggml_type, in),
-                   "block rows of {} bytes for {} columns", b.row_bytes, in);
-      parts[n_parts++] = {cpu::tile_dot(b.ggml_type, isa_),
-                          cpu::run_dot(b.ggml_type, isa_),
-                          b.data,
-                          out,
-                          out + b.rows,
-                          b.row_bytes};
+      if (cpu::is_half_type(b.ggml_type)) {
+        KVDICE_CHECK(b.row_bytes == 2 * in, "16-bit rows of {} bytes for {} columns", b.row_bytes, in);
+        parts[n_parts++] = {nullptr, nullptr, cpu::half_dot(b.ggml_type, half_isa_), b.data, out, out + b.rows,
+                            b.row_bytes};
+      } else {
+        KVDICE_CHECK(b.row_bytes == cpu::block_row_bytes(b.ggml_type, in),
+                     "block rows of {} bytes for {} columns", b.row_bytes, in);
+        parts[n_parts++] = {cpu::tile_dot(b.ggml_type, isa_), cpu::run_dot(b.ggml_type, isa_), nullptr, b.data,
+                            out, out + b.rows, b.row_bytes};
+      }
       out += b.rows;
     }
     KVDICE_CHECK(out == w.w.rows, "block rows add up to {}, the weight has {}", out, w.w.rows);
@@ -214,6 +235,10 @@ class CpuBackend final : public Backend {
       for (int pi = 0; pi < n_parts; ++pi) {
         const Part& p = parts[pi];
         const int64_t lo = std::max(begin, p.begin), hi = std::min(end, p.end);
+        if (p.half != nullptr) {
+          half_part(p.half, p.data + (lo - p.begin) * p.row_bytes, p.row_bytes, lo, hi, hx, runs, y, accumulate);
+          continue;
+        }
         if (runs) {
           const uint8_t* stretch_end = p.data + (hi - p.begin) * p.row_bytes;
           for (int64_t o = lo; o < hi; o += cpu::kRunRows) {
@@ -228,22 +253,67 @@ class CpuBackend final : public Backend {
           }
           continue;
         }
-        for (int64_t o = lo; o < hi; ++o) {
-          const uint8_t* wr = p.data + (o - p.begin) * p.row_bytes;
-          // A tile of activation rows per weight row: each weight block is read once per tile.
+        // A tile of activation rows per weight row (each weight block read once per tile), over a
+        // stretch of weight rows that stays in the near caches with the tile's activations: every
+        // stretch meets each tile in turn, instead of each weight row meeting every tile (which
+        // streamed all the prompt's activations from L2 once per weight row).
+        const int64_t stretch = tile_stretch(p.row_bytes);
+        for (int64_t o0 = lo; o0 < hi; o0 += stretch) {
+          const int64_t o1 = std::min(hi, o0 + stretch);
           for (int64_t r0 = 0; r0 < rows; r0 += cpu::kTileRows) {
             const int n = static_cast<int>(std::min<int64_t>(cpu::kTileRows, rows - r0));
-            float v[cpu::kTileRows];
-            p.tile(wr, xq, r0, n, v);
-            for (int i = 0; i < n; ++i) {
-              float& dst = row(y, r0 + i)[o];
-              dst = accumulate ? dst + v[i] : v[i];
+            for (int64_t o = o0; o < o1; ++o) {
+              float v[cpu::kTileRows];
+              p.tile(p.data + (o - p.begin) * p.row_bytes, xq, r0, n, v);
+              for (int i = 0; i < n; ++i) {
+                float& dst = row(y, r0 + i)[o];
+                dst = accumulate ? dst + v[i] : v[i];
+              }
             }
           }
         }
       }
     });
   }
+
+  // Output rows [lo, hi) of a 16-bit part starting at `w`: runs of kRunRows weight rows per activation
+  // row for a few rows, else tiles of kTileRows activation rows per weight row (as the block kernels).
+  static void half_part(cpu::HalfDot dot, const uint8_t* w, int64_t row_bytes, int64_t lo, int64_t hi,
+                        const cpu::HalfRows& hx, bool runs, const View& y, bool accumulate) {
+    const int64_t rows = y.rows;
+    float v[cpu::kHalfMaxPairs];
+    if (runs) {
+      for (int64_t o = lo; o < hi; o += cpu::kRunRows) {
+        const int n = static_cast<int>(std::min<int64_t>(cpu::kRunRows, hi - o));
+        const uint8_t* wr = w + (o - lo) * row_bytes;
+        for (int64_t r = 0; r < rows; ++r) {
+          dot(wr, row_bytes, n, hx, r, 1, v);
+          float* dst = row(y, r) + o;
+          for (int j = 0; j < n; ++j) dst[j] = accumulate ? dst[j] + v[j] : v[j];
+        }
+      }
+      return;
+    }
+    const int64_t stretch = tile_stretch(row_bytes);  // as matmul_blocks' tiles
+    for (int64_t o0 = lo; o0 < hi; o0 += stretch) {
+      const int64_t o1 = std::min(hi, o0 + stretch);
+      for (int64_t r0 = 0; r0 < rows; r0 += cpu::kTileRows) {
+        const int n = static_cast<int>(std::min<int64_t>(cpu::kTileRows, rows - r0));
+        for (int64_t o = o0; o < o1; ++o) {
+          dot(w + (o - lo) * row_bytes, row_bytes, 1, hx, r0, n, v);
+          for (int i = 0; i < n; ++i) {
+            float& dst = row(y, r0 + i)[o];
+            dst = accumulate ? dst + v[i] : v[i];
+          }
+        }
+      }
+    }
+  }
+
+  // Weight rows of `row_bytes` that prefill's tiles take as one stretch: 32 KiB of weights (at least
+  // one row). One thread's CPU time for a long prompt: 8 KiB 12.9-13.1 s, 16 KiB 12.0-12.4, 32 KiB
+  // 11.8-12.0, 64 and 128 KiB 11.1-14.1 and 11.5-12.3 (noisier), a stretch per weight row 15.2-16.0.
+  static int64_t tile_stretch(int64_t row_bytes) { return std::max<int64_t>(1, (32 << 10) / row_bytes); }
 
   void qk_norm_rope_append(const StepBatch& batch, const View& qkv, const View& q_norm, const View& k_norm,
                            float eps, const Rope& rope, const KvLayer& kv, const View& q,
@@ -516,8 +586,10 @@ class CpuBackend final : public Backend {
   int threads_;
   CpuMath math_;
   cpu::Isa isa_;
+  cpu::HalfIsa half_isa_;
   cpu::WorkerPool pool_;
   cpu::QuantizedRows activations_;  // scratch of matmul_blocks, kept to avoid an allocation per op
+  std::vector<uint16_t> bf16_activations_;  // the same for 16-bit weights read with bf16 products
 };
 
 }  // namespace
