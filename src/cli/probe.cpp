@@ -155,7 +155,7 @@ struct ForkOptions {
   int index = 0;
   std::string results, cell, dataset;  // eval run record
   int problem = -1, run = 0;
-  std::string span;
+  std::string span, span_text, fork_before;
   probe::ForkConfig config;
   // A generate record's settings (an eval record's come from its cell's manifest).
   std::string policy = "random_pp";
@@ -187,7 +187,10 @@ void run_fork(ForkOptions& o, const CLI::App& cmd) {
     if (given("--answer") != given("--grader"))
       fail("probe fork: --grader and --answer go together (the grader and the gold answer of a generate record)");
   }
-  o.config.span = probe::parse_span(o.span);
+  if (given("--span") == given("--span-text")) fail("probe fork: give the span as --span LO-HI or --span-text TEXT");
+  if (given("--fork-at") == given("--fork-before"))
+    fail("probe fork: give the fork as --fork-at K or --fork-before TEXT");
+  if (given("--span")) o.config.span = probe::parse_span(o.span);
   const auto path = resolve_model_argument(o.model);
   engine::ModelBundle bundle = engine::load_model_bundle(path);
   probe::ForkTrace trace;
@@ -215,6 +218,13 @@ void run_fork(ForkOptions& o, const CLI::App& cmd) {
       trace.problem = problem;
     }
   }
+  const int pl = static_cast<int>(trace.prompt.size());
+  if (given("--span-text")) {
+    const auto [first, end] = probe::find_generated_text(bundle, trace, o.span_text, false, "--span-text");
+    o.config.span = {pl + first, pl + end};
+  }
+  if (given("--fork-before"))
+    o.config.fork_at = probe::find_generated_text(bundle, trace, o.fork_before, true, "--fork-before").first;
   probe::validate_fork(trace, o.config);
   auto backend = backend::make_backend(o.backend);
   fmt::print(stderr, "kvdice: fork replay of {} on {}: {} under T={} r={}, fork after {} of {} generated tokens\n",
@@ -244,10 +254,12 @@ void add_fork_command(CLI::App* probe) {
   add_int_option(cmd, "--run", o->run, 0, INT32_MAX, "The record's run (0-based)");
   cmd->add_option("--dataset", o->dataset, "The cell's dataset, where its manifest's path no longer holds it");
   add_int_option(cmd, "--fork-at,-k", o->config.fork_at, 1, INT32_MAX,
-                 "Generated tokens of the trace forced before the first sampled one")
-      ->required();
-  cmd->add_option("--span", o->span, "Absolute positions LO-HI (HI excluded) pinned in every head in the pinned arm")
-      ->required();
+                 "Generated tokens of the trace forced before the first sampled one");
+  cmd->add_option("--fork-before", o->fork_before,
+                  "Fork at the last occurrence of this text in the generated text: the model writes it itself");
+  cmd->add_option("--span", o->span, "Absolute positions LO-HI (HI excluded) pinned in every head in the pinned arm");
+  cmd->add_option("--span-text", o->span_text,
+                  "Pin the generated tokens that cover the first occurrence of this text instead of --span");
   add_int_option(cmd, "--repetitions,-R", o->config.repetitions, 1, kMaxBatch,
                  "Continuations per arm (sampling seeds seed, seed + 1, ...)");
   add_int_option(cmd, "--max-new-tokens", o->config.max_new_tokens, 0, kMaxTokens,

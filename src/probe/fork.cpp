@@ -82,6 +82,33 @@ std::pair<double, double> holding(const kv::RoundRecord& record, std::pair<int32
 
 }  // namespace
 
+std::pair<int, int> find_generated_text(const engine::ModelBundle& bundle, const ForkTrace& trace,
+                                        const std::string& text, bool last, const std::string& flag) {
+  if (text.empty()) fail("{}: empty text", flag);
+  std::string joined;
+  std::vector<size_t> end_of;  // end offset of each generated token's text
+  for (int t : trace.generated) {
+    joined += bundle.tokenizer->decode(std::vector<int>{t});
+    end_of.push_back(joined.size());
+  }
+  const size_t at = last ? joined.rfind(text) : joined.find(text);
+  if (at == std::string::npos) fail("{}: '{}' does not occur in the trace's generated text", flag, text);
+  const int first = static_cast<int>(std::upper_bound(end_of.begin(), end_of.end(), at) - end_of.begin());
+  const int end =
+      static_cast<int>(std::lower_bound(end_of.begin(), end_of.end(), at + text.size()) - end_of.begin()) + 1;
+  return {first, end};
+}
+
+std::string trace_text(const engine::ModelBundle& bundle, const ForkTrace& trace, int lo, int hi) {
+  std::vector<int> ids;
+  const int pl = static_cast<int>(trace.prompt.size());
+  for (int p = std::max(0, lo); p < hi && p < pl + static_cast<int>(trace.generated.size()); ++p)
+    ids.push_back(p < pl ? trace.prompt[p] : trace.generated[p - pl]);
+  // A cut through a multi-byte character: its bytes become U+FFFD, as JSON needs valid UTF-8.
+  const std::string text = bundle.tokenizer->decode(ids);
+  return Json::parse(Json(text).dump(-1, ' ', false, Json::error_handler_t::replace)).get<std::string>();
+}
+
 std::pair<int32_t, int32_t> parse_span(const std::string& text) {
   const size_t dash = text.find('-');
   int32_t lo = -1, hi = -1;
@@ -239,6 +266,9 @@ ForkReport run_fork_probe(const engine::ModelBundle& bundle, backend::Backend& b
   }
   ForkReport report;
   report.fork_position = static_cast<int>(trace.prompt.size()) + k - 1;
+  report.span_text = trace_text(bundle, trace, config.span.first, config.span.second);
+  report.fork_text = trace_text(bundle, trace, report.fork_position - 11, report.fork_position + 1);
+  report.recorded_next = trace_text(bundle, trace, report.fork_position + 1, report.fork_position + 9);
   report.survival = fork_survival(trace, config, bundle.model->config().n_kv_heads);
   if (trace.task && trace.problem) {
     const eval::GradeOutcome g =
@@ -317,6 +347,8 @@ std::string fork_results_markdown(const ForkTrace& trace, const ForkConfig& conf
                      "with span tokens among the candidates\n\n",
                      config.span.first, config.span.second, config.span.second - config.span.first,
                      report.fork_position, s.rounds, s.span_rounds);
+  out += fmt::format("Span text: {}\nForced text ends: {}\nThe trace went on: {}\n\n", Json(report.span_text).dump(),
+                     Json("..." + report.fork_text).dump(), Json(report.recorded_next + "...").dump());
   out += "| survival at the fork | one head | any of the layer's heads |\n|---|---:|---:|\n";
   if (s.analytic) {
     out += fmt::format("| analytic, oldest span token | {:.4f} | {:.4f} |\n", s.token_per_head, s.token_union);
@@ -382,6 +414,8 @@ Json fork_results_json(const ForkTrace& trace, const ForkConfig& config, const F
          {"fork_at", config.fork_at},
          {"fork_position", report.fork_position},
          {"span", {config.span.first, config.span.second}},
+         {"span_text", report.span_text},
+         {"fork_text", report.fork_text},
          {"repetitions", config.repetitions},
          {"survival", survival},
          {"arms", arms}};

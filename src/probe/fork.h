@@ -88,6 +88,7 @@ struct ForkArmResult {
 
 struct ForkReport {
   int fork_position = 0;  // absolute position of the last forced token (appended in the first sampled step)
+  std::string span_text, fork_text, recorded_next;  // the span; the forced text's end; what the trace wrote next
   ForkSurvival survival;
   std::optional<double> trace_score;  // the recorded trace's own grade
   std::string trace_extracted;
@@ -106,6 +107,15 @@ ForkReport run_fork_probe(const engine::ModelBundle& bundle, backend::Backend& b
 
 std::string fork_results_markdown(const ForkTrace& trace, const ForkConfig& config, const ForkReport& report);
 Json fork_results_json(const ForkTrace& trace, const ForkConfig& config, const ForkReport& report);
+
+// The generated tokens that cover an occurrence of `text` in the trace's generated text (each token decoded
+// alone, concatenated): the first occurrence, or with `last` the last one. Returns their generated-token
+// indices [first, end); Error naming `flag` when the text does not occur.
+std::pair<int, int> find_generated_text(const engine::ModelBundle& bundle, const ForkTrace& trace,
+                                        const std::string& text, bool last, const std::string& flag);
+
+// The text of absolute positions [lo, hi) of prompt + generated.
+std::string trace_text(const engine::ModelBundle& bundle, const ForkTrace& trace, int lo, int hi);
 
 // "LO-HI" (half-open, absolute positions); Error naming the flag otherwise.
 std::pair<int32_t, int32_t> parse_span(const std::string& text);

@@ -100,6 +100,22 @@ TEST(Fork, ReplayWithTheRecordedSeedReproducesTheTraceAndThePinHoldsTheSpan) {
   EXPECT_EQ(report.survival.rounds, 3);       // rounds at 40, 48 and 56 tokens; the fork reads 62
   EXPECT_EQ(report.fork_position, pl + 44);
   EXPECT_TRUE(report.survival.analytic);
+  // Text lookup: the tokens found for a piece of the generated text cover it.
+  const std::string piece = bundle().tokenizer->decode(std::vector<int>(rec.result.tokens.begin() + 20,
+                                                                        rec.result.tokens.begin() + 23));
+  for (const bool last : {false, true}) {
+    const auto [first, end] = find_generated_text(bundle(), trace, piece, last, "--span-text");
+    ASSERT_LT(first, end);
+    auto text = [&](int a, int b) {
+      return bundle().tokenizer->decode(std::vector<int>(trace.generated.begin() + a, trace.generated.begin() + b));
+    };
+    EXPECT_NE(text(first, end).find(piece), std::string::npos);
+    EXPECT_EQ(text(first + 1, end).find(piece), std::string::npos);  // no token more than it needs
+    EXPECT_EQ(text(first, end - 1).find(piece), std::string::npos);
+  }
+  EXPECT_NE(error_of([&] { find_generated_text(bundle(), trace, "zzqq never", false, "--span-text"); })
+                .find("--span-text: 'zzqq never' does not occur"),
+            std::string::npos);
   // Ungraded: a generate record without --grader.
   EXPECT_TRUE(control.scores.empty());
   const std::string md = fork_results_markdown(trace, config, report);
@@ -123,7 +139,7 @@ TEST(Fork, AnalyticSurvivalMatchesTheRoundsFrequency) {
   ForkConfig fc;
   fc.fork_at = 60;
   const int fork_position = pl + fc.fork_at - 1;
-  const int n = 320;
+  const int n = 200;
   for (const auto span : {std::pair<int, int>{pl + 3, pl + 4}, std::pair<int, int>{pl + 5, pl + 7}}) {
     fc.span = span;
     const ForkSurvival s = fork_survival(trace, fc, bundle().model->config().n_kv_heads);
