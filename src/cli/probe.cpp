@@ -192,7 +192,11 @@ void run_fork(ForkOptions& o, const CLI::App& cmd) {
     fail("probe fork: give the fork as --fork-at K or --fork-before TEXT");
   if (given("--span")) o.config.span = probe::parse_span(o.span);
   const auto path = resolve_model_argument(o.model);
-  engine::ModelBundle bundle = engine::load_model_bundle(path);
+  auto backend = backend::make_backend(o.backend);
+  // The weights as the trace's command held them, so the replay computes what it computed: generate keeps
+  // the backend's GGUF block types as stored, eval run dequantises them.
+  engine::ModelBundle bundle =
+      from_eval ? engine::load_model_bundle(path) : engine::load_model_bundle(path, {backend->block_weight_types()});
   probe::ForkTrace trace;
   if (from_eval) {
     trace = probe::load_eval_trace(bundle, o.results, o.cell, o.problem, o.run, o.dataset);
@@ -226,7 +230,6 @@ void run_fork(ForkOptions& o, const CLI::App& cmd) {
   if (given("--fork-before"))
     o.config.fork_at = probe::find_generated_text(bundle, trace, o.fork_before, true, "--fork-before").first;
   probe::validate_fork(trace, o.config);
-  auto backend = backend::make_backend(o.backend);
   fmt::print(stderr, "kvdice: fork replay of {} on {}: {} under T={} r={}, fork after {} of {} generated tokens\n",
              trace.source, bundle.source, trace.policy, trace.budget.budget, trace.budget.window, o.config.fork_at,
              trace.generated.size());
