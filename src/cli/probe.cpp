@@ -1,5 +1,5 @@
 // `kvdice probe passcode`: the once-only fact probe over several policies; `kvdice probe synth`: the
-// synthetic-retrieval protocol (cells x arms).
+// synthetic-retrieval protocol (cells x arms); `kvdice probe fork`: fork replay of a recorded trace.
 #include <fmt/core.h>
 
 #include "cli/commands.h"
@@ -7,6 +7,7 @@
 #include "cli/model_options.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "probe/fork.h"
 #include "probe/passcode.h"
 #include "probe/synth.h"
 
@@ -148,6 +149,141 @@ void add_synth_command(CLI::App* probe) {
   cmd->callback([o] { run_synth(*o); });
 }
 
+struct ForkOptions {
+  std::string model;
+  std::string trace;  // generate --json record
+  int index = 0;
+  std::string results, cell, dataset;  // eval run record
+  int problem = -1, run = 0;
+  std::string span, span_text, fork_before;
+  probe::ForkConfig config;
+  // A generate record's settings (an eval record's come from its cell's manifest).
+  std::string policy = "random_pp";
+  int budget = 0, window = 64;
+  uint64_t seed = 0;
+  float temperature = 0.0f, top_p = 1.0f;
+  int top_k = 0;
+  uint64_t stream_id = 0;
+  std::string grader, answer;
+  int choices = 4;
+  backend::BackendOptions backend;
+  std::string json_out;
+};
+
+void run_fork(ForkOptions& o, const CLI::App& cmd) {
+  auto given = [&cmd](const char* flag) { return cmd.count(flag) > 0; };
+  const bool from_eval = !o.results.empty();
+  if (from_eval == !o.trace.empty())
+    fail("probe fork: give the trace as --trace FILE (a generate --json record) or as --results ROOT --cell NAME "
+         "--problem P [--run R] (an eval run record), not both");
+  if (from_eval) {
+    if (o.cell.empty() || o.problem < 0) fail("probe fork: --results needs --cell NAME and --problem P");
+    for (const char* flag : {"--policy", "--budget", "--window", "--seed", "--temperature", "--top-p", "--top-k",
+                             "--stream-id", "--grader", "--answer", "--choices", "--index"})
+      if (given(flag)) fail("probe fork: {} comes from the eval cell's manifest and record; drop it", flag);
+  } else {
+    for (const char* flag : {"--cell", "--problem", "--run", "--dataset"})
+      if (given(flag)) fail("probe fork: {} applies to an eval record (--results)", flag);
+    if (given("--answer") != given("--grader"))
+      fail("probe fork: --grader and --answer go together (the grader and the gold answer of a generate record)");
+  }
+  if (given("--span") == given("--span-text")) fail("probe fork: give the span as --span LO-HI or --span-text TEXT");
+  if (given("--fork-at") == given("--fork-before"))
+    fail("probe fork: give the fork as --fork-at K or --fork-before TEXT");
+  if (given("--span")) o.config.span = probe::parse_span(o.span);
+  const auto path = resolve_model_argument(o.model);
+  auto backend = backend::make_backend(o.backend);
+  // The weights as the trace's command held them, so the replay computes what it computed: generate keeps
+  // the backend's GGUF block types as stored, eval run dequantises them.
+  engine::ModelBundle bundle =
+      from_eval ? engine::load_model_bundle(path) : engine::load_model_bundle(path, {backend->block_weight_types()});
+  probe::ForkTrace trace;
+  if (from_eval) {
+    trace = probe::load_eval_trace(bundle, o.results, o.cell, o.problem, o.run, o.dataset);
+  } else {
+    trace = probe::load_generate_trace(o.trace, o.index);
+    trace.policy = o.policy;
+    trace.budget = {o.budget, o.window};
+    trace.eviction_seed = o.seed;
+    trace.sampling = {o.temperature, o.top_p, o.top_k, o.seed};
+    trace.sampling.validate();
+    if (given("--stream-id")) trace.stream_id = o.stream_id;
+    trace.stop_ids = bundle.generation.eos_ids;
+    if (!o.grader.empty()) {
+      eval::TaskSpec task;
+      task.name = "fork";
+      task.grader = eval::grader_from_name(o.grader, "--grader");
+      if (task.grader == eval::GraderKind::Code)
+        fail("probe fork: --grader code needs a dataset's tests; fork an eval run record of the code task instead");
+      task.choices = o.choices;
+      eval::Problem problem;
+      problem.answer = o.answer;
+      trace.task = task;
+      trace.problem = problem;
+    }
+  }
+  const int pl = static_cast<int>(trace.prompt.size());
+  if (given("--span-text")) {
+    const auto [first, end] = probe::find_generated_text(bundle, trace, o.span_text, false, "--span-text");
+    o.config.span = {pl + first, pl + end};
+  }
+  if (given("--fork-before"))
+    o.config.fork_at = probe::find_generated_text(bundle, trace, o.fork_before, true, "--fork-before").first;
+  probe::validate_fork(trace, o.config);
+  fmt::print(stderr, "kvdice: fork replay of {} on {}: {} under T={} r={}, fork after {} of {} generated tokens\n",
+             trace.source, bundle.source, trace.policy, trace.budget.budget, trace.budget.window, o.config.fork_at,
+             trace.generated.size());
+  const probe::ForkReport report = probe::run_fork_probe(bundle, *backend, trace, o.config);
+  fmt::print("{}", probe::fork_results_markdown(trace, o.config, report));
+  if (!o.json_out.empty()) {
+    Json j = probe::fork_results_json(trace, o.config, report);
+    j["model"] = bundle.source;
+    write_file_atomically(o.json_out, j.dump(2) + "\n");
+  }
+}
+
+void add_fork_command(CLI::App* probe) {
+  auto o = std::make_shared<ForkOptions>();
+  CLI::App* cmd = probe->add_subcommand(
+      "fork", "Fork replay: force a recorded trace to a token with its policy live, then sample on, with and "
+              "without a span pinned in every head");
+  cmd->add_option("--model,-m", o->model, "HF checkpoint directory, .gguf file, or a known model name")
+      ->required();
+  cmd->add_option("--trace", o->trace, "A `kvdice generate --json` output file");
+  add_int_option(cmd, "--index", o->index, 0, kMaxBatch, "Which record of a --trace array (0-based)");
+  cmd->add_option("--results", o->results, "Results root of an `eval run` cell");
+  cmd->add_option("--cell", o->cell, "The eval cell");
+  add_int_option(cmd, "--problem", o->problem, 0, INT32_MAX, "The record's problem (0-based)");
+  add_int_option(cmd, "--run", o->run, 0, INT32_MAX, "The record's run (0-based)");
+  cmd->add_option("--dataset", o->dataset, "The cell's dataset, where its manifest's path no longer holds it");
+  add_int_option(cmd, "--fork-at,-k", o->config.fork_at, 1, INT32_MAX,
+                 "Generated tokens of the trace forced before the first sampled one");
+  cmd->add_option("--fork-before", o->fork_before,
+                  "Fork at the last occurrence of this text in the generated text: the model writes it itself");
+  cmd->add_option("--span", o->span, "Absolute positions LO-HI (HI excluded) pinned in every head in the pinned arm");
+  cmd->add_option("--span-text", o->span_text,
+                  "Pin the generated tokens that cover the first occurrence of this text instead of --span");
+  add_int_option(cmd, "--repetitions,-R", o->config.repetitions, 1, kMaxBatch,
+                 "Continuations per arm (sampling seeds seed, seed + 1, ...)");
+  add_int_option(cmd, "--max-new-tokens", o->config.max_new_tokens, 0, kMaxTokens,
+                 "Tokens sampled after the fork (0: the record's cap, or its length, less the forced ones)");
+  cmd->add_option("--policy", o->policy, "generate record: the policy it was decoded with");
+  add_int_option(cmd, "--budget,-T", o->budget, 0, kMaxTokens, "generate record: its KV budget T");
+  add_int_option(cmd, "--window,-r", o->window, 1, kMaxTokens, "generate record: its window r");
+  add_seed_option(cmd, "--seed", o->seed, "generate record: its seed (eviction and sampling)");
+  add_temperature_option(cmd, "--temperature", o->temperature, "generate record: its temperature");
+  add_top_p_option(cmd, "--top-p", o->top_p, "generate record: its top-p");
+  add_int_option(cmd, "--top-k", o->top_k, 0, kMaxTokens, "generate record: its top-k");
+  add_seed_option(cmd, "--stream-id", o->stream_id, "generate record: its stream id (default: the record's id)");
+  cmd->add_option("--grader", o->grader, "generate record: grade with math or choice against --answer");
+  cmd->add_option("--answer", o->answer, "generate record: the gold answer");
+  add_int_option(cmd, "--choices", o->choices, 2, 26, "generate record, choice grader: valid letters");
+  add_backend_flags(cmd, o->backend);
+  add_kv_pool_flags(cmd, o->config.pool);
+  cmd->add_option("--json-out", o->json_out, "Also write the results as JSON to this file");
+  cmd->callback([o, cmd] { run_fork(*o, *cmd); });
+}
+
 }  // namespace
 
 void add_probe_command(CLI::App& app) {
@@ -175,6 +311,7 @@ void add_probe_command(CLI::App& app) {
   cmd->add_option("--json-out", o->json_out, "Also write the results as JSON to this file");
   cmd->callback([o] { run_passcode(*o); });
   add_synth_command(probe);
+  add_fork_command(probe);
 }
 
 }  // namespace kvdice::cli

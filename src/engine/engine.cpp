@@ -215,9 +215,17 @@ uint64_t Engine::submit(GenerationRequest request) {
   for (int t : request.prompt)
     if (t < 0 || t >= vocab) fail("prompt token id {} is outside the vocabulary (size {})", t, vocab);
   request.sampling.validate();
+  if (request.sample_after_forced && request.forced_tokens.empty())
+    fail("a request that samples after its forced tokens needs forced tokens (none given)");
   if (!request.forced_tokens.empty()) {
-    request.max_new_tokens = static_cast<int>(request.forced_tokens.size());
-    request.ignore_eos = true;
+    const int forced = static_cast<int>(std::min<size_t>(request.forced_tokens.size(), INT32_MAX));
+    if (!request.sample_after_forced) {
+      request.max_new_tokens = forced;
+      request.ignore_eos = true;
+    } else if (request.max_new_tokens <= forced) {
+      fail("max new tokens ({}) must exceed the {} forced tokens of a request that samples after them",
+           request.max_new_tokens, request.forced_tokens.size());
+    }
     for (int t : request.forced_tokens)
       if (t < 0 || t >= vocab) fail("forced token id {} is outside the vocabulary", t);
   }
@@ -504,14 +512,16 @@ void Engine::accept_token(Sequence& seq, int token, float forced_logprob, bool f
         "its weights or activations overflowed (check the checkpoint for NaN/Inf values)",
         seq.id, seq.stats.prompt_tokens, seq.generated.size());
   }
-  if (!seq.request.forced_tokens.empty()) {
+  const bool forced = seq.generated.size() < seq.request.forced_tokens.size();
+  if (forced) {
     seq.forced_logprobs.push_back(forced_logprob);
     seq.forced_is_argmax.push_back(forced_is_argmax ? 1 : 0);
   }
   seq.generated.push_back(token);
   const GenerationRequest& req = seq.request;
-  const bool stop =
-      !req.ignore_eos && std::find(req.stop_ids.begin(), req.stop_ids.end(), token) != req.stop_ids.end();
+  // A forced token never stops a sequence: only a sampled stop id does.
+  const bool stop = !forced && !req.ignore_eos &&
+                    std::find(req.stop_ids.begin(), req.stop_ids.end(), token) != req.stop_ids.end();
   if (stop) {
     seq.finish = FinishReason::Stop;
   } else if (static_cast<int>(seq.generated.size()) >= req.max_new_tokens) {

@@ -29,9 +29,13 @@ struct GenerationRequest {
   SamplingParams sampling;
   std::vector<int> stop_ids;  // EOS ids; ignored when ignore_eos
   bool ignore_eos = false;
-  // Teacher forcing: when non-empty, these tokens are fed instead of sampled ones (one per step,
-  // max_new_tokens is their count) and the result records each one's log-probability.
+  // Teacher forcing: when non-empty, these tokens are fed instead of sampled ones (one decode step each,
+  // eviction rounds running as in decoding) and the result records each one's log-probability.
   std::vector<int> forced_tokens;
+  // False: the forced tokens are the whole request (max_new_tokens is their count, stop ids are
+  // ignored). True: they are a prefix, after which the sequence samples as any request does, until
+  // max_new_tokens tokens in all (the prefix included) or a stop id among the sampled tokens.
+  bool sample_after_forced = false;
   // Keys this sequence's eviction and sampling streams; defaults to the engine-assigned id. Set it
   // to reproduce a sequence exactly in another batch or run (e.g. problem index * runs + run).
   std::optional<uint64_t> stream_id;

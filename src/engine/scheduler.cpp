@@ -242,7 +242,8 @@ void Scheduler::write_decode_step(bool upload_forced) {
   b.max_rows_per_seq = 1;
   for (int row = 0; row < n; ++row)
     write_row(b, row, row, *running_[static_cast<size_t>(row)], RowFields::Forced);
-  if (upload_forced) decode_batch_.upload_forced();
+  if (upload_forced || forced_uploaded_) decode_batch_.upload_forced();
+  forced_uploaded_ = upload_forced;
 }
 
 void Scheduler::write_decode_row(int row) {

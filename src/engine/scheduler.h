@@ -50,9 +50,11 @@ struct Sequence {
   SequenceStats stats;
 
   bool running() const { return finish == FinishReason::Running; }
-  // Teacher forcing: the token the next step takes instead of sampling; -1 = it samples (or has stopped).
+  // Teacher forcing: the token the next step takes instead of sampling; -1 = it samples (no forced token
+  // left, or it has stopped).
   int forced_now() const {
-    return running() && !request.forced_tokens.empty() ? request.forced_tokens[generated.size()] : -1;
+    return running() && generated.size() < request.forced_tokens.size() ? request.forced_tokens[generated.size()]
+                                                                         : -1;
   }
 };
 
@@ -150,7 +152,9 @@ class Scheduler {
   // tokens), in order. True when the step appends the last of every prompt (it samples first tokens).
   bool write_prefill(backend::StepBatch& b, const std::vector<Sequence*>& batch) const;
   // Sets the decode batch to this step's rows (every running sequence, one token each) and their forced
-  // tokens, uploading those when `upload_forced` (teacher forcing; other steps need no host data).
+  // tokens, uploading those when `upload_forced` (teacher forcing; other steps need no host data) and in
+  // the step after one that uploaded them, so a row whose forced prefix ended samples (its -1 reaches the
+  // backend).
   void write_decode_step(bool upload_forced);
 
  private:
@@ -169,6 +173,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Sequence>> running_;  // running_[i] is row i of the decode batch
   std::unique_ptr<Sequence> chunking_;  // admitted, its long prompt partly prefilled; not yet a decode row
   bool chunk_turn_ = false;             // the next step prefills chunking_'s next chunk
+  bool forced_uploaded_ = false;        // the last decode step uploaded forced tokens
   std::vector<GenerationResult> finished_;
   int64_t reserved_slots_ = 0;
 };
