@@ -297,9 +297,9 @@ TEST(CudaPolicyParams, EveryOptionReachesItsCudaFile) {
     return std::vector<unsigned char>(params.bytes, params.bytes + policy::kCudaParamBytes);
   };
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases{
-      {"snapkv", {"pool=3", "temperature=2"}},
-      {"rkv", {"lambda=0.1", "pool=3", "temperature=2"}},
-      {"vase", {"large=0.5", "sinks=2", "pool=3", "temperature=2"}},
+      {"snapkv", {"pool=3", "temperature=2", "precision=fp32"}},
+      {"rkv", {"lambda=0.1", "pool=3", "temperature=2", "precision=fp32"}},
+      {"vase", {"large=0.5", "sinks=2", "pool=3", "temperature=2", "precision=fp32"}},
       {"rkv_official", {"lambda=0.5", "queries=4", "pool=3", "threshold=0.3"}},
       {"random_block_pp", {"block=4", "grid=candidates"}},
       {"random_pp_rec", {"recent=0.25"}},
@@ -313,6 +313,22 @@ TEST(CudaPolicyParams, EveryOptionReachesItsCudaFile) {
   }
   EXPECT_EQ(bound("snapkv_pp:pool=3"), bound("snapkv:pool=3"));
   EXPECT_EQ(bound("vase_pp:sinks=2"), bound("vase:sinks=2"));
+  // The windowed attention's precision: stated only when fp32, and the file answers it to the backend
+  // (which sizes the fp32 window scratch from it); files without the option always run fp64.
+  for (const char* name : {"snapkv", "snapkv_pp", "rkv", "rkv_pp", "vase", "vase_pp"}) {
+    const policy::CudaSelection* cuda = policy::cuda_selection(name);
+    ASSERT_NE(cuda, nullptr) << name;
+    ASSERT_NE(cuda->window_fp32, nullptr) << name;
+    auto fp32 = [&](const std::string& spec) {
+      return cuda->window_fp32(policy::bind_cuda_params(*policy::make_policy(spec)));
+    };
+    EXPECT_FALSE(fp32(name)) << name;
+    EXPECT_FALSE(fp32(std::string(name) + ":precision=fp64")) << name;
+    EXPECT_TRUE(fp32(std::string(name) + ":precision=fp32")) << name;
+    EXPECT_TRUE(fp32(std::string(name) + ":pool=3,temperature=2,precision=fp32")) << name;
+  }
+  EXPECT_EQ(policy::cuda_selection("rkv_official")->window_fp32, nullptr);
+  EXPECT_EQ(policy::cuda_selection("h2o")->window_fp32, nullptr);
   // Files without options bind an empty block.
   EXPECT_EQ(bound("random_pp"), std::vector<unsigned char>(policy::kCudaParamBytes, 0));
   EXPECT_EQ(bound("h2o_pp"), std::vector<unsigned char>(policy::kCudaParamBytes, 0));
