@@ -117,10 +117,20 @@ def random_vrange_pp(case, share=0.25):
     return sorted(kept | set(rest))
 
 
-def windowed_attention(case, pool=5, temperature=1.0):
+def bf16(values):
+    """fp32 values rounded to bf16 (nearest, ties to even), as float64."""
+    bits = np.asarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def windowed_attention(case, pool=5, temperature=1.0, fp32=False):
+    """In float64; with fp32 (the policies' precision=fp32) the queries and keys first rounded to bf16
+    as policy/window_attention.h rounds them (its fp32 arithmetic after that stays within near-ties)."""
     n, d, g, nq = case["n_candidates"], case["head_dim"], case["group"], case["n_queries"]
-    k = np.array(case["keys"], dtype=np.float32).astype(np.float64).reshape(n, d)
-    q = np.array(case["window_queries"], dtype=np.float32).astype(np.float64).reshape(g, nq, d)
+    as_input = bf16 if fp32 else (lambda v: np.array(v, dtype=np.float32).astype(np.float64))
+    k = as_input(case["keys"]).reshape(n, d)
+    q = as_input(case["window_queries"]).reshape(g, nq, d)
     logits = q @ k.T / (math.sqrt(d) * temperature)            # [g, nq, n]
     p = np.exp(logits - logits.max(axis=-1, keepdims=True))
     p /= p.sum(axis=-1, keepdims=True)
@@ -134,9 +144,9 @@ def windowed_attention(case, pool=5, temperature=1.0):
     return score
 
 
-def snapkv(case, protect, pool=5):
+def snapkv(case, protect, pool=5, fp32=False):
     pl = case["n_protected"] if protect else 0
-    score = windowed_attention(case, pool)
+    score = windowed_attention(case, pool, fp32=fp32)
     return list(range(pl)) + top(case, chrono(case, pl), score, case["keep"] - pl)
 
 
@@ -146,7 +156,7 @@ def h2o(case, protect):
     return list(range(pl)) + top(case, chrono(case, pl), score, case["keep"] - pl)
 
 
-def vase(case, protect, large=0.25, sinks=4):
+def vase(case, protect, large=0.25, sinks=4, fp32=False):
     pl, keep = (case["n_protected"] if protect else 0), case["keep"]
     kept = set(range(pl))
     order = chrono(case, 0)
@@ -160,7 +170,7 @@ def vase(case, protect, large=0.25, sinks=4):
     pool = [s for s in order if s not in kept]
     n_range = min(max(n_large - sinks_outside, 0), keep - len(kept))
     kept |= set(top(case, pool, rng_vals, n_range))
-    att = windowed_attention(case)
+    att = windowed_attention(case, fp32=fp32)
     left = [s for s in pool if s not in kept]           # age order
     w_max = max(att[s] for s in left) if left else 0.0
     weight = {s: (math.floor(att[s] / w_max * 2.0**40) if w_max > 0 else 0) for s in left}
@@ -206,9 +216,9 @@ def redundancy(case, threshold=None):
     return red
 
 
-def rkv(case, protect, lam=0.5, pool=5):
+def rkv(case, protect, lam=0.5, pool=5, fp32=False):
     pl = case["n_protected"] if protect else 0
-    score = lam * windowed_attention(case, pool) - (1 - lam) * redundancy(case)
+    score = lam * windowed_attention(case, pool, fp32=fp32) - (1 - lam) * redundancy(case)
     return list(range(pl)) + top(case, chrono(case, pl), score, case["keep"] - pl)
 
 
@@ -259,6 +269,11 @@ POLICIES = {
     "rkv_pp": lambda c: rkv(c, True),
     "rkv:lambda=0.3,pool=1": lambda c: rkv(c, False, lam=0.3, pool=1),
     "rkv_official": rkv_official,
+    "snapkv:precision=fp32": lambda c: snapkv(c, False, fp32=True),
+    "snapkv_pp:pool=1,precision=fp32": lambda c: snapkv(c, True, pool=1, fp32=True),
+    "vase_pp:precision=fp32": lambda c: vase(c, True, fp32=True),
+    "rkv:lambda=0.3,pool=1,precision=fp32": lambda c: rkv(c, False, lam=0.3, pool=1, fp32=True),
+    "rkv_pp:precision=fp32": lambda c: rkv(c, True, fp32=True),
     "rkv_official:lambda=0.5,queries=3,pool=3,threshold=0.2": lambda c: rkv_official(
         c, lam=0.5, queries=3, pool=3, threshold=0.2),
 }

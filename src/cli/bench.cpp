@@ -39,6 +39,21 @@ void apply_table9_preset(bench::BenchOptions& o, const CLI::App& cmd) {
                   "vase_pp:large=0.25,pool=5,temperature=0.6"};
 }
 
+// --policies splits at every comma, which also splits a spec's own options ("snapkv_pp:pool=5,
+// temperature=0.6"): a piece without a ':' that holds a '=' is an option of the spec before it. A first
+// piece of that form has no spec to join and is left for make_policy to refuse.
+void join_policy_options(std::vector<std::string>& policies) {
+  std::vector<std::string> joined;
+  for (const std::string& piece : policies) {
+    const bool option = piece.find(':') == std::string::npos && piece.find('=') != std::string::npos;
+    if (option && !joined.empty())
+      joined.back() += "," + piece;
+    else
+      joined.push_back(piece);
+  }
+  policies = std::move(joined);
+}
+
 // Flags that only `serve` reads, and flags of the other protocols that `serve` does not read: either
 // given to the wrong protocol is an error, never silently ignored.
 const char* const kServeOnlyFlags[] = {"--url",         "--api-key",          "--served-model",
@@ -153,6 +168,7 @@ void run(BenchFlags& f, const CLI::App& cmd) {
     fail("--config is the shape for --random-weights; add --random-weights");
   if (!f.model.empty()) o.model_path = resolve_model_argument(f.model).string();
   apply_defaults(o, cmd);
+  join_policy_options(o.policies);
   if (f.preset == "table9") {  // after the defaults: --quick's batch sizes do not apply to it
     if (o.protocol != "evict") fail("--preset table9 is a preset of bench evict, not of bench {}", o.protocol);
     apply_table9_preset(o, cmd);
@@ -215,7 +231,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--batches", o.batches, "evict: batch sizes (default 1 128)")
       ->delimiter(',')
       ->transform(integer_in(1, kMaxBatch));
-  cmd->add_option("--policies", o.policies, "evict: policies to time (default: every one the backend runs)")
+  cmd->add_option("--policies", o.policies,
+                  "evict: policies to time, name[:key=value,...] each (default: every one the backend runs)")
       ->delimiter(',');
   add_int_option(cmd, "--repeats", o.repeats, 1, 100000, "evict: timed rounds per measurement");
   cmd->add_option("--preset", f->preset,

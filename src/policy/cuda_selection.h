@@ -89,6 +89,11 @@ constexpr int64_t cuda_window_scratch_bytes(int capacity, int group, int logit_q
 // Window queries whose logits the window scratch holds when it fits (the default r; a longer window
 // recomputes them).
 inline constexpr int kCudaStoredLogitQueries = 64;
+// The window scratch of the fp32 windowed attention (precision=fp32, window_scores_tc.cu): the
+// per-query-head fp32 mean weights per candidate, means[group][capacity], a multiple of 256 bytes.
+constexpr int64_t cuda_window_fp32_bytes(int capacity, int group) {
+  return (4 * int64_t{group} * capacity + 255) / 256 * 256;
+}
 // Per-(row, KV head) scratch of a round scorer (TriAttention): the head scratch plus one fp64 array per
 // query head of the GQA group.
 constexpr int64_t cuda_round_scratch_bytes(int capacity, int group) {
@@ -120,10 +125,11 @@ struct CudaSelectionArgs {
   // selection flags kErrorSelectionInput.
   int ring_window = 0;
   CudaParams params;  // the policy's options, written by its CUDA file's binder (CudaSelection::bind)
-  // The windowed attention's smoothing kernel and temperature (window_attention.cuh reads them): a
-  // launcher of a policy scoring by windowed attention sets them from its own parameters.
+  // The windowed attention's smoothing kernel, temperature and precision (window_attention.cuh reads
+  // them): a launcher of a policy scoring by windowed attention sets them from its own parameters.
   int pool = 1;
   double temperature = 1.0;
+  bool window_fp32 = false;  // the windowed attention on tensor cores in fp32 (precision=fp32), else fp64
   const double* table = nullptr;  // EvictionPolicy::device_table().values, uploaded once per policy
   // Windowed attention: the window scratch holds the logits of up to this many window queries (0: none;
   // rows with more queries recompute them). Set with the scratch by the backend.
@@ -153,15 +159,22 @@ using CudaRoundScorer = void (*)(const CudaSelectionArgs& args, void* stream);
 // option in effect stated; PolicyOptions::require_* reads them).
 using CudaParamBinder = CudaParams (*)(PolicyOptions& options);
 
+// Whether a windowed-attention file's bound parameters ask for the fp32 windowed attention
+// (precision=fp32), whose window scratch holds only the fp32 means (cuda_window_fp32_bytes): the
+// backend sizes the scratch before the launcher runs.
+using CudaWindowPrecision = bool (*)(const CudaParams& params);
+
 // What one CUDA file (src/policy/cuda/<file>.cu) gives the registry: its selection launcher, the binder
 // of its parameters (nullptr: it reads none), whether it needs the per-head scratch of the scoring
 // launches although its policy reads no signals (an age order, a sort: random_block_pp, random_pp_rec),
-// and its whole-model scorer (nullptr for per-layer policies).
+// its whole-model scorer (nullptr for per-layer policies) and, for a file scoring by windowed attention
+// with a precision option (snapkv, rkv, vase), what its parameters say of it (nullptr: always fp64).
 struct CudaSelection {
   CudaSelectionLauncher select = nullptr;
   CudaParamBinder bind = nullptr;
   bool head_scratch = false;
   CudaRoundScorer round = nullptr;
+  CudaWindowPrecision window_fp32 = nullptr;
 };
 
 // The CUDA file registered for policy `name` (a spec's options are ignored): "snapkv" for snapkv and

@@ -21,7 +21,8 @@ class RkvPolicy final : public EvictionPolicy {
       : protect_(protect),
         lambda_(options.get_double("lambda", 0.5, 0.0, 1.0)),
         pool_(options.get_int("pool", 5, 1, 99)),
-        temperature_(options.get_double("temperature", 1.0, 1e-3, 1e3)) {
+        temperature_(options.get_double("temperature", 1.0, 1e-3, 1e3)),
+        precision_(read_window_precision(options, protect ? "rkv_pp" : "rkv")) {
     if (pool_ % 2 == 0) fail("policy '{}': option pool={} must be odd (1 = no smoothing)", name(), pool_);
   }
   std::string_view name() const override { return protect_ ? "rkv_pp" : "rkv"; }
@@ -32,10 +33,11 @@ class RkvPolicy final : public EvictionPolicy {
   bool protects_prompt() const override { return protect_; }
   SignalNeeds needs() const override { return {.window_queries = true}; }
   std::string options() const override {
-    return fmt::format("lambda={},pool={},temperature={}", lambda_, pool_, temperature_);
+    return fmt::format("lambda={},pool={},temperature={}", lambda_, pool_, temperature_) +
+           window_precision_option(precision_);
   }
   void select(const SelectionInput& input, std::span<uint8_t> keep) const override {
-    std::vector<double> score = windowed_attention(input, pool_, temperature_);
+    std::vector<double> score = windowed_attention(input, pool_, temperature_, precision_);
     const std::vector<double> redundancy = key_redundancy(input, std::nullopt);
     for (size_t j = 0; j < score.size(); ++j) score[j] = lambda_ * score[j] - (1.0 - lambda_) * redundancy[j];
     keep_prompt_and_highest<double>(input, score, keep);
@@ -46,6 +48,7 @@ class RkvPolicy final : public EvictionPolicy {
   double lambda_;
   int pool_;
   double temperature_;
+  WindowPrecision precision_;
 };
 
 }  // namespace

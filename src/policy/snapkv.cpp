@@ -18,7 +18,8 @@ class SnapKvPolicy final : public EvictionPolicy {
   SnapKvPolicy(PolicyOptions& options, bool protect)
       : protect_(protect),
         pool_(options.get_int("pool", 5, 1, 99)),
-        temperature_(options.get_double("temperature", 1.0, 1e-3, 1e3)) {
+        temperature_(options.get_double("temperature", 1.0, 1e-3, 1e3)),
+        precision_(read_window_precision(options, protect ? "snapkv_pp" : "snapkv")) {
     if (pool_ % 2 == 0) fail("policy '{}': option pool={} must be odd (1 = no smoothing)", name(), pool_);
   }
   std::string_view name() const override { return protect_ ? "snapkv_pp" : "snapkv"; }
@@ -28,9 +29,12 @@ class SnapKvPolicy final : public EvictionPolicy {
   }
   bool protects_prompt() const override { return protect_; }
   SignalNeeds needs() const override { return {.window_queries = true}; }
-  std::string options() const override { return fmt::format("pool={},temperature={}", pool_, temperature_); }
+  std::string options() const override {
+    return fmt::format("pool={},temperature={}", pool_, temperature_) +
+           window_precision_option(precision_);
+  }
   void select(const SelectionInput& input, std::span<uint8_t> keep) const override {
-    const std::vector<double> score = windowed_attention(input, pool_, temperature_);
+    const std::vector<double> score = windowed_attention(input, pool_, temperature_, precision_);
     keep_prompt_and_highest<double>(input, score, keep);
   }
 
@@ -38,6 +42,7 @@ class SnapKvPolicy final : public EvictionPolicy {
   bool protect_;
   int pool_;
   double temperature_;
+  WindowPrecision precision_;
 };
 
 }  // namespace

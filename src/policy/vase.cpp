@@ -29,7 +29,8 @@ class VasePolicy final : public EvictionPolicy {
         large_(options.get_double("large", 0.25, 0.0, 1.0)),
         sinks_(options.get_int("sinks", 4, 0, 1 << 20)),
         pool_(options.get_int("pool", 5, 1, 99)),
-        temperature_(options.get_double("temperature", 1.0, 1e-3, 1e3)) {
+        temperature_(options.get_double("temperature", 1.0, 1e-3, 1e3)),
+        precision_(read_window_precision(options, protect ? "vase_pp" : "vase")) {
     if (pool_ % 2 == 0) fail("policy '{}': option pool={} must be odd (1 = no smoothing)", name(), pool_);
   }
   std::string_view name() const override { return protect_ ? "vase_pp" : "vase"; }
@@ -41,7 +42,8 @@ class VasePolicy final : public EvictionPolicy {
   bool protects_prompt() const override { return protect_; }
   SignalNeeds needs() const override { return {.window_queries = true, .value_ranges = true}; }
   std::string options() const override {
-    return fmt::format("large={},sinks={},pool={},temperature={}", large_, sinks_, pool_, temperature_);
+    return fmt::format("large={},sinks={},pool={},temperature={}", large_, sinks_, pool_, temperature_) +
+           window_precision_option(precision_);
   }
 
   void select(const SelectionInput& input, std::span<uint8_t> keep) const override {
@@ -66,7 +68,7 @@ class VasePolicy final : public EvictionPolicy {
     keep_highest<float>(input, pool, input.value_range, n_range, keep);
     kept += n_range;
 
-    const std::vector<double> attention = windowed_attention(input, pool_, temperature_);
+    const std::vector<double> attention = windowed_attention(input, pool_, temperature_, precision_);
     std::vector<int32_t> left;
     double w_max = 0.0;
     for (int32_t slot : pool)
@@ -109,6 +111,7 @@ class VasePolicy final : public EvictionPolicy {
   double large_;
   int sinks_, pool_;
   double temperature_;
+  WindowPrecision precision_;
 };
 
 }  // namespace

@@ -13,20 +13,25 @@
 // independent for every policy but TriAttention (whose keep-sets are shared and scored over all
 // layers), so a handful of layers stands for the model's 24-40.
 //
-// Near-ties in the scoring policies: as in test_cuda_policies.cpp, continuous random inputs make a
-// keep-set boundary within fp64 rounding of a tie improbable; exact ties break by position on both sides.
+// Near-ties: the windowed-attention policies at precision=fp32 (snapkv, rkv, vase) may differ where the
+// CPU's own scores leave a near-tie (near_ties.h judges each such head, counts it and fails on anything
+// else); after such a round the CUDA pool takes the CPU's contents, so the next round starts from the
+// same state. The fp64 scorers must match exactly: continuous random inputs make a keep-set boundary
+// within fp64 rounding of a tie improbable; exact ties break by position on both sides.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <filesystem>
+#include <iostream>
 #include <numeric>
 #include <random>
 #include <set>
 #include <sstream>
 
 #include "backend/eviction_rows.h"
+#include "backend/near_ties.h"
 #include "backend/op_harness.h"
 #include "core/philox.h"
 #include "model/random_weights.h"
@@ -196,6 +201,31 @@ struct RealPool {
     b.upload(signals.back()->data(), host.data(), host.size() * sizeof(float));
     return signals.back()->data();
   }
+  std::vector<float> download_signal(const float* p) const {
+    std::vector<float> out;
+    if (p == nullptr) return out;
+    for (const auto& sig : signals)
+      if (sig->data() == p) {
+        out.resize(sig->bytes / sizeof(float));
+        b.download(out.data(), p, sig->bytes);
+      }
+    return out;
+  }
+  // Takes the other pool's contents (keys, values, positions, signals), lengths and counters.
+  void copy_from(const RealPool& other) {
+    for (size_t l = 0; l < layers.size(); ++l)
+      layers[l]->upload(other.layers[l]->keys.download(), other.layers[l]->values.download(), other.positions(int(l)));
+    for (size_t i = 0; i < signals.size(); ++i) {
+      std::vector<char> host(other.signals[i]->bytes);
+      other.b.download(host.data(), other.signals[i]->data(), host.size());
+      b.upload(signals[i]->data(), host.data(), host.size());
+    }
+    const auto length = other.lengths(), round = other.round_counters();
+    const auto appended = other.d.get(other.d.batch.appended, size_t(w.h.n_seqs));
+    b.upload(d.batch.length, length.data(), length.size() * sizeof(int32_t));
+    b.upload(d.batch.round, round.data(), round.size() * sizeof(int32_t));
+    b.upload(d.batch.appended, appended.data(), appended.size() * sizeof(int32_t));
+  }
   void evict(const policy::EvictionPolicy& policy) {
     b.evict(d.batch, views, policy, 0);
     b.synchronize();
@@ -250,11 +280,38 @@ std::string list(const std::vector<int32_t>& v) {
   return out.str();
 }
 
-// Compares the kept positions of every (row, layer, KV head); each mismatch names them and the
-// positions only one side kept. Returns the number of mismatching heads.
-int compare_keep_sets(const std::string& what, const RealWorld& w, const RealPool& cpu, const RealPool& gpu,
-                      const std::vector<int32_t>& length) {
-  int mismatches = 0;
+// One layer of a pool before a round, as the CPU round reads it.
+struct LayerBefore {
+  std::vector<int32_t> pos;
+  std::vector<float> keys, range, mass;
+};
+struct PoolBefore {
+  std::vector<RowBefore> rows;
+  std::vector<LayerBefore> layers;
+};
+PoolBefore pool_before(const RealWorld& w, const RealPool& p) {
+  PoolBefore out;
+  const auto length = p.lengths(), round = p.round_counters();
+  const auto appended = p.d.get(p.d.batch.appended, size_t(w.h.n_seqs));
+  for (int q = 0; q < w.h.n_seqs; ++q)
+    out.rows.push_back({w.h.budget[q], w.h.window[q], length[q], w.h.n_protected[q], w.h.ring_row[size_t(q)],
+                        appended[q], w.h.evict_key[q], static_cast<uint32_t>(round[q])});
+  for (int l = 0; l < w.shape.n_layers; ++l)
+    out.layers.push_back({p.positions(l), p.layers[size_t(l)]->keys.download(),
+                          p.download_signal(p.views[size_t(l)].value_range),
+                          p.download_signal(p.views[size_t(l)].attention_mass)});
+  return out;
+}
+
+// Compares the kept positions of every (row, layer, KV head); a head whose sets differ must be a
+// near-tie by the CPU's scores (near_ties.h), else the failure names it and the positions only one side
+// kept. Returns the number of heads that differ beyond near-ties; *near_tie_heads counts the others.
+int compare_keep_sets(const std::string& what, const policy::EvictionPolicy& policy, const RealWorld& w,
+                      const PoolBefore& before, const RealPool& cpu, const RealPool& gpu,
+                      const std::vector<int32_t>& length, int* near_tie_heads) {
+  int mismatches = 0, near_ties = 0;
+  *near_tie_heads = 0;
+  static const std::vector<float> kNone;
   for (int l = 0; l < w.shape.n_layers; ++l) {
     const auto pc = cpu.positions(l), pg = gpu.positions(l);
     for (int q = 0; q < w.h.n_seqs; ++q)
@@ -270,12 +327,26 @@ int compare_keep_sets(const std::string& what, const RealWorld& w, const RealPoo
         std::vector<int32_t> only_cpu, only_gpu;
         std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(only_cpu));
         std::set_difference(b.begin(), b.end(), a.begin(), a.end(), std::back_inserter(only_gpu));
+        const LayerBefore& lb = before.layers[size_t(l)];
+        const HeadBefore head = head_before(
+            before.rows[size_t(q)], l, g, w.shape.n_kv, w.shape.group, w.shape.head_dim, w.ring_window,
+            [&](int slot) { return w.index(q, g, slot); }, lb.pos, lb.keys,
+            w.needs.window_queries ? w.ring[size_t(l)] : kNone, lb.range, lb.mass);
+        const NearTieVerdict verdict = judge_near_ties(policy, head.input, only_cpu, only_gpu);
+        if (verdict.explained) {
+          ++*near_tie_heads;
+          near_ties += verdict.near_ties;
+          continue;
+        }
         if (++mismatches <= 12)
           ADD_FAILURE() << what << ": row " << q << " layer " << l << " KV head " << g
                         << ": kept only by the CPU: [" << list(only_cpu) << "], only by CUDA: ["
-                        << list(only_gpu) << "]";
+                        << list(only_gpu) << "]: " << verdict.why;
       }
   }
+  if (*near_tie_heads > 0)
+    std::cout << what << ": " << *near_tie_heads << " heads differ by near-ties (" << near_ties
+              << " candidates kept by one side only)\n";
   return mismatches;
 }
 
@@ -330,7 +401,9 @@ const std::vector<std::string> kRealShapePolicies = {
     "random_pin_pp:span=20-60+1500-1501,heads=1+3",
     // Carrier-head mixing: heads=2+3+5 (the default) leaves the default model's two heads to recency.
     "carrier_mix", "carrier_softmix", "anti_mix", "anti_softmix", "carrier_softmix:heads=1,q=0.3",
-    "anti_mix:heads=0+1", "random_vrange_pp", "random_vrange_pp:share=0.6"};
+    "anti_mix:heads=0+1", "random_vrange_pp", "random_vrange_pp:share=0.6",
+    // The tensor-core windowed attention (precision=fp32: near-ties allowed, near_ties.h).
+    "snapkv_pp:precision=fp32", "rkv:precision=fp32", "vase:precision=fp32"};
 
 std::string base_name(const std::string& spec) { return spec.substr(0, spec.find(':')); }
 
@@ -352,13 +425,16 @@ void check_real_shape(const RealShape& shape, const std::string& spec_in, uint64
     }
     const auto length_before = cpu.lengths();
     const auto layer0_before = cpu.positions(0);
+    const PoolBefore before = pool_before(world, cpu);
     cpu.evict(*policy);
     gpu.evict(*policy);
     const auto length = cpu.lengths();
     ASSERT_EQ(gpu.lengths(), length) << what;
     ASSERT_EQ(gpu.round_counters(), cpu.round_counters()) << what;
-    const int mismatches = compare_keep_sets(what, world, cpu, gpu, length);
-    ASSERT_EQ(mismatches, 0) << what << ": (row, layer, KV head) keep-sets that differ";
+    int near_tie_heads = 0;
+    const int mismatches = compare_keep_sets(what, *policy, world, before, cpu, gpu, length, &near_tie_heads);
+    ASSERT_EQ(mismatches, 0) << what << ": (row, layer, KV head) keep-sets that differ beyond near-ties";
+    if (near_tie_heads > 0) gpu.copy_from(cpu);  // the next round starts from the same pool
     // Same keep flags, same compaction: the pools agree slot for slot.
     for (int l = 0; l < shape.n_layers; ++l) {
       ASSERT_EQ(gpu.positions(l), cpu.positions(l)) << what << ": positions of layer " << l;

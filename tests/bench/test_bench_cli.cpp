@@ -177,6 +177,25 @@ TEST_F(BenchCli, EvictTimesEveryPolicyAtEachBatch) {
 // TriAttention scores every layer in one call (one keep-set per KV head for the whole model), so it has
 // no one-layer round: its per-layer figure is the model round over the layers, and says so. (Timing a
 // one-layer call failed on its statistics check: "the cache has 1" layer.)
+// A spec's own options survive --policies' comma split: "snapkv_pp:pool=3,temperature=0.6" is one policy.
+TEST_F(BenchCli, EvictPoliciesKeepTheirOptions) {
+  const std::string json = path("o.json");
+  const CommandResult r = run_kvdice(cpu({"bench", "evict", "--model", kModel, "--budget", "64", "--window", "16",
+                                          "--prompt-len", "8", "--batches", "1", "--policies",
+                                          "snapkv_pp:pool=3,temperature=0.6,precision=fp32,random_pp", "--repeats",
+                                          "1", "--json-out", json}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json results = read_runs(json)[0]["results"];
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0]["metrics"]["policy"], "snapkv_pp:pool=3,temperature=0.6,precision=fp32");
+  EXPECT_EQ(results[1]["metrics"]["policy"], "random_pp");
+  // An option with no spec before it is refused.
+  EXPECT_NE(run_kvdice(cpu({"bench", "evict", "--model", kModel, "--budget", "64", "--window", "16",
+                            "--prompt-len", "8", "--batches", "1", "--policies", "pool=3,random_pp"}))
+                .exit_code,
+            0);
+}
+
 TEST_F(BenchCli, EvictTimesAWholeModelScorerPerModel) {
   const std::string stats = path("tri.safetensors"), text = path("text.txt"), json = path("t.json");
   std::string words;

@@ -28,6 +28,15 @@ TEST(CudaScratchLayout, WindowArraysAreDisjointAlignedAndInsideTheBytes) {
       }
     }
   }
+  // precision=fp32 keeps only the fp32 means: inside the fp64 layout's means, whole 256-byte blocks.
+  for (int capacity : {1, 17, 48, 2112, 32768 + 64})
+    for (int group : {1, 3, 4, 8}) {
+      const int64_t bytes = cuda_window_fp32_bytes(capacity, group);
+      EXPECT_GE(bytes, 4 * int64_t{group} * capacity);
+      EXPECT_LT(bytes, 4 * int64_t{group} * capacity + 256);
+      EXPECT_EQ(bytes % 256, 0);
+      EXPECT_LE(bytes, cuda_window_scratch_bytes(capacity, group, 0));
+    }
   // The head scratch before it keeps the window scratch 256-byte aligned too.
   for (int capacity : {1, 17, 2112}) EXPECT_EQ(cuda_head_scratch_bytes(capacity) % 256, 0);
 }

@@ -142,6 +142,29 @@ TEST(Registry, StatedOptionsAreRequiredByValue) {
   EXPECT_THROW(bad.require_int("block"), Error);
 }
 
+// The windowed attention's precision option of snapkv, rkv and vase (and _pp): fp64 by default and then
+// absent from the description (records of earlier runs stay comparable), fp32 stated (the CUDA files
+// bind it: CudaPolicyParams.EveryOptionReachesItsCudaFile); anything else is refused naming the policy
+// and the value.
+TEST(Registry, WindowPrecisionOption) {
+  for (const char* name : {"snapkv", "snapkv_pp", "rkv", "rkv_pp", "vase", "vase_pp"}) {
+    const std::string plain = describe(*make_policy(name));
+    EXPECT_EQ(plain.find("precision"), std::string::npos) << plain;
+    EXPECT_EQ(describe(*make_policy(std::string(name) + ":precision=fp64")), plain);
+    const auto fp32 = make_policy(std::string(name) + ":precision=fp32");
+    EXPECT_EQ(describe(*fp32), plain + ",precision=fp32");
+    try {
+      make_policy(std::string(name) + ":precision=bf16");
+      ADD_FAILURE() << name << " accepted precision=bf16";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(name), std::string::npos) << what;
+      EXPECT_NE(what.find("precision=bf16"), std::string::npos) << what;
+    }
+  }
+  EXPECT_THROW(make_policy("h2o:precision=fp32"), Error);  // only the windowed attention has it
+}
+
 TEST(Registry, FullRefusesToSelect) {
   auto full = make_policy("full");
   SelectionInput input;

@@ -90,6 +90,7 @@ struct RkvParams {
   double lambda = 0.5;
   int pool = 1;
   double temperature = 1.0;
+  bool window_fp32 = false;  // precision=fp32
 };
 
 struct RkvDevice {

@@ -105,12 +105,20 @@ __global__ void __launch_bounds__(kSelectionThreads) selection_kernel(CudaSelect
   Policy::select(h, keep);
 }
 
-// `args` with the windowed attention's smoothing kernel and temperature (window_attention.cuh reads
-// them), which a policy scoring by windowed attention takes from its own parameters.
-inline CudaSelectionArgs with_window(CudaSelectionArgs args, int pool, double temperature) {
+// `args` with the windowed attention's smoothing kernel, temperature and precision (window_attention.cuh
+// reads them), which a policy scoring by windowed attention takes from its own parameters.
+inline CudaSelectionArgs with_window(CudaSelectionArgs args, int pool, double temperature,
+                                     bool window_fp32) {
   args.pool = pool;
   args.temperature = temperature;
+  args.window_fp32 = window_fp32;
   return args;
+}
+
+// CudaSelection::window_fp32 of a file whose parameter type P holds the precision flag.
+template <class P>
+bool params_window_fp32(const CudaParams& params) {
+  return params.as<P>().window_fp32;
 }
 
 template <class Policy>

@@ -2,6 +2,7 @@
 // vase), sinks, widest value ranges, attention-weighted draw without replacement (vase_select.cuh).
 #include "policy/cuda/vase_select.cuh"
 #include "policy/policy_options.h"
+#include "policy/window_attention.h"
 
 namespace kvdice::policy {
 namespace {
@@ -13,16 +14,20 @@ CudaParams bind_vase(PolicyOptions& options) {
   p.sinks = options.require_int("sinks");
   p.pool = options.require_int("pool");
   p.temperature = options.require_double("temperature");
+  // Stated only when fp32: describe() leaves the default fp64 out.
+  p.window_fp32 = read_window_precision(options, options.name()) == WindowPrecision::Fp32;
   return params;
 }
 
 void cuda_select_vase(const CudaSelectionArgs& args, void* stream) {
   const auto& p = args.params.as<cuda::VaseParams>();
-  cuda::launch_window_scoring_selection<cuda::VaseDevice>(cuda::with_window(args, p.pool, p.temperature), stream);
+  cuda::launch_window_scoring_selection<cuda::VaseDevice>(
+      cuda::with_window(args, p.pool, p.temperature, p.window_fp32), stream);
 }
 
 }  // namespace
 
-const CudaSelection cuda_file_vase{.select = cuda_select_vase, .bind = bind_vase};
+const CudaSelection cuda_file_vase{
+    .select = cuda_select_vase, .bind = bind_vase, .window_fp32 = cuda::params_window_fp32<cuda::VaseParams>};
 
 }  // namespace kvdice::policy

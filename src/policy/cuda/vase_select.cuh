@@ -24,6 +24,7 @@ struct VaseParams {
   int sinks = 0;
   int pool = 1;
   double temperature = 1.0;
+  bool window_fp32 = false;  // precision=fp32
 };
 
 struct VaseDevice {

@@ -1,4 +1,6 @@
-// Device twin of policy/window_attention.cpp (SnapKV's, VaSE's and R-KV's shared score): for each query
+// Device twin of policy/window_attention.cpp (SnapKV's, VaSE's and R-KV's shared score) at its default
+// precision, fp64 (precision=fp32 runs window_scores_tc.cu's tensor-core launch instead and leaves fp32
+// means in the window scratch; windowed_attention_device below reads either): for each query
 // head of the KV head's group and each of its n_q = min(r, appended) ring queries (newest first),
 // softmax over the candidates of q·k / (sqrt(D) · temperature); the mean over the queries; an average
 // pool of kernel `pool` along the candidates in age order; the mean over the group.
@@ -167,9 +169,11 @@ struct WindowItem {
   }
 };
 
-// The two window launches (window_scores.cu) over (tiles, layers x KV heads x group, rows); they run
-// before the selection kernel whose policy calls windowed_attention_device.
+// The window launches before the selection kernel whose policy calls windowed_attention_device: the
+// two fp64 launches (window_scores.cu) over (tiles, layers x KV heads x group, rows), or with
+// args.window_fp32 the tensor-core launch (window_scores_tc.cu) over (layers x KV heads x group, rows).
 void launch_window_scores(const CudaSelectionArgs& args, void* stream);
+void launch_window_scores_fp32(const CudaSelectionArgs& args, void* stream);
 
 // A scoring selection whose policy reads the windowed attention: the window launches, then the policy.
 template <class Policy>
@@ -179,8 +183,9 @@ void launch_window_scoring_selection(const CudaSelectionArgs& args, void* stream
 }
 
 // Writes w.b[a] = the windowed attention score of the a-th oldest candidate (needs w.slot_of_age and the
-// window launches' means): the average pool along age order (zero padding, divided by the kernel), then
-// the group mean. Collective.
+// window launches' means: fp64, or fp32 at the window scratch's start with args.window_fp32): the
+// average pool along age order (zero padding, divided by the kernel) in double, then the group mean, as
+// the CPU. Collective.
 __device__ inline void windowed_attention_device(const CudaSelectionArgs& args, const HeadSelect& h,
                                                  HeadScratch& w, char* scratch) {
   const int n = h.n_candidates;
@@ -191,9 +196,11 @@ __device__ inline void windowed_attention_device(const CudaSelectionArgs& args, 
   for (int a = threadIdx.x; a < n; a += blockDim.x) score[a] = 0.0;
   for (int gh = 0; gh < group; ++gh) {
     const double* mean = ws.means + static_cast<int64_t>(gh) * args.capacity;
+    const float* mean32 = reinterpret_cast<const float*>(ws.means) + static_cast<int64_t>(gh) * args.capacity;
     for (int a = threadIdx.x; a < n; a += blockDim.x) {
       double sum = 0.0;
-      for (int t = max(0, a - half); t <= min(n - 1, a + half); ++t) sum += mean[w.slot_of_age[t]];
+      for (int t = max(0, a - half); t <= min(n - 1, a + half); ++t)
+        sum += args.window_fp32 ? static_cast<double>(mean32[w.slot_of_age[t]]) : mean[w.slot_of_age[t]];
       score[a] += sum / args.pool / group;
     }
   }

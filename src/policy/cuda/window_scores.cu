@@ -118,6 +118,7 @@ __global__ void __launch_bounds__(kWindowThreads) window_means_kernel(CudaSelect
 }  // namespace
 
 void launch_window_scores(const CudaSelectionArgs& args, void* stream) {
+  if (args.window_fp32) return launch_window_scores_fp32(args, stream);
   if (args.n_rows == 0 || args.n_layers == 0 || args.n_kv_heads == 0) return;
   const int group = args.n_heads / args.n_kv_heads;
   const dim3 grid(kMaxWindowTiles, static_cast<unsigned>(args.n_layers * args.n_kv_heads * group),

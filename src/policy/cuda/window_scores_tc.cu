@@ -1,0 +1,306 @@
+// The windowed attention at precision=fp32 (window_attention.cuh's launch_window_scores_fp32; snapkv,
+// rkv and vase with that option): the candidates' fp32 mean softmax weights per query head, logits on
+// tensor cores. Not yet run on a GPU: the parity suites (test_cuda_policies.cpp,
+// test_cuda_real_shapes.cpp) and `bench evict` with the fp32 specs are what is to run first.
+//
+// Precision (as policy/window_attention.h states for both twins): queries (fp32 in the ring) and keys
+// (bf16 in the pool) enter tensor cores as bf16, mma.sync m16n8k16 accumulates the logits in fp32, the
+// logit is that sum times the fp32 scale; softmax statistics, weights and the per-query-head means are
+// fp32 (expf and IEEE division, no fast-math); the selection kernel pools the means in double. The CPU
+// sums the same exact products in dimension order, the tensor cores in theirs, so the scores differ by a
+// few fp32 roundings; docs/policies.md ("Precision and near-ties") bounds the gap and says which
+// keep-set decisions can go either way.
+//
+// Layout: one launch per evict call, one CTA of four warps per (query head, layer of the launch, row)
+// over the whole batch. The CTA takes the head's queries 64 at a time (kQueryChunk, four m16 tiles in
+// shared memory) and streams the candidates' keys through two shared-memory stages of kKeyTile keys by
+// cp.async, twice: pass 1 computes every logit and the per-query online (max, denominator), merged
+// across lanes and warps in a fixed order; pass 2 computes the logits again and adds each candidate's
+// normalised weights over the queries (a fixed shuffle tree), writing the head's fp32 mean per
+// candidate slot at the start of its window scratch (cuda_window_fp32_bytes). Each key is read twice per
+// (row, query head) and the four query heads of a GQA group are neighbouring CTAs, so the re-reads
+// mostly hit L2.
+#include <mutex>
+
+#include "policy/cuda/window_attention.cuh"
+
+namespace kvdice::policy::cuda {
+namespace {
+
+constexpr int kTcThreads = 128;   // four warps; warp w takes keys [16w, 16w + 16) of a stage
+constexpr int kQueryChunk = 64;   // queries per pass pair: four m16 tiles
+constexpr int kKeyTile = 64;      // keys per shared-memory stage
+constexpr int kSmemPad = 8;       // bf16 per shared row beyond head_dim: conflict-free fragment loads
+constexpr int kWarps = kTcThreads / 32;
+constexpr int kMTiles = kQueryChunk / 16;       // m16 tiles of queries, every warp all of them
+constexpr int kNTiles = kKeyTile / kWarps / 8;  // n8 tiles of keys per warp
+static_assert(kKeyTile == kWarps * kNTiles * 8, "the key tile splits evenly over the warps");
+
+// Dynamic shared memory for head_dim d: the query chunk and two key stages, rows of d rounded up to 16
+// plus the pad.
+constexpr int smem_row(int d) { return (d + 15) / 16 * 16 + kSmemPad; }
+constexpr int smem_bytes(int d) { return (kQueryChunk + 2 * kKeyTile) * smem_row(d) * 2; }
+
+// One CTA: blockIdx.x = (layer of the launch, KV head, query head of the group), blockIdx.y = row of the
+// launch. valid is false for rows not due and invalid inputs (the selection kernel flags those).
+struct TcItem {
+  bool valid = false;
+  HeadSelect h;
+  int s = 0, gh = 0, qh = 0, group = 0, nq = 0, window = 0;
+  int64_t appended = 0;
+  SelectionLayer layer;
+
+  __device__ TcItem(const CudaSelectionArgs& args) {
+    s = args.row_begin + static_cast<int>(blockIdx.y);
+    group = args.n_heads / args.n_kv_heads;
+    gh = static_cast<int>(blockIdx.x) % group;
+    const int head = static_cast<int>(blockIdx.x) / group % args.n_kv_heads;
+    const int local_layer = static_cast<int>(blockIdx.x) / (group * args.n_kv_heads);
+    if (!eviction_due(args.batch, s, args.policy_id)) return;
+    h = make_head_select(args, s, local_layer, head);
+    if (selection_input_invalid(args, h, args.batch.length[s])) return;
+    qh = head * group + gh;
+    window = args.batch.window[s];
+    appended = args.batch.appended[s];
+    nq = static_cast<int>(appended < window ? appended : window);
+    layer = args.layers[h.layer];
+    valid = nq > 0 && h.n_candidates > 0;
+  }
+
+  // The head's fp32 means: the start of its window scratch, after the head scratch.
+  __device__ float* means(const CudaSelectionArgs& args) const {
+    const int64_t item =
+        (static_cast<int64_t>(s - args.row_begin) * args.n_layers + (h.layer - args.layer_begin)) *
+            args.n_kv_heads +
+        h.kv_head;
+    char* base = args.scratch + item * args.head_scratch + cuda_head_scratch_bytes(args.capacity);
+    return reinterpret_cast<float*>(base) + static_cast<int64_t>(gh) * args.capacity;
+  }
+};
+
+__device__ inline uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16 bytes global -> shared, or 16 zero bytes when !valid (src-size 0: nothing is read).
+__device__ inline void cp_async_16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// d += a * b, m16n8k16, bf16 inputs, fp32 accumulators.
+__device__ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ inline uint32_t shared_u32(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// Online softmax statistics (max m, denominator d = sum exp(l - m)) merged with another pair; symmetric,
+// so both lanes of a butterfly get the same pair.
+__device__ inline void merge_stats(float& m, float& d, float m2, float d2) {
+  const float top = fmaxf(m, m2);
+  if (top == -INFINITY) return;  // both empty
+  d = (m == -INFINITY ? 0.0f : d * expf(m - top)) + (m2 == -INFINITY ? 0.0f : d2 * expf(m2 - top));
+  m = top;
+}
+
+// Keys [first, first + kKeyTile) of the head (pool order through the page table) into a stage, zeros
+// past the candidates. Columns [head_dim, row) of a stage stay zero from the kernel's start.
+__device__ inline void issue_key_tile(const TcItem& it, const __nv_bfloat16* keys, int d, int row, int first,
+                                      __nv_bfloat16* stage) {
+  const int chunks = d / 8;
+  for (int idx = threadIdx.x; idx < kKeyTile * chunks; idx += blockDim.x) {
+    const int k = idx / chunks, c = idx % chunks;
+    const int j = first + k;
+    const bool valid = j < it.h.n_candidates;
+    const __nv_bfloat16* src = keys + (valid ? pool_index(it.h, j) * d + c * 8 : 0);
+    cp_async_16(shared_address(stage + k * row + c * 8), src, valid);
+  }
+}
+
+// S[kMTiles][kNTiles] = the warp's 16 keys of the stage against the chunk's 64 queries (fp32, unscaled).
+__device__ inline void tile_logits(const __nv_bfloat16* qs, const __nv_bfloat16* stage, int dp, int row,
+                                   float (&acc)[kMTiles][kNTiles][4]) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+  for (int k0 = 0; k0 < dp; k0 += 16) {
+    uint32_t b[kNTiles][2];
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+      const __nv_bfloat16* key = stage + (warp * kNTiles * 8 + nt * 8 + g) * row + k0 + 2 * t;
+      b[nt][0] = shared_u32(key);
+      b[nt][1] = shared_u32(key + 8);
+    }
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+      const __nv_bfloat16* q = qs + (mt * 16 + g) * row + k0 + 2 * t;
+      const uint32_t a[4] = {shared_u32(q), shared_u32(q + 8 * row), shared_u32(q + 8), shared_u32(q + 8 * row + 8)};
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) mma_bf16(acc[mt][nt], a, b[nt][0], b[nt][1]);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kTcThreads) window_means_tc_kernel(CudaSelectionArgs args) {
+  extern __shared__ __align__(16) unsigned char tc_smem[];
+  __shared__ float part_m[kWarps][kQueryChunk], part_d[kWarps][kQueryChunk];
+  __shared__ float stat_m[kQueryChunk], stat_d[kQueryChunk];
+  const TcItem it(args);
+  if (!it.valid) return;
+  const int d = args.head_dim, dp = (d + 15) / 16 * 16, row = smem_row(d);
+  const int n = it.h.n_candidates, nq = it.nq;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  auto* qs = reinterpret_cast<__nv_bfloat16*>(tc_smem);
+  __nv_bfloat16* stages[2] = {qs + kQueryChunk * row, qs + (kQueryChunk + kKeyTile) * row};
+  const auto* keys = static_cast<const __nv_bfloat16*>(it.layer.keys);
+  // The CPU's scale: 1 / (sqrt(D) · temperature) in double, rounded once to fp32.
+  const float scale = static_cast<float>(1.0 / (sqrt(static_cast<double>(d)) * args.temperature));
+  float* mean = it.means(args);
+  if (dp > d)
+    for (int idx = threadIdx.x; idx < 2 * kKeyTile * (dp - d); idx += blockDim.x) {
+      const int k = idx / (dp - d), c = d + idx % (dp - d);
+      stages[k / kKeyTile][(k % kKeyTile) * row + c] = __float2bfloat16_rn(0.0f);
+    }
+
+  const int n_tiles = (n + kKeyTile - 1) / kKeyTile, n_chunks = (nq + kQueryChunk - 1) / kQueryChunk;
+  const int steps = n_chunks * 2 * n_tiles;  // per chunk: pass 1 over the tiles, then pass 2
+  issue_key_tile(it, keys, d, row, 0, stages[0]);
+  cp_async_commit();
+  float m[kMTiles][2], den[kMTiles][2];
+  for (int step = 0; step < steps; ++step) {
+    const int chunk = step / (2 * n_tiles), within = step % (2 * n_tiles);
+    const int pass = within / n_tiles, tile = within % n_tiles, first_query = chunk * kQueryChunk;
+    const int tq = min(kQueryChunk, nq - first_query);
+    if (within == 0) {
+      // The chunk's queries as bf16, zero past the window and past head_dim. Query i (newest first) sits
+      // in ring slot (appended - 1 - i) % r.
+      for (int idx = threadIdx.x; idx < kQueryChunk * dp; idx += blockDim.x) {
+        const int i = idx / dp, c = idx % dp;
+        float q = 0.0f;
+        if (i < tq && c < d) {
+          const int ring_slot = static_cast<int>((it.appended - 1 - (first_query + i)) % it.window);
+          q = it.layer.query_ring[ring_index(args, it.h, it.qh, ring_slot) + c];
+        }
+        qs[i * row + c] = __float2bfloat16_rn(q);
+      }
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          m[mt][r] = -INFINITY;
+          den[mt][r] = 0.0f;
+        }
+    }
+    if (step + 1 < steps) {
+      issue_key_tile(it, keys, d, row, ((step + 1) % n_tiles) * kKeyTile, stages[(step + 1) % 2]);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // the stage and the queries are visible
+
+    float acc[kMTiles][kNTiles][4];
+    tile_logits(qs, stages[step % 2], dp, row, acc);
+    const int key0 = tile * kKeyTile + warp * kNTiles * 8 + 2 * t;
+    if (pass == 0) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          if (mt * 16 + g + 8 * r >= tq) continue;
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              if (key0 + nt * 8 + e >= n) continue;
+              const float l = acc[mt][nt][2 * r + e] * scale;
+              if (l > m[mt][r]) {
+                den[mt][r] = den[mt][r] * expf(m[mt][r] - l) + 1.0f;
+                m[mt][r] = l;
+              } else {
+                den[mt][r] += expf(l - m[mt][r]);
+              }
+            }
+        }
+      if (tile == n_tiles - 1) {
+        // The chunk's statistics: the four lanes of a row (butterfly), then the warps in order.
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            for (int offset = 1; offset < 4; offset *= 2) {
+              const float m2 = __shfl_xor_sync(0xffffffffu, m[mt][r], offset);
+              const float d2 = __shfl_xor_sync(0xffffffffu, den[mt][r], offset);
+              merge_stats(m[mt][r], den[mt][r], m2, d2);
+            }
+            if (t == 0) {
+              part_m[warp][mt * 16 + g + 8 * r] = m[mt][r];
+              part_d[warp][mt * 16 + g + 8 * r] = den[mt][r];
+            }
+          }
+        __syncthreads();
+        if (threadIdx.x < kQueryChunk) {
+          float mt_ = -INFINITY, dt = 0.0f;
+          for (int k = 0; k < kWarps; ++k) merge_stats(mt_, dt, part_m[k][threadIdx.x], part_d[k][threadIdx.x]);
+          stat_m[threadIdx.x] = mt_;
+          stat_d[threadIdx.x] = dt;
+        }
+      }
+    } else {
+      // Each key's weights summed over the chunk's queries: the thread's 8 rows in order, then the
+      // eight row groups by a butterfly (the same sum in every lane of a column).
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float sum = 0.0f;
+#pragma unroll
+          for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int i = mt * 16 + g + 8 * r;
+              if (i < tq) sum += expf(acc[mt][nt][2 * r + e] * scale - stat_m[i]) / stat_d[i];
+            }
+          for (int offset = 4; offset < 32; offset *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+          const int j = key0 + nt * 8 + e;
+          if (g == 0 && j < n) {
+            const float total = (chunk == 0 ? 0.0f : mean[j]) + sum;
+            mean[j] = chunk == n_chunks - 1 ? total / static_cast<float>(nq) : total;
+          }
+        }
+    }
+    __syncthreads();  // the stage is read before the next step refills it
+  }
+}
+
+}  // namespace
+
+void launch_window_scores_fp32(const CudaSelectionArgs& args, void* stream) {
+  if (args.n_rows == 0 || args.n_layers == 0 || args.n_kv_heads == 0) return;
+  // head_dim is a multiple of 8 and at most kMaxScoringHeadDim (the backend's check_scoring_inputs).
+  static std::once_flag attribute;
+  std::call_once(attribute, [] {
+    CUDA_CHECK(cudaFuncSetAttribute(window_means_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    smem_bytes(kMaxScoringHeadDim)));
+  });
+  const int group = args.n_heads / args.n_kv_heads;
+  const dim3 grid(static_cast<unsigned>(args.n_layers * args.n_kv_heads * group), static_cast<unsigned>(args.n_rows));
+  window_means_tc_kernel<<<grid, kTcThreads, smem_bytes(args.head_dim), static_cast<cudaStream_t>(stream)>>>(
+      args);
+  CUDA_CHECK_LAUNCH("window_means_tc_kernel");
+}
+
+}  // namespace kvdice::policy::cuda
