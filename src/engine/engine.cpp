@@ -201,12 +201,6 @@ void check_policy_limits(const policy::EvictionPolicy& policy, const kv::BudgetS
 
 }  // namespace
 
-void Engine::check_policy_request(const PolicyTable::Hold& hold, const kv::BudgetSpec& budget, int prompt_len,
-                                  int max_new_tokens) const {
-  const policy::EvictionPolicy& policy = policies_->at(hold.id());
-  check_policy_limits(policy, effective_budget(policy, budget), prompt_len, max_new_tokens);
-}
-
 uint64_t Engine::submit(GenerationRequest request) {
   const int vocab = model_.config().vocab;
   const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
@@ -276,7 +270,6 @@ uint64_t Engine::submit(GenerationRequest request) {
   }
   seq->reads_queries = reserved.ring_row;
   seq->n_protected = protected_slots(policy, budget, static_cast<int>(prompt_len));
-  check_policy_limits(policy, budget, static_cast<int>(prompt_len), request.max_new_tokens);
   seq->stats.prompt_tokens = static_cast<int>(prompt_len);
   seq->stats.reserved_slots = reservation;
   seq->stats.protected_prompt_slots = seq->n_protected;
@@ -469,6 +462,7 @@ bool Engine::needs_ring_row(const policy::EvictionPolicy& policy, const kv::Budg
 
 Reservation Engine::reserve(const policy::EvictionPolicy& policy, const kv::BudgetSpec& budget, int64_t prompt_len,
                             int max_new_tokens) const {
+  check_policy_limits(policy, budget, static_cast<int>(prompt_len), max_new_tokens);
   Reservation r;
   r.slots = budget.bounded() ? std::max<int64_t>(prompt_len, budget.budget) + budget.window
                              : prompt_len + max_new_tokens;

@@ -135,11 +135,6 @@ class Engine {
   // included. Thread-safe.
   int policies_held() const { return policies_->held(); }
 
-  // What submit() refuses for a request's policy under its budget (random_pin_pp: a span the budget
-  // cannot hold), for a server to answer 400 before it accepts the request. Reads only the policy and
-  // the budget: thread-safe. Error naming the limit.
-  void check_policy_request(const PolicyTable::Hold& policy, const kv::BudgetSpec& budget, int prompt_len,
-                            int max_new_tokens) const;
   // Validates the request (prompt length vs budget and model, sampling params, reservation vs pool);
   // returns its id.
   uint64_t submit(GenerationRequest request);

@@ -105,10 +105,6 @@ class EngineHost {
   // engine::kMaxPolicies places are held by live requests. Safe from any thread: the engine owns the
   // table, the server keeps no count of its own.
   engine::PolicyTable::Hold hold_policy(const std::string& spec) { return engine_->hold_policy(spec); }
-  void check_policy_request(const engine::PolicyTable::Hold& policy, const kv::BudgetSpec& budget, int prompt_len,
-                            int max_new_tokens) const {
-    engine_->check_policy_request(policy, budget, prompt_len, max_new_tokens);
-  }
   int policies_held() const { return engine_->policies_held(); }  // safe from any thread
 
  private:

@@ -371,11 +371,6 @@ void Server::Impl::completion(const httplib::Request&, const std::string& text, 
                           : fmt::format("prompt {} + max_tokens {}", prompt_len, max_tokens),
                       options.engine.kv_slots, host.page_slots()),
           r.max_tokens ? r.max_tokens_field : std::string("max_tokens"), "kv_reservation_too_large");
-    try {
-      host.check_policy_request(policy_hold, r.kv.budget, prompt_len, max_tokens);
-    } catch (const Error& e) {
-      bad_request("kv.policy", e.what());
-    }
     auto job = std::make_shared<Job>();
     job->kv = r.kv;
     job->policy = std::move(policy_hold);

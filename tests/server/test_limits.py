@@ -199,7 +199,7 @@ def test_a_policy_that_cannot_run_under_its_budget_is_refused_and_ends_no_other_
     status, body = _completion(s, {"policy": "random_pin_pp:span=0-1000", "budget": 64, "window": 8},
                                max_tokens=300)
     t.join()
-    assert status == 400 and body["error"]["param"] == "kv.policy", body
+    assert status == 400 and body["error"]["param"] == "kv.budget", body
     assert "span positions but a round keeps" in body["error"]["message"], body
     status, body = box["other"]
     assert status == 200 and body["choices"][0]["finish_reason"] == "length", body
