@@ -20,6 +20,7 @@
 #include "backend/backend.h"
 #include "backend/row_diff.h"
 #include "backend/step_storage.h"
+#include "core/step_row.h"
 #include "core/error.h"
 #include "fused_stack.h"
 #include "kv/kv_pool.h"
@@ -47,9 +48,7 @@ class Driver {
         pool_(be, model.kv_shape(), (max_slots + kv::KvPool::kDefaultPageSlots - 1) / kv::KvPool::kDefaultPageSlots + 1),
         pages_(pool_.allocate(max_slots)),
         prefill_(be, 1, max_context, static_cast<int>(pages_.size())),
-        fused_(model, pass_, pool_, be) {
-    std::copy(pages_.begin(), pages_.end(), prefill_.host().page_table);
-  }
+        fused_(model, pass_, pool_, be) {}
   ~Driver() {
     be_.synchronize();
     be_.drop_graphs(this);
@@ -58,17 +57,12 @@ class Driver {
   // The sequence's first `context` slots: one prefill step (op by op, as the library runs it).
   void prefill(int context) {
     backend::StepBatch& b = prefill_.host();
+    std::vector<int32_t> tokens(static_cast<size_t>(context));
+    for (int i = 0; i < context; ++i) tokens[i] = token(i);
+    const auto pages = static_cast<size_t>(b.max_pages);
     b.n_seqs = 1;
-    b.n_rows = context;
+    b.n_rows = backend::write_row(b, 0, 0, {.tokens = tokens, .pages = {pages_.data(), pages}});
     b.max_rows_per_seq = context;
-    b.seq_row_begin[0] = 0;
-    b.seq_row_begin[1] = context;
-    b.length[0] = 0;
-    b.appended[0] = 0;
-    for (int i = 0; i < context; ++i) {
-      b.tokens[i] = token(i);
-      b.row_seq[i] = 0;
-    }
     prefill_.upload_all();
     pass_.run(prefill_.device(), pool_, false);
     be_.synchronize();
@@ -81,21 +75,16 @@ class Driver {
     be_.drop_graphs(this);  // they bake in the batch being replaced
     const auto pages = static_cast<int>((slots + kv::KvPool::kDefaultPageSlots - 1) / kv::KvPool::kDefaultPageSlots);
     decode_ = std::make_unique<backend::StepStorage>(be_, 1, 1, pages);
-    std::copy(pages_.begin(), pages_.begin() + pages, decode_->host().page_table);
   }
 
   // The decode batch at `length` slots, feeding `tok`.
   backend::StepBatch at(int length, int tok) {
     backend::StepBatch& b = decode_->host();
+    const int32_t token_row[1] = {tok};
     b.n_seqs = 1;
-    b.n_rows = 1;
+    b.n_rows = backend::write_row(b, 0, 0, {.tokens = token_row, .length = length, .appended = length,
+                                            .pages = {pages_.data(), static_cast<size_t>(b.max_pages)}});
     b.max_rows_per_seq = 1;
-    b.seq_row_begin[0] = 0;
-    b.seq_row_begin[1] = 1;
-    b.length[0] = length;
-    b.appended[0] = length;
-    b.tokens[0] = tok;
-    b.row_seq[0] = 0;
     decode_->upload_all();
     return decode_->device();
   }
