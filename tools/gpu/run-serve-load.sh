@@ -10,6 +10,8 @@
 #   MODEL, e.g. tests/fixtures/qwen3, and small OUTPUT/N_MAX).
 #   LLAMA_SERVER, GGUF: a llama.cpp llama-server binary and the checkpoint as GGUF; when both exist,
 #   the same serve legs run against it with --url (side by side, same client).
+#   LEGS ("throughput all poisson c32 max llama"): which legs run, e.g. LEGS="all c32 llama" for the
+#   side by side alone.
 # Binaries come prebuilt in .gpu-bin/ (tools/gpu/pack.sh), or BIN.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,7 +22,9 @@ BACKEND=${BACKEND:-cuda}
 OUTPUT=${OUTPUT:-2048}
 RATE=${RATE:-16}
 N_MAX=${N_MAX:-1000}
+LEGS=" ${LEGS:-throughput all poisson c32 max llama} "
 LOG="$OUT/serve-load.log"
+want() { [[ "$LEGS" == *" $1 "* ]]; }
 status=0
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | tee "$OUT/gpu.txt"
@@ -43,29 +47,31 @@ leg() {
 FIXED=(--input-len 1024 --output-len "$OUTPUT" --policy random_pp --budget 2048 --window 64)
 
 # 1. The offline fixed load: the engine alone, one batch of 128.
-leg throughput --model "$M" --backend "$BACKEND" --requests 128 --prompt-len 1024 --output-len "$OUTPUT" \
+want throughput && leg throughput --model "$M" --backend "$BACKEND" --requests 128 --prompt-len 1024 --output-len "$OUTPUT" \
   --policy random_pp --budget 2048 --window 64
 # 2. The same load through the server: all 128 at once, then Poisson arrivals capped at 128 in flight.
-leg serve --model "$M" --backend "$BACKEND" "${FIXED[@]}" --num-requests 128 --request-rate inf
-leg serve --model "$M" --backend "$BACKEND" "${FIXED[@]}" --num-requests 256 --request-rate "$RATE" \
+want all && leg serve --model "$M" --backend "$BACKEND" "${FIXED[@]}" --num-requests 128 --request-rate inf
+want poisson && leg serve --model "$M" --backend "$BACKEND" "${FIXED[@]}" --num-requests 256 --request-rate "$RATE" \
   --max-concurrency 128
 # 3. 32 requests in flight.
-leg serve --model "$M" --backend "$BACKEND" "${FIXED[@]}" --num-requests 128 --max-concurrency 32
+want c32 && leg serve --model "$M" --backend "$BACKEND" "${FIXED[@]}" --num-requests 128 --max-concurrency 32
 # 4. Max throughput: 1000 requests of 1k in / 1k out at once, the server's defaults.
-leg serve --model "$M" --backend "$BACKEND" --num-requests "$N_MAX" --input-len 1024 --output-len 1024
+want max && leg serve --model "$M" --backend "$BACKEND" --num-requests "$N_MAX" --input-len 1024 --output-len 1024
 
 # 5. llama.cpp's llama-server on the same checkpoint (GGUF), the same client, when present.
-if [ -n "${LLAMA_SERVER:-}" ] && [ -x "${LLAMA_SERVER}" ] && [ -f "${GGUF:-}" ]; then
+if ! want llama; then
+  :
+elif [ -n "${LLAMA_SERVER:-}" ] && [ -x "${LLAMA_SERVER}" ] && [ -f "${GGUF:-}" ]; then
   PORT=${LLAMA_PORT:-8091}
   "$LLAMA_SERVER" -m "$GGUF" --host 127.0.0.1 --port "$PORT" -ngl 999 -np 128 -c $((128 * (1024 + OUTPUT))) \
     -cb > "$OUT/llama-server.log" 2>&1 &
   LS=$!
   for _ in $(seq 1 120); do curl -sf "http://127.0.0.1:$PORT/health" > /dev/null && break; sleep 1; done
   URL=(--url "http://127.0.0.1:$PORT" --served-model llama-server)
-  leg serve "${URL[@]}" --input-len 1024 --output-len "$OUTPUT" --num-requests 128 --request-rate inf
-  leg serve "${URL[@]}" --input-len 1024 --output-len "$OUTPUT" --num-requests 256 --request-rate "$RATE" \
-    --max-concurrency 128
-  leg serve "${URL[@]}" --input-len 1024 --output-len "$OUTPUT" --num-requests 128 --max-concurrency 32
+  want all && leg serve "${URL[@]}" --input-len 1024 --output-len "$OUTPUT" --num-requests 128 --request-rate inf
+  want poisson && leg serve "${URL[@]}" --input-len 1024 --output-len "$OUTPUT" --num-requests 256 \
+    --request-rate "$RATE" --max-concurrency 128
+  want c32 && leg serve "${URL[@]}" --input-len 1024 --output-len "$OUTPUT" --num-requests 128 --max-concurrency 32
   kill "$LS"; wait "$LS" 2>/dev/null
 else
   echo "== llama-server leg skipped (set LLAMA_SERVER=path/to/llama-server and GGUF=model.gguf)" | tee -a "$LOG"
