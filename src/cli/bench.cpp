@@ -45,6 +45,9 @@ void apply_table9_preset(bench::BenchOptions& o, const CLI::App& cmd) {
 void join_policy_options(std::vector<std::string>& policies) {
   std::vector<std::string> joined;
   for (const std::string& piece : policies) {
+    if (piece.empty() || piece.front() == '-')
+      fail("--policies: '{}' is not a policy spec (an empty name between commas, or a flag where a spec belongs)",
+           piece);
     const bool option = piece.find(':') == std::string::npos && piece.find('=') != std::string::npos;
     if (option && !joined.empty())
       joined.back() += "," + piece;

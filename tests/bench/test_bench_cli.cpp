@@ -194,6 +194,14 @@ TEST_F(BenchCli, EvictPoliciesKeepTheirOptions) {
                             "--prompt-len", "8", "--batches", "1", "--policies", "pool=3,random_pp"}))
                 .exit_code,
             0);
+  // A bare comma leaves the next flag where a spec belongs: named as such (it was read as the policy
+  // '--batches'). (A doubled comma inside a list is dropped by the parser: two specs, as meant.)
+  for (const char* bad : {",", ",,"}) {
+    const CommandResult e = run_kvdice(cpu({"bench", "evict", "--model", kModel, "--budget", "64", "--window", "16",
+                                            "--prompt-len", "8", "--policies", bad, "--batches", "1"}));
+    EXPECT_NE(e.exit_code, 0) << bad;
+    EXPECT_NE(e.err.find("is not a policy spec"), std::string::npos) << bad << ": " << e.err;
+  }
 }
 
 TEST_F(BenchCli, EvictTimesAWholeModelScorerPerModel) {
