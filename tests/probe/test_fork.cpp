@@ -185,11 +185,17 @@ TEST(Fork, AnalyticSurvivalMatchesTheRoundsFrequency) {
   }
 }
 
-TEST(Fork, AnalyticRuleFollowsThePolicy) {
+// A trace of 10 prompt and 60 generated tokens under T=32, r=8: rounds at 40 and 48 resident tokens.
+ForkTrace small_trace() {
   ForkTrace trace;
   trace.prompt.assign(10, 1);
   trace.generated.assign(60, 2);
   trace.budget = {32, 8};
+  return trace;
+}
+
+TEST(Fork, AnalyticRuleFollowsThePolicy) {
+  ForkTrace trace = small_trace();
   ForkConfig fc;
   fc.fork_at = 45;
   fc.span = {12, 13};
@@ -265,10 +271,7 @@ TEST(Fork, EvalRecordReplaysAndIsGraded) {
 }
 
 TEST(Fork, BadInputIsRefused) {
-  ForkTrace trace;
-  trace.prompt.assign(10, 1);
-  trace.generated.assign(60, 2);
-  trace.budget = {32, 8};
+  ForkTrace trace = small_trace();
   ForkConfig fc;
   fc.fork_at = 45;
   fc.span = {12, 14};
