@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backend/cpu/half_dot.h"
+#include "backend/cpu/prefetch_x86.h"
 
 namespace kvdice::backend::cpu {
 namespace {
@@ -25,13 +26,6 @@ inline float hsum(__m256 v) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
-}
-
-// Near (into L1) and far (into L2) requests for the weight line `p` is in: a decode matmul streams
-// its weights from memory (quant_dot_x86.inc says why both).
-inline void prefetch_line(const uint8_t* p) {
-  _mm_prefetch(reinterpret_cast<const char*>(p + 2048), _MM_HINT_T0);
-  _mm_prefetch(reinterpret_cast<const char*>(p + 16384), _MM_HINT_T1);
 }
 
 // R weight rows x N activation rows; 32 elements (one 64-byte line of weights) a step, one

@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include "backend/cpu/half_dot.h"
+#include "backend/cpu/prefetch_x86.h"
 
 namespace kvdice::backend::cpu {
 namespace {
@@ -29,11 +30,6 @@ inline __mmask16 mask16(int64_t n) {
   return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n > 0 ? n : 0)) - 1);
 }
 inline __mmask32 mask32(int64_t n) { return n >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << n) - 1); }
-
-inline void prefetch_line(const uint8_t* p) {
-  _mm_prefetch(reinterpret_cast<const char*>(p + 2048), _MM_HINT_T0);
-  _mm_prefetch(reinterpret_cast<const char*>(p + 16384), _MM_HINT_T1);
-}
 
 // R weight rows x N activation rows of fp32 products; 32 elements a step (two vectors), the last
 // step masked.
