@@ -56,7 +56,10 @@ TEST(EngineSoak, CpuServerAdmissionPattern) {
 }
 
 // The Qwen3-4B shape with random weights, `layers` of its 36 (the heads unchanged).
-void cuda_soak(int layers, int requests, int max_batch, int max_new, int long_prompt) {
+// `expect_graph_drops`: the soak must have grown a scratch buffer after a recording (graphs dropped and
+// recorded again). The 2-layer variant's scratch is small enough that it never grows after the first
+// recordings (0 drops on an H100, 2026-12-06), so only the full shape is held to it.
+void cuda_soak(int layers, int requests, int max_batch, int max_new, int long_prompt, bool expect_graph_drops) {
   if (!backend::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible (or a build without CUDA)";
   model::ModelConfig shape =
       model::read_shape_config(std::string(KVDICE_SOURCE_DIR) + "/configs/shapes/qwen3-4b.json");
@@ -101,15 +104,16 @@ void cuda_soak(int layers, int requests, int max_batch, int max_new, int long_pr
   for (size_t i = 0; i < report.tokens.size(); ++i) differ += report.tokens[i] != eager.tokens[i];
   EXPECT_EQ(differ, 0) << "requests whose tokens differ between graph replays and eager steps; eager: "
                        << eager.summary();
-  EXPECT_GT(report.graphs_dropped, 0) << "no scratch grew after a recording: the soak missed the case";
+  if (expect_graph_drops)
+    EXPECT_GT(report.graphs_dropped, 0) << "no scratch grew after a recording: the soak missed the case";
   EXPECT_GT(report.cancelled, 0);
   EXPECT_GT(report.rounds, 0);
 }
 
-TEST(CudaEngineSoak, DISABLED_Qwen3_4BShape) { cuda_soak(36, 400, 128, 700, 3000); }
+TEST(CudaEngineSoak, DISABLED_Qwen3_4BShape) { cuda_soak(36, 400, 128, 700, 3000, true); }
 
 // Small enough for compute-sanitizer memcheck: the same heads, 2 layers.
-TEST(CudaEngineSoak, DISABLED_Qwen3_4BHeadsTwoLayers) { cuda_soak(2, 60, 32, 200, 2500); }
+TEST(CudaEngineSoak, DISABLED_Qwen3_4BHeadsTwoLayers) { cuda_soak(2, 60, 32, 200, 2500, false); }
 
 }  // namespace
 }  // namespace kvdice
