@@ -416,6 +416,20 @@ def qwen3_pre_rope_queries(weights, config, tokens):
     return out
 
 
+def through_query_ring(qs, config):
+    """Pre-RoPE queries [L, T, H, d] (positions 0..T-1) as kvdice calibrate recovers them from the KV
+    pool's query ring: rotated, stored as bf16 (the ring's dtype), rotated back in double."""
+    d = qs.shape[-1]
+    F = d // 2
+    inv = config["rope_parameters"]["rope_theta"] ** (-np.arange(F) * 2.0 / d)
+    ang = np.arange(qs.shape[1])[None, :, None, None] * inv
+    cos, sin = np.cos(ang), np.sin(ang)
+    a, b = qs[..., :F], qs[..., F:]
+    ring = bf16(np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1))
+    a, b = ring[..., :F], ring[..., F:]
+    return np.concatenate([a * cos + b * sin, b * cos - a * sin], axis=-1)
+
+
 def calibration_golden(root, rng):
     config = json.loads((root / "tests/fixtures/qwen3/config.json").read_text())
     weights = load_safetensors(root / "tests/fixtures/qwen3/model.safetensors")
@@ -424,6 +438,7 @@ def calibration_golden(root, rng):
     sums = None
     for begin in range(0, len(tokens), segment):
         qs = np.stack(qwen3_pre_rope_queries(weights, config, tokens[begin:begin + segment]))  # [L, T, H, d]
+        qs = through_query_ring(qs, config)
         F = qs.shape[-1] // 2
         c = qs[..., :F] + 1j * qs[..., F:]
         part = (c.sum(axis=1), np.abs(c).sum(axis=1))
@@ -448,7 +463,8 @@ def make_case(rng, n, keep, pl, group, dim, n_queries, layer, kv_head, rnd):
         "positions": positions,
         "head_dim": dim, "group": group, "n_queries": n_queries,
         "keys": np.round(rng.normal(size=(n, dim)), 3).ravel().tolist(),
-        "window_queries": np.round(rng.normal(size=(group, n_queries, dim)) * 2, 3).ravel().tolist(),
+        # bf16 values, as the KV pool's query ring holds them (3 decimals, then rounded to bf16)
+        "window_queries": bf16(np.round(rng.normal(size=(group, n_queries, dim)) * 2, 3)).ravel().tolist(),
         "value_range": np.round(rng.uniform(0, 4, size=n), 3).tolist(),
         "attention_mass": np.round(rng.uniform(0, 2, size=n), 2).tolist(),  # 2 decimals: ties happen
     }

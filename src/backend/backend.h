@@ -105,8 +105,8 @@ struct KvLayer {
   DType dtype = DType::F32;
   int n_kv_heads = 0, head_dim = 0, page_slots = 0;
   int layer = 0;
-  // Signals for scoring policies (docs/policies.md), fp32, recorded only when a policy of the engine
-  // needs them (nullptr otherwise). Both backends record the query ring and value ranges; the attention
+  // Signals for scoring policies (docs/policies.md), fp32 but for the bf16 query ring, recorded only
+  // when a policy of the engine needs them (nullptr otherwise). Both backends record the query ring and value ranges; the attention
   // mass (H2O) only the CPU backend.
   // Per slot, indexed like positions, moved with K/V by compaction:
   float* value_range = nullptr;     // max - min over the slot's value channels, written at append
@@ -115,8 +115,10 @@ struct KvLayer {
   // sequence holding ring row q (StepBatch::ring_row, given at admission) keeps the post-RoPE query of
   // absolute position p, query head h, at [q][h][p % r][:], so r <= ring_window. n_heads query heads.
   // Only the step's last r rows of a sequence write it (a longer prefill chunk leaves its last r
-  // queries); a sequence with ring row -1 writes none.
-  float* query_ring = nullptr;
+  // queries); a sequence with ring row -1 writes none. Elements are bf16 bits on both backends (the
+  // model's dtype, as the reference keeps its query window), rounded from the fp32 query by
+  // core/dtype.h's f32_to_bf16 (nearest, ties to even), so both backends hold the same bits.
+  uint16_t* query_ring = nullptr;
   int n_heads = 0;
   int ring_window = 0, ring_rows = 0;
   // Element offset of (ring row, query head, ring slot) in query_ring.

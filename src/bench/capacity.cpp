@@ -13,28 +13,35 @@
 
 namespace kvdice::bench {
 
+CapacityFit capacity_fit(const kv::KvShape& shape, int n_query_heads, DType kv_dtype,
+                         const policy::SignalNeeds& needs, const kv::BudgetSpec& budget, int prompt_len,
+                         int output_len, int64_t pool_bytes) {
+  const int page_slots = kv::KvPool::kDefaultPageSlots;
+  CapacityFit c;
+  c.page_bytes = kv::KvPool::bytes_per_page(shape, kv_dtype, page_slots, needs);
+  c.slots = budget.bounded() ? std::max(prompt_len, budget.budget) + budget.window
+                             : int64_t{prompt_len} + output_len;
+  // A policy reading window queries also keeps one query ring row of r queries per sequence (the
+  // engine's ring has a row for each of max_batch = the batch that fits).
+  c.ring_row_bytes = needs.window_queries
+                         ? kv::KvPool::query_ring_bytes(shape, kv::QueryRingShape{1, budget.window, n_query_heads})
+                         : 0;
+  c.sequence_bytes = (c.slots + page_slots - 1) / page_slots * c.page_bytes + c.ring_row_bytes;
+  c.fit = pool_bytes / c.sequence_bytes;
+  return c;
+}
+
 Json run_capacity(const BenchContext& ctx) {
   const BenchOptions& o = ctx.options;
   if (o.memory_gib <= 0.0) fail("capacity needs --memory-gib G: the KV memory (GiB) every policy gets");
   LoadSpec spec = load_spec(o, o.policy);
   const auto policy = policy::make_policy(o.policy);
-  const model::ModelConfig& mc = ctx.model.config();
-  const int page_slots = kv::KvPool::kDefaultPageSlots;
-  const int64_t page_bytes =
-      kv::KvPool::bytes_per_page(ctx.model.kv_shape(), ctx.backend.kv_dtype(), page_slots, policy->needs());
   const kv::BudgetSpec& b = spec.budget.engine;
-  const int64_t slots =
-      b.bounded() ? std::max(o.prompt_len, b.budget) + b.window : int64_t{o.prompt_len} + o.output_len;
-  const int64_t pages_per_seq = (slots + page_slots - 1) / page_slots;
-  // A policy reading window queries also keeps one query ring row of r queries per sequence (the
-  // engine's ring has a row for each of max_batch = the batch that fits).
-  const int64_t ring_row_bytes =
-      policy->needs().window_queries
-          ? kv::KvPool::query_ring_bytes(ctx.model.kv_shape(), kv::QueryRingShape{1, b.window, mc.n_heads})
-          : 0;
-  const int64_t sequence_bytes = pages_per_seq * page_bytes + ring_row_bytes;
   const int64_t pool_bytes = static_cast<int64_t>(o.memory_gib * 1073741824.0);
-  const int64_t fit = pool_bytes / sequence_bytes;
+  const CapacityFit c = capacity_fit(ctx.model.kv_shape(), ctx.model.config().n_heads, ctx.backend.kv_dtype(),
+                                     policy->needs(), b, o.prompt_len, o.output_len, pool_bytes);
+  const int64_t slots = c.slots, ring_row_bytes = c.ring_row_bytes, sequence_bytes = c.sequence_bytes,
+                fit = c.fit;
   if (fit < 1) {
     fail("--memory-gib {} holds no sequence: one reserves {} slots{} = {:.4f} GiB", o.memory_gib, slots,
          ring_row_bytes > 0 ? fmt::format(" and a query ring row of {} queries", b.window) : "",

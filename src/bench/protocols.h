@@ -8,7 +8,10 @@
 #include "bench/bench_options.h"
 #include "bench/fixed_load.h"
 #include "core/json.h"
+#include "kv/budget.h"
+#include "kv/kv_pool.h"
 #include "model/model.h"
+#include "policy/eviction_policy.h"
 
 namespace kvdice::bench {
 
@@ -24,6 +27,20 @@ struct BenchContext {
 LoadSpec load_spec(const BenchOptions& options, const std::string& policy);
 // Parameters every load-based protocol records.
 Json load_parameters(const LoadSpec& spec);
+
+// The equal-memory accounting of `capacity`: what one sequence reserves under a policy's signals and a
+// budget in a pool of `kv_dtype` KV (the backend's), and how many such sequences `pool_bytes` hold. A
+// pure function of the shapes, so the ratio between policies is known without running the load.
+struct CapacityFit {
+  int64_t slots = 0;           // KV slots a sequence reserves: max(P, T) + r bounded, P + O without a budget
+  int64_t page_bytes = 0;      // one page of those slots across all layers (K, V, positions, per-slot signals)
+  int64_t ring_row_bytes = 0;  // its query ring row (a policy reading window queries), else 0
+  int64_t sequence_bytes = 0;  // its pages plus its ring row
+  int64_t fit = 0;             // pool_bytes / sequence_bytes
+};
+CapacityFit capacity_fit(const kv::KvShape& shape, int n_query_heads, DType kv_dtype,
+                         const policy::SignalNeeds& needs, const kv::BudgetSpec& budget, int prompt_len,
+                         int output_len, int64_t pool_bytes);
 
 // Each returns {"parameters": {...}, "results": [{"label", "metrics", "validation"}...]}.
 Json run_throughput(const BenchContext& ctx);

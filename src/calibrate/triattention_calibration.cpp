@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "backend/step_storage.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/step_row.h"
 #include "kv/kv_pool.h"
@@ -74,12 +75,13 @@ policy::TriAttentionStats collect_triattention_stats(const model::Model& model, 
         for (int r = 0; r < n; ++r) {
           const double position = at + r;
           for (int h = 0; h < c.n_heads; ++h) {
-            const float* q = L.query_ring + L.ring_index(ring_row, h, r);
+            const uint16_t* q = L.query_ring + L.ring_index(ring_row, h, r);
             const size_t base = (static_cast<size_t>(layer) * c.n_heads + h) * nf;
             for (int f = 0; f < nf; ++f) {
               // Inverse rotation: (a + ib) · e^{-i p ω}.
               const double angle = position * static_cast<double>(inv_freq[f]);
-              const double cs = std::cos(angle), sn = std::sin(angle), a = q[f], bb = q[f + nf];
+              const double cs = std::cos(angle), sn = std::sin(angle), a = bf16_to_f32(q[f]),
+                         bb = bf16_to_f32(q[f + nf]);
               const double re = a * cs + bb * sn, im = bb * cs - a * sn;
               sum_re[base + f] += re;
               sum_im[base + f] += im;

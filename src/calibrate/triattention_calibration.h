@@ -2,7 +2,8 @@
 // a text on the CPU backend. The pre-RoPE query (after q_norm) is recovered without touching the
 // forward: the KV pool's query ring (the signal scoring policies use) records every post-RoPE query
 // of a chunk of r tokens, and rotating each band back by its absolute position (the exact inverse of
-// the backend's rotate-half RoPE, angles in double) gives the pre-RoPE query to fp32 rounding.
+// the backend's rotate-half RoPE, angles in double) gives the pre-RoPE query to the ring's bf16
+// rounding (the model dtype, in which the reference's calibration sees its queries too).
 #pragma once
 
 #include <cstdint>

@@ -71,7 +71,7 @@ struct MemoryPlan {
   int kv_page_slots = 0;
   int64_t kv_bytes_per_slot = 0;  // all layers and heads, K, V, position and per-slot signals
   // Of kv_pool_bytes, the query ring (0 unless the policy reads window queries): a row of query_window
-  // queries per query head and layer, fp32, for each of kv_query_ring_rows sequences; one sequence's
+  // queries per query head and layer, bf16, for each of kv_query_ring_rows sequences; one sequence's
   // share is one row.
   int64_t kv_query_ring_bytes = 0;
   int kv_query_ring_rows = 0;  // sequences that can hold a ring row at once (max_batch or fewer)

@@ -15,7 +15,8 @@ int64_t KvPool::bytes_per_page(KvShape shape, DType dtype, int page_slots, polic
 }
 
 int64_t KvPool::query_ring_bytes(KvShape shape, QueryRingShape ring) {
-  return int64_t{shape.n_layers} * ring.rows * ring.n_query_heads * ring.window * shape.head_dim * 4;
+  return int64_t{shape.n_layers} * ring.rows * ring.n_query_heads * ring.window * shape.head_dim *
+         kQueryRingElementBytes;
 }
 
 KvPool::KvPool(backend::Backend& backend, KvShape shape, int64_t n_pages, int page_slots,
@@ -43,8 +44,8 @@ KvPool::KvPool(backend::Backend& backend, KvShape shape, int64_t n_pages, int pa
   values_ = backend.alloc(kv_bytes, "KV pool values");
   positions_ = backend.alloc(static_cast<size_t>(slots_per_layer * shape.n_layers) * 4, "KV pool positions");
   const size_t layer_kv_bytes = kv_bytes / shape.n_layers;
-  // Signals are fp32 arrays in backend memory (device memory on CUDA), written by qk_norm_rope_append /
-  // attention and read by the policies' selections (backend.h KvLayer).
+  // Signals are fp32 arrays (the query ring bf16) in backend memory (device memory on CUDA), written by
+  // qk_norm_rope_append / attention and read by the policies' selections (backend.h KvLayer).
   const size_t slot_signal_bytes = static_cast<size_t>(slots_per_layer * shape.n_layers) * 4;
   const int64_t ring_per_layer = int64_t{ring_.rows} * ring_.n_query_heads * ring_.window * shape.head_dim;
   if (signals.value_ranges) value_range_ = backend.alloc(slot_signal_bytes, "KV pool value ranges");
@@ -67,7 +68,7 @@ KvPool::KvPool(backend::Backend& backend, KvShape shape, int64_t n_pages, int pa
     if (signals.accumulated_attention)
       view.attention_mass = static_cast<float*>(attention_mass_.data()) + l * slots_per_layer;
     if (signals.window_queries) {
-      view.query_ring = static_cast<float*>(query_ring_.data()) + l * ring_per_layer;
+      view.query_ring = static_cast<uint16_t*>(query_ring_.data()) + l * ring_per_layer;
       view.n_heads = ring_.n_query_heads;
       view.ring_window = ring_.window;
       view.ring_rows = ring_.rows;

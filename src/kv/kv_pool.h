@@ -23,7 +23,7 @@ struct KvShape {
 };
 
 // The query ring's shape: `rows` sequences at once (the engine's max batch), each keeping its last
-// `window` queries (its r, at most this) of every one of `n_query_heads` query heads, fp32.
+// `window` queries (its r, at most this) of every one of `n_query_heads` query heads, bf16.
 struct QueryRingShape {
   int rows = 0;
   int window = 0;
@@ -42,7 +42,9 @@ class KvPool {
   // Bytes one page takes across all layers (K, V, positions and the per-slot signals; the query ring
   // is per sequence: query_ring_bytes).
   static int64_t bytes_per_page(KvShape shape, DType dtype, int page_slots, policy::SignalNeeds signals = {});
-  // Bytes of a query ring of `ring` across all layers: rows x window x query heads x head_dim x fp32
+  // Bytes of one query ring element: bf16 on every backend (backend.h KvLayer::query_ring).
+  static constexpr int kQueryRingElementBytes = 2;
+  // Bytes of a query ring of `ring` across all layers: rows x window x query heads x head_dim x bf16
   // per layer (0 for a ring of no rows). One sequence's share is the ring of one row.
   static int64_t query_ring_bytes(KvShape shape, QueryRingShape ring);
   const policy::SignalNeeds& signals() const { return signals_; }

@@ -49,8 +49,8 @@ struct SelectionLayer {
   const void* keys = nullptr;
   const int32_t* positions = nullptr;
   const float* value_range = nullptr;
-  const float* query_ring =
-      nullptr;  // [ring row][query head][ring window][head_dim] fp32 (backend.h KvLayer)
+  const uint16_t* query_ring =
+      nullptr;  // [ring row][query head][ring window][head_dim] bf16 bits (backend.h KvLayer)
   const float* attention_mass = nullptr;
 };
 

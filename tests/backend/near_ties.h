@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/philox.h"
 #include "policy/eviction_policy.h"
 #include "policy/key_redundancy.h"
@@ -51,13 +52,14 @@ struct RowBefore {
 };
 
 // The head's input from host copies of a layer's pool: `at(slot)` is the element index of the head's
-// slot, keys are [element][head_dim], the ring [ring row][query head][ring_window][head_dim]; signals the
+// slot, keys are [element][head_dim], the ring [ring row][query head][ring_window][head_dim] in bf16 bits
+// (the pool's, widened to fp32 as the CPU round hands them over); signals the
 // policy does not read may be empty. The spans point into the returned HeadBefore's vectors (moved, never
 // copied).
 template <class At>
 HeadBefore head_before(const RowBefore& row, int layer, int kv_head, int n_kv, int group, int head_dim,
                        int ring_window, At at, const std::vector<int32_t>& pos, const std::vector<float>& keys,
-                       const std::vector<float>& ring, const std::vector<float>& range,
+                       const std::vector<uint16_t>& ring, const std::vector<float>& range,
                        const std::vector<float>& mass) {
   HeadBefore h;
   const int n = row.length - row.window;
@@ -76,7 +78,7 @@ HeadBefore head_before(const RowBefore& row, int layer, int kv_head, int n_kv, i
         const size_t offset =
             ((size_t(row.ring_row) * n_kv * group + size_t(kv_head) * group + gh) * ring_window + ring_slot) *
             head_dim;
-        h.queries.insert(h.queries.end(), ring.begin() + offset, ring.begin() + offset + head_dim);
+        for (int c = 0; c < head_dim; ++c) h.queries.push_back(bf16_to_f32(ring[offset + size_t(c)]));
       }
   policy::SelectionInput& in = h.input;
   in.layer = layer;

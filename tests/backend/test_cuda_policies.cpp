@@ -1,5 +1,5 @@
 // The scoring policies' CUDA selections against the CPU round on identical inputs: the same
-// bf16-exact keys and values, positions, fp32 query rings and value ranges in both pools, one evict
+// bf16-exact keys and values, positions, bf16 query rings and fp32 value ranges in both pools, one evict
 // call each, then the kept absolute positions of every (row, layer, KV head) must be identical, but for
 // the near-ties of the windowed attention at precision=fp32 (near_ties.h: judged by the CPU's own
 // scores, counted and printed; any other difference fails). Also the signals the CUDA forward records
@@ -48,7 +48,8 @@ struct ScoringWorld {
   Shape shape;
   HostBatch h;
   int n_pages = 0;
-  std::vector<std::vector<float>> k, v, ring, range, mass;
+  std::vector<std::vector<float>> k, v, range, mass;
+  std::vector<std::vector<uint16_t>> ring;  // bf16 bits, as the pools hold them
   std::vector<std::vector<int32_t>> pos;
   int ring_window = 0;  // queries per ring row: the widest r of the rows
 
@@ -66,13 +67,13 @@ struct ScoringWorld {
     // Rows hold the ring rows in reverse, so a reader that took the batch row for the ring row fails.
     for (int s_ = 0; s_ < h.n_seqs; ++s_) h.ring_row[size_t(s_)] = h.n_seqs - 1 - s_;
     const size_t slots = size_t(n_pages) * s.n_kv * kPageSlots;
-    const size_t ring_floats = size_t(h.n_seqs) * s.n_kv * s.group * ring_window * s.head_dim;
+    const size_t ring_elements = size_t(h.n_seqs) * s.n_kv * s.group * ring_window * s.head_dim;
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<float> uniform(0.5f, 4.0f);
     for (int l = 0; l < s.n_layers; ++l) {
       k.push_back(random_values(slots * s.head_dim, seed + 10 * l + 1));
       v.push_back(random_values(slots * s.head_dim, seed + 10 * l + 2));
-      ring.push_back(std::vector<float>(ring_floats, 0.0f));
+      ring.push_back(std::vector<uint16_t>(ring_elements, 0));
       range.emplace_back(slots);
       for (float& x : range.back()) x = uniform(rng);
       // Attention mass in multiples of 1/8: many exact ties, which both sides break by position.
@@ -98,13 +99,13 @@ struct ScoringWorld {
             pos[l][index(s_, g, slot)] = slot_positions[size_t(slot)];
         }
       }
-      // Ring slots [0, r) of the row's ring row hold fp32 queries (not bf16-rounded: the ring is fp32).
+      // Ring slots [0, r) of the row's ring row hold bf16 queries (the ring's dtype on both backends).
       for (int l = 0; l < s.n_layers; ++l)
         for (int j = 0; j < r.window; ++j)
           for (int qh = 0; qh < s.n_kv * s.group; ++qh) {
             const size_t at =
                 ((size_t(h.ring_row[size_t(s_)]) * s.n_kv * s.group + qh) * ring_window + j) * s.head_dim;
-            for (int c = 0; c < s.head_dim; ++c) ring[l][at + c] = normal(rng);
+            for (int c = 0; c < s.head_dim; ++c) ring[l][at + c] = f32_to_bf16(normal(rng));
           }
     }
   }
@@ -129,14 +130,14 @@ AfterRound run_round(Backend& b, const ScoringWorld& w, const policy::EvictionPo
   for (int l = 0; l < s.n_layers; ++l) {
     layers.push_back(std::make_unique<KvLayerMemory>(b, w.n_pages, s.n_kv, kPageSlots, s.head_dim, l));
     layers.back()->upload(w.k[l], w.v[l], w.pos[l]);
-    rings.push_back(std::make_unique<Guarded>(b, w.ring[l].size() * sizeof(float), "query ring"));
-    b.upload(rings.back()->data(), w.ring[l].data(), w.ring[l].size() * sizeof(float));
+    rings.push_back(std::make_unique<Guarded>(b, w.ring[l].size() * sizeof(uint16_t), "query ring"));
+    b.upload(rings.back()->data(), w.ring[l].data(), w.ring[l].size() * sizeof(uint16_t));
     ranges.push_back(std::make_unique<Guarded>(b, w.range[l].size() * sizeof(float), "value range"));
     b.upload(ranges.back()->data(), w.range[l].data(), w.range[l].size() * sizeof(float));
     masses.push_back(std::make_unique<Guarded>(b, w.mass[l].size() * sizeof(float), "attention mass"));
     b.upload(masses.back()->data(), w.mass[l].data(), w.mass[l].size() * sizeof(float));
     backend::KvLayer view = layers.back()->layer;
-    view.query_ring = static_cast<float*>(rings.back()->data());
+    view.query_ring = static_cast<uint16_t*>(rings.back()->data());
     view.n_heads = s.n_kv * s.group;
     view.ring_window = w.ring_window;
     view.ring_rows = w.h.n_seqs;
@@ -421,9 +422,10 @@ TEST(CudaSignals, QueryRingAndValueRangeMatchTheCpu) {
     for (int i = 0; i < c.head_dim / 2; ++i)
       inv_freq[i] = static_cast<float>(1.0 / std::pow(1e6, 2.0 * i / c.head_dim));
     const int n_pages = h.n_seqs * max_pages;
-    const size_t ring_floats = size_t(ring_rows) * c.n_heads * ring_window * c.head_dim;
+    const size_t ring_elements = size_t(ring_rows) * c.n_heads * ring_window * c.head_dim;
     const size_t slots = size_t(n_pages) * c.n_kv * kPageSlots;
-    std::vector<float> ring_out[2], range_out[2];
+    std::vector<uint16_t> ring_out[2];
+    std::vector<float> range_out[2], q_out[2];
     int i = 0;
     for (Backend* b : {pair.cpu.get(), pair.gpu.get()}) {
       Matrix qkv(*b, DType::F32, h.n_rows, qkv_cols, "qkv"),
@@ -435,10 +437,10 @@ TEST(CudaSignals, QueryRingAndValueRangeMatchTheCpu) {
       kn.upload(kn_host);
       freq.upload(inv_freq);
       KvLayerMemory kv(*b, n_pages, c.n_kv, kPageSlots, c.head_dim, 0);
-      Guarded ring(*b, ring_floats * sizeof(float), "query ring"),
+      Guarded ring(*b, ring_elements * sizeof(uint16_t), "query ring"),
           range(*b, slots * sizeof(float), "value range");
       backend::KvLayer layer = kv.layer;
-      layer.query_ring = static_cast<float*>(ring.data());
+      layer.query_ring = static_cast<uint16_t*>(ring.data());
       layer.n_heads = c.n_heads;
       layer.ring_window = ring_window;
       layer.ring_rows = ring_rows;
@@ -447,25 +449,45 @@ TEST(CudaSignals, QueryRingAndValueRangeMatchTheCpu) {
       const backend::Rope rope{freq.view.as<const float>(), c.head_dim};
       b->qk_norm_rope_append(d.batch, qkv.view, c.norms ? qn.view : backend::View{},
                              c.norms ? kn.view : backend::View{}, 1e-6f, rope, layer, q.view, c.n_heads);
-      ring_out[i].resize(ring_floats);
-      b->download(ring_out[i].data(), ring.data(), ring_floats * sizeof(float));
+      ring_out[i].resize(ring_elements);
+      b->download(ring_out[i].data(), ring.data(), ring_elements * sizeof(uint16_t));
       range_out[i].resize(slots);
       b->download(range_out[i].data(), range.data(), slots * sizeof(float));
+      q_out[i] = q.download();
       EXPECT_TRUE(ring.sentinel_intact() && range.sentinel_intact() && kv.sentinels_intact());
       ++i;
     }
-    // The ring is fp32 on both backends; only the rotation's rounding differs.
-    EXPECT_LE(relative_error(ring_out[1], ring_out[0]), 1e-5) << "query ring";
-    // Entries the CPU left zero (rows beyond the last r of a chunk, a sequence without a ring row, ring
-    // row 2 that no sequence holds) stay zero.
-    size_t written_cpu = 0, written_gpu = 0;
-    for (size_t j = 0; j < ring_floats; ++j) {
-      written_cpu += ring_out[0][j] != 0.0f;
-      written_gpu += ring_out[1][j] != 0.0f;
+    // The ring is bf16 on both backends, each element the round-to-nearest-even of that backend's fp32
+    // rotated query: the CPU's q output is that fp32 query, the CUDA q output its bf16 store, which
+    // rounds the same way. Where the two rotations' fp32 roundings straddle a bf16 rounding point the
+    // rings differ by one bf16 unit; everything else is equal.
+    std::vector<uint16_t> want[2] = {std::vector<uint16_t>(ring_elements, 0),
+                                     std::vector<uint16_t>(ring_elements, 0)};
+    for (int s = 0; s < h.n_seqs; ++s) {
+      const int rows = h.seq_row_begin[s + 1] - h.seq_row_begin[s], r = h.window[s];
+      if (h.ring_row[s] < 0) continue;
+      for (int row = std::max(0, rows - r); row < rows; ++row)
+        for (int head = 0; head < c.n_heads; ++head)
+          for (int e = 0; e < c.head_dim; ++e) {
+            const size_t at = ((size_t(h.ring_row[s]) * c.n_heads + head) * ring_window +
+                               size_t(h.appended[s] + row) % size_t(r)) * c.head_dim + e;
+            const size_t from = (size_t(h.seq_row_begin[s] + row) * c.n_heads + head) * c.head_dim + e;
+            for (int side = 0; side < 2; ++side) want[side][at] = f32_to_bf16(q_out[side][from]);
+          }
     }
-    EXPECT_EQ(written_gpu, written_cpu);
-    // 1 + 4 + 0 + 3 rows write one ring slot of every query head.
-    EXPECT_EQ(written_cpu, size_t(8) * c.n_heads * c.head_dim);
+    EXPECT_EQ(ring_out[0], want[0]) << "the CPU ring holds the bf16 rounding of its fp32 queries";
+    EXPECT_EQ(ring_out[1], want[1]) << "the CUDA ring holds the bits of its bf16 queries";
+    size_t written = 0, one_unit = 0, other = 0;
+    for (size_t j = 0; j < ring_elements; ++j) {
+      written += want[0][j] != 0;
+      const int diff = std::abs(int(ring_out[1][j]) - int(ring_out[0][j]));
+      one_unit += diff == 1;
+      other += diff > 1;
+    }
+    EXPECT_EQ(other, 0u) << "CPU and CUDA rings differ by more than one bf16 unit";
+    EXPECT_LE(one_unit, written / 100) << "one-unit differences: " << one_unit << " of " << written;
+    // 1 + 4 + 0 + 3 rows write one ring slot of every query head (an exact zero query is improbable).
+    EXPECT_EQ(written, size_t(8) * c.n_heads * c.head_dim);
     EXPECT_EQ(range_out[1], range_out[0]) << "value ranges (max - min of the fp32 values, exact on both)";
   }
 }

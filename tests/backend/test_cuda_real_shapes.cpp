@@ -100,9 +100,10 @@ struct RealWorld {
   policy::SignalNeeds needs;
   HostBatch h;
   int n_pages = 0;
-  size_t slots = 0, ring_floats = 0;
+  size_t slots = 0, ring_elements = 0;
   int ring_window = 0;  // queries per ring row: the widest r of the rows
-  std::vector<std::vector<float>> k, v, ring, range, mass;
+  std::vector<std::vector<float>> k, v, range, mass;
+  std::vector<std::vector<uint16_t>> ring;  // bf16 bits, as the pools hold them
   std::vector<std::vector<int32_t>> pos;
 
   RealWorld(const RealShape& s, std::vector<Row> rows_, const policy::EvictionPolicy& policy, uint64_t seed)
@@ -119,12 +120,12 @@ struct RealWorld {
     for (const Row& r : rows) ring_window = std::max(ring_window, r.window);
     // Rows hold the ring rows in reverse, so a reader that took the batch row for the ring row fails.
     for (int q = 0; q < h.n_seqs; ++q) h.ring_row[size_t(q)] = h.n_seqs - 1 - q;
-    ring_floats = size_t(h.n_seqs) * s.n_kv * s.group * ring_window * s.head_dim;
+    ring_elements = size_t(h.n_seqs) * s.n_kv * s.group * ring_window * s.head_dim;
     std::mt19937_64 rng(seed);
     for (int l = 0; l < s.n_layers; ++l) {
       k.push_back(hashed_bf16(slots * s.head_dim, seed * 131 + 10 * l + 1));
       v.push_back(hashed_bf16(slots * s.head_dim, seed * 131 + 10 * l + 2));
-      if (needs.window_queries) ring.emplace_back(ring_floats, 0.0f);
+      if (needs.window_queries) ring.emplace_back(ring_elements, uint16_t{0});
       if (needs.value_ranges) {
         range.emplace_back(slots);
         for (size_t i = 0; i < slots; ++i) range.back()[i] = 2.25f + hashed_unit(seed * 131 + 10 * l + 3, i);
@@ -153,7 +154,7 @@ struct RealWorld {
           for (int slot = 0; slot < r.length; ++slot) pos[l][index(q, g, slot)] = slot_positions[size_t(slot)];
         }
       }
-      // Ring slots [0, r) of the row's ring row hold fp32 queries.
+      // Ring slots [0, r) of the row's ring row hold bf16 queries (the ring's dtype).
       if (needs.window_queries)
         for (int l = 0; l < s.n_layers; ++l)
           for (int j = 0; j < r.window; ++j)
@@ -161,7 +162,7 @@ struct RealWorld {
               const size_t at =
                   ((size_t(h.ring_row[size_t(q)]) * s.n_kv * s.group + qh) * ring_window + j) * s.head_dim;
               for (int c = 0; c < s.head_dim; ++c)
-                ring[l][at + c] = hashed_unit(seed * 131 + 10 * l + 5, at + c);
+                ring[l][at + c] = f32_to_bf16(hashed_unit(seed * 131 + 10 * l + 5, at + c));
             }
     }
   }
@@ -189,16 +190,17 @@ struct RealPool {
       view.n_heads = s.n_kv * s.group;
       view.ring_window = w.ring_window;
       view.ring_rows = w.h.n_seqs;
-      if (w.needs.window_queries) view.query_ring = static_cast<float*>(signal(w.ring[l], "query ring"));
+      if (w.needs.window_queries) view.query_ring = static_cast<uint16_t*>(signal(w.ring[l], "query ring"));
       if (w.needs.value_ranges) view.value_range = static_cast<float*>(signal(w.range[l], "value range"));
       if (w.needs.accumulated_attention)
         view.attention_mass = static_cast<float*>(signal(w.mass[l], "attention mass"));
       views.push_back(view);
     }
   }
-  void* signal(const std::vector<float>& host, const char* what) {
-    signals.push_back(std::make_unique<Guarded>(b, host.size() * sizeof(float), what));
-    b.upload(signals.back()->data(), host.data(), host.size() * sizeof(float));
+  template <class T>
+  void* signal(const std::vector<T>& host, const char* what) {
+    signals.push_back(std::make_unique<Guarded>(b, host.size() * sizeof(T), what));
+    b.upload(signals.back()->data(), host.data(), host.size() * sizeof(T));
     return signals.back()->data();
   }
   std::vector<float> download_signal(const float* p) const {
@@ -311,7 +313,7 @@ int compare_keep_sets(const std::string& what, const policy::EvictionPolicy& pol
                       const std::vector<int32_t>& length, int* near_tie_heads) {
   int mismatches = 0, near_ties = 0;
   *near_tie_heads = 0;
-  static const std::vector<float> kNone;
+  static const std::vector<uint16_t> kNone;
   for (int l = 0; l < w.shape.n_layers; ++l) {
     const auto pc = cpu.positions(l), pg = gpu.positions(l);
     for (int q = 0; q < w.h.n_seqs; ++q)

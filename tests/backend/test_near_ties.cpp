@@ -15,7 +15,8 @@ namespace {
 struct Head {
   RowBefore row;
   std::vector<int32_t> pos;
-  std::vector<float> keys, ring, range, mass;
+  std::vector<float> keys, range, mass;
+  std::vector<uint16_t> ring;  // bf16 bits, as the pool's query ring holds them
   static constexpr int kDim = 16, kGroup = 2, kWindow = 8, kCandidates = 40;
 
   Head() {
@@ -27,7 +28,7 @@ struct Head {
     keys.resize(size_t(row.length) * kDim);
     for (float& x : keys) x = normal(rng);
     ring.resize(size_t(kGroup) * kWindow * kDim);
-    for (float& x : ring) x = normal(rng);
+    for (uint16_t& x : ring) x = f32_to_bf16(normal(rng));
     for (int slot = 0; slot < row.length; ++slot) range.push_back(1.0f + 0.01f * float(slot));
     mass.assign(size_t(row.length), 0.0f);
   }

@@ -124,9 +124,9 @@ TEST_F(BenchCli, CapacityFillsTheMemoryWithTheLargestBatch) {
 TEST_F(BenchCli, CapacityCountsOneQueryRingRowPerScoringSequence) {
   const std::string json = path("cs.json");
   // snapkv's pages cost what random_pp's do (49,920 bytes a sequence); its window queries add one query
-  // ring row: 2 layers x 4 query heads x r = 8 queries x 32 fp32 = 8,192 bytes. A ring per page (16
-  // queries a page) would cost 49,152 bytes a sequence more and fit 5.
-  const double gib = 10 * (49920.0 + 8192.0) / (1 << 30) + 1e-9;
+  // ring row: 2 layers x 4 query heads x r = 8 queries x 32 bf16 = 4,096 bytes. An fp32 ring row (8,192
+  // bytes) would fit 9, a ring per page (16 queries a page) 5.
+  const double gib = 10 * (49920.0 + 4096.0) / (1 << 30) + 1e-9;
   const CommandResult r =
       run_kvdice(cpu({"bench", "capacity", "--model", kModel, "--policy", "snapkv", "--memory-gib",
                       fmt::format("{:.12f}", gib), "--prompt-len", "16", "--output-len", "40", "--budget",
@@ -135,8 +135,8 @@ TEST_F(BenchCli, CapacityCountsOneQueryRingRowPerScoringSequence) {
   const Json run = read_runs(json)[0];
   EXPECT_EQ(run["results"][0]["metrics"]["batch"], 10);
   EXPECT_EQ(run["results"][0]["metrics"]["max_running"], 10);
-  EXPECT_EQ(run["parameters"]["kv_bytes_per_sequence"], 49920 + 8192);
-  EXPECT_EQ(run["parameters"]["query_ring_bytes_per_sequence"], 8192);
+  EXPECT_EQ(run["parameters"]["kv_bytes_per_sequence"], 49920 + 4096);
+  EXPECT_EQ(run["parameters"]["query_ring_bytes_per_sequence"], 4096);
   EXPECT_TRUE(run["validation"]["ok"].get<bool>());
 }
 

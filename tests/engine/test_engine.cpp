@@ -420,7 +420,7 @@ TEST(Engine, QueryRingIsOneRowPerRunningSequence) {
   const MemoryPlan& plan = engine.memory_plan();
   EXPECT_EQ(plan.query_window, 8);
   EXPECT_EQ(plan.kv_query_ring_rows, 3);
-  EXPECT_EQ(plan.kv_query_ring_bytes, int64_t{mc.n_layers} * 3 * 8 * mc.n_heads * mc.head_dim * 4);
+  EXPECT_EQ(plan.kv_query_ring_bytes, int64_t{mc.n_layers} * 3 * 8 * mc.n_heads * mc.head_dim * 2);  // bf16
   EXPECT_EQ(plan.kv_pool_bytes, plan.kv_pool_slots * plan.kv_bytes_per_slot + plan.kv_query_ring_bytes);
   GenerationRequest wide = request("wide", 5);
   wide.kv = KvSettings{"snapkv", kv::BudgetSpec{64, 16}};
@@ -450,7 +450,7 @@ namespace {
 // max_batch is; a third sequence of a smaller budget, whose pages would fit, waits for a row.
 TEST(Engine, RingRowsFollowTheSequencesThePoolHolds) {
   const model::ModelConfig& mc = bundle().model->config();
-  const int64_t row = int64_t{mc.n_layers} * 8 * mc.n_heads * mc.head_dim * 4;
+  const int64_t row = int64_t{mc.n_layers} * 8 * mc.n_heads * mc.head_dim * 2;  // bf16 queries
   const int64_t page = int64_t{mc.n_layers} * mc.n_kv_heads * 16 * (2 * mc.head_dim * 4 + 4);
   EngineConfig config = budgeted("snapkv", 32, 8);
   config.max_batch = 8;

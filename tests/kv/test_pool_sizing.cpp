@@ -91,8 +91,8 @@ TEST(PoolSizing, CpuKeepsItsDefaultAndChecksTheRam) {
 // with their rows; the rows come off every size before the pages are counted.
 TEST(PoolSizing, TheQueryRingHasARowPerSequenceThatFits) {
   PoolInputs in = device();
-  // Qwen3-4B's ring row for r = 64: 36 layers x 32 query heads x 64 x 128 x fp32 (37.7 MB).
-  in.ring_row_bytes = int64_t{36} * 32 * 64 * 128 * 4;
+  // Qwen3-4B's ring row for r = 64: 36 layers x 32 query heads x 64 x 128 x bf16 (18.9 MB).
+  in.ring_row_bytes = int64_t{36} * 32 * 64 * 128 * 2;
   in.sequence_slots = 2048 + 64;  // T + r: 132 pages of 2.36 MB
   const int64_t sequence_bytes = 132 * in.page_bytes + in.ring_row_bytes;
   const int64_t allowed = static_cast<int64_t>(0.9 * static_cast<double>(in.total_bytes)) - 9 * kGiB;
@@ -100,12 +100,13 @@ TEST(PoolSizing, TheQueryRingHasARowPerSequenceThatFits) {
   PoolPlan plan = plan_kv_pool({}, in);
   EXPECT_EQ(plan.ring_rows, 128);
   EXPECT_EQ(plan.pages, (allowed - 128 * in.ring_row_bytes) / in.page_bytes);
-  // 10 GiB hold 30 of them: the bytes bound the rows, and the pages left hold as many sequences.
+  // 10 GiB hold 32 of them: the bytes bound the rows, and the pages left hold as many sequences.
   PoolRequest gib;
   gib.kv_memory_gib = 10;
   in.max_batch = 1024;
   plan = plan_kv_pool(gib, in);
   EXPECT_EQ(plan.ring_rows, 10 * kGiB / sequence_bytes);
+  EXPECT_EQ(plan.ring_rows, 32);
   EXPECT_EQ(plan.pages, (10 * kGiB - plan.ring_rows * in.ring_row_bytes) / in.page_bytes);
   EXPECT_GE(plan.pages, plan.ring_rows * 132);
   // --kv-slots: the slots bound the rows (300,000 / 2,112 = 142).
@@ -122,10 +123,10 @@ TEST(PoolSizing, TheQueryRingHasARowPerSequenceThatFits) {
 
 TEST(PoolSizing, TheQueryRingCountsInEveryFit) {
   PoolInputs in = device();
-  in.ring_row_bytes = int64_t{36} * 32 * 64 * 128 * 4;
+  in.ring_row_bytes = int64_t{36} * 32 * 64 * 128 * 2;
   in.sequence_slots = 2112;
   PoolRequest tiny;
-  tiny.kv_memory_gib = 0.03;  // less than one ring row and one page
+  tiny.kv_memory_gib = 0.015;  // less than one ring row and one page
   EXPECT_TRUE(has(error_of([&] { plan_kv_pool(tiny, in); }), "query ring of 1 rows"))
       << "a pool the ring fills";
   PoolRequest over;

@@ -1,5 +1,6 @@
 // kvdice calibrate's statistics on the tests/fixtures/qwen3 model equal a numpy forward's pre-RoPE
-// queries (tools/make_policy_goldens.py), survive the file format, and tie the file to its model.
+// queries (tools/make_policy_goldens.py; passed through the bf16 query ring as kvdice reads them),
+// survive the file format, and tie the file to its model.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -29,10 +30,15 @@ nlohmann::json golden() {
   return nlohmann::json::parse(file)["calibration"];
 }
 
-void expect_close(const std::vector<float>& got, const std::vector<double>& want, const char* what) {
+// `slack[i]`: what bf16 roundings that fall the other way may add (empty: none). The query ring is bf16;
+// the reference rounds its fp64 queries where kvdice rounds its fp32 ones, so now and then one element
+// lands a bf16 unit (at most 2^-7 of it) away, which moves a mean over n tokens by 2^-7 |q| / n.
+void expect_close(const std::vector<float>& got, const std::vector<double>& want, const char* what,
+                  const std::vector<double>& slack = {}) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_NEAR(got[i], want[i], 2e-5 + 2e-5 * std::abs(want[i])) << what << "[" << i << "]";
+    EXPECT_NEAR(got[i], want[i], 2e-5 + 2e-5 * std::abs(want[i]) + (slack.empty() ? 0.0 : slack[i]))
+        << what << "[" << i << "]";
 }
 
 TEST(TriAttentionCalibration, StatisticsEqualTheNumpyForward) {
@@ -44,9 +50,14 @@ TEST(TriAttentionCalibration, StatisticsEqualTheNumpyForward) {
   options.chunk = 8;  // 40-token segments in 5 steps, the 20-token tail in 3 (the last partial)
   const TriAttentionStats s =
       calibrate::collect_triattention_stats(*bundle().model, *backend, tokens, options);
-  expect_close(s.q_mean_real, g["q_mean_real"].get<std::vector<double>>(), "q_mean_real");
-  expect_close(s.q_mean_imag, g["q_mean_imag"].get<std::vector<double>>(), "q_mean_imag");
-  expect_close(s.q_abs_mean, g["q_abs_mean"].get<std::vector<double>>(), "q_abs_mean");
+  // One rounding the other way per (layer, head, band), of an element up to twice the band's mean
+  // magnitude: 2^-6 E|q_f| / n. Without the bf16 rounding in the reference, the means differ by up to
+  // 25x the fp32 tolerance on this fixture; with it, by one such unit.
+  std::vector<double> slack = g["q_abs_mean"].get<std::vector<double>>();
+  for (double& x : slack) x *= std::ldexp(1.0, -6) / static_cast<double>(tokens.size());
+  expect_close(s.q_mean_real, g["q_mean_real"].get<std::vector<double>>(), "q_mean_real", slack);
+  expect_close(s.q_mean_imag, g["q_mean_imag"].get<std::vector<double>>(), "q_mean_imag", slack);
+  expect_close(s.q_abs_mean, g["q_abs_mean"].get<std::vector<double>>(), "q_abs_mean", slack);
   expect_close(s.q_weight_norm, g["q_weight_norm"].get<std::vector<double>>(), "q_weight_norm");
   EXPECT_NEAR(s.validity(), g["validity"].get<double>(), 1e-5);
   EXPECT_EQ(s.metadata.at("tokens"), std::to_string(tokens.size()));

@@ -139,8 +139,8 @@ plant('value-range-kv-heads-8-up', 'the append records no value range for KV hea
 plant('query-ring-heads-32-up', 'the append writes no ring query for query heads 32 and up',
       'CudaSignals.QueryRingAndValueRangeMatchTheCpu (phi-4)',
       [('src/backend/cuda/rope_append.cu',
-        '    float* ring = is_q ? query_ring_slot(a, s, i, position, item) : nullptr;',
-        '    float* ring = is_q && item < 32 ? query_ring_slot(a, s, i, position, item) : nullptr;')])
+        '    uint16_t* ring = is_q ? query_ring_slot(a, s, i, position, item) : nullptr;',
+        '    uint16_t* ring = is_q && item < 32 ? query_ring_slot(a, s, i, position, item) : nullptr;')])
 
 # The tests each family's patches run against (gtest filters; ':' joins them). The real-shape suite's
 # parameter names are the policy specs with '_' for other characters.

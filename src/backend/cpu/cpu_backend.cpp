@@ -23,6 +23,7 @@
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/worker_pool.h"
 #include "backend/sampling_rule.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "policy/eviction_policy.h"
 
@@ -358,7 +359,7 @@ class CpuBackend final : public Backend {
   }
 
   // The query ring of backend.h's KvLayer: one slot per position modulo r in the sequence's ring
-  // row, all query heads.
+  // row, all query heads, each element rounded to bf16 as the CUDA twin rounds it.
   static void record_query(const KvLayer& kv, int ring_row, int window, int32_t position, const float* q,
                            int n_heads) {
     KVDICE_CHECK(ring_row < kv.ring_rows && window > 0 && window <= kv.ring_window && n_heads == kv.n_heads,
@@ -366,7 +367,8 @@ class CpuBackend final : public Backend {
                  ring_row, kv.ring_rows, window, kv.ring_window, n_heads, kv.n_heads);
     const int hd = kv.head_dim;
     for (int h = 0; h < n_heads; ++h)
-      std::copy_n(q + int64_t{h} * hd, hd, kv.query_ring + kv.ring_index(ring_row, h, position % window));
+      std::transform(q + int64_t{h} * hd, q + int64_t{h + 1} * hd,
+                     kv.query_ring + kv.ring_index(ring_row, h, position % window), f32_to_bf16);
   }
 
   void attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace kvdice::backend {
@@ -38,7 +39,8 @@ struct HeadSignals {
       keys.resize(static_cast<size_t>(n_candidates) * hd);
       for (int slot = 0; slot < n_candidates; ++slot)
         std::copy_n(h.key(slot), hd, keys.data() + int64_t{slot} * hd);
-      // The ring holds the queries of the last min(r, appended) positions (ring slot = position % r).
+      // The ring holds the queries of the last min(r, appended) positions (ring slot = position % r),
+      // bf16, handed over widened to fp32 (exactly).
       n_queries = static_cast<int>(std::min<int64_t>(window, appended));
       const int group = kv.n_heads / kv.n_kv_heads;
       queries.resize(static_cast<size_t>(group) * n_queries * hd);
@@ -46,8 +48,8 @@ struct HeadSignals {
         const int head = h.head * group + gh;
         for (int i = 0; i < n_queries; ++i) {
           const int ring_slot = static_cast<int>((appended - 1 - i) % window);
-          std::copy_n(kv.query_ring + kv.ring_index(ring_row, head, ring_slot), hd,
-                      queries.data() + (int64_t{gh} * n_queries + i) * hd);
+          const uint16_t* q = kv.query_ring + kv.ring_index(ring_row, head, ring_slot);
+          std::transform(q, q + hd, queries.data() + (int64_t{gh} * n_queries + i) * hd, bf16_to_f32);
         }
       }
     }

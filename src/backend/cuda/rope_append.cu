@@ -35,12 +35,13 @@ struct RopeArgs {
 };
 
 // Signals of scoring policies (docs/policies.md), written only when the pool records them.
-// The fp32 query of absolute position `position`, query head `head`, goes to ring slot position % r of
-// the sequence's ring row (backend.h KvLayer); a sequence without a row (-1) records none. Only the
+// The query of absolute position `position`, query head `head`, goes to ring slot position % r of the
+// sequence's ring row (backend.h KvLayer) as bf16, rounded from the fp32 rotated query by core's
+// f32_to_bf16 like the CPU twin; a sequence without a row (-1) records none. Only the
 // step's last r rows of a sequence write, so a prefill chunk longer than r leaves exactly the last r
 // queries and no slot is written twice. A window wider than the ring is never written (the engine
 // refuses such a request; the selection flags the row).
-__device__ inline float* query_ring_slot(const RopeArgs& a, int s, int i, int32_t position, int head) {
+__device__ inline uint16_t* query_ring_slot(const RopeArgs& a, int s, int i, int32_t position, int head) {
   const StepBatch& batch = a.batch;
   if (a.kv.query_ring == nullptr) return nullptr;
   const int row = batch.ring_row[s];
@@ -120,11 +121,11 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_append_kernel(RopeAr
       dst_dtype = a.kv.dtype;
       base = kv_index * hd;
     }
-    float* ring = is_q ? query_ring_slot(a, s, i, position, item) : nullptr;
+    uint16_t* ring = is_q ? query_ring_slot(a, s, i, position, item) : nullptr;
     norm_rope(src, is_q ? a.q_norm : a.k_norm, a.eps, hd, a.rotary_dim, cos_table, sin_table, v,
               [&](int c, float value) {
                 store_float(dst, dst_dtype, base + c, value);
-                if (ring != nullptr) ring[c] = value;
+                if (ring != nullptr) ring[c] = f32_to_bf16(value);
               });
   }
 }

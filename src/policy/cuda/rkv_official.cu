@@ -66,7 +66,7 @@ __device__ void importance_device(const CudaSelectionArgs& args, const cuda::Hea
       const int64_t qh = static_cast<int64_t>(h.kv_head) * group + gh;
       __syncthreads();  // the previous head's readers are done with qs
       for (int c = threadIdx.x; c < d; c += blockDim.x)
-        qs[c] = layer.query_ring[cuda::ring_index(args, h, qh, ring_slot) + c];
+        qs[c] = bf16_to_f32(layer.query_ring[cuda::ring_index(args, h, qh, ring_slot) + c]);
       __syncthreads();
       for (int a = threadIdx.x; a < n; a += blockDim.x) {
         const int64_t index = cuda::pool_index(h, w.slot_of_age[a]);

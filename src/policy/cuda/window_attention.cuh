@@ -6,8 +6,8 @@
 // pool of kernel `pool` along the candidates in age order; the mean over the group.
 //
 // Precision, chosen so the keep-sets equal the CPU's: the CPU works in double. Here each logit is an
-// fp64 dot product of the fp32 ring query with the bf16 key in the CPU's order (every product of an
-// fp32 and a bf16 value is exact in fp64, so the logits equal the CPU's bit for bit), scaled by one
+// fp64 dot product of the bf16 ring query with the bf16 key in the CPU's order (every product of two
+// bf16 values is exact in fp64, so the logits equal the CPU's bit for bit), scaled by one
 // rounded multiply as on the CPU (scaled_logit: no FMA contraction into the exp's argument); exp and the
 // sums are fp64 too, and differ from the CPU's only by summation order (about 1e-16 relative).
 //
@@ -161,7 +161,7 @@ struct WindowItem {
       double q = 0.0;
       if (t < tq) {
         const int ring_slot = static_cast<int>((appended - 1 - (first + t)) % window);
-        q = layer.query_ring[ring_index(args, h, qh, ring_slot) + c];
+        q = bf16_to_f32(layer.query_ring[ring_index(args, h, qh, ring_slot) + c]);
       }
       qs[idx] = q;
     }

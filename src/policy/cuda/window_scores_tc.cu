@@ -3,8 +3,8 @@
 // tensor cores. Not yet run on a GPU: the parity suites (test_cuda_policies.cpp,
 // test_cuda_real_shapes.cpp) and `bench evict` with the fp32 specs are what is to run first.
 //
-// Precision (as policy/window_attention.h states for both twins): queries (fp32 in the ring) and keys
-// (bf16 in the pool) enter tensor cores as bf16, mma.sync m16n8k16 accumulates the logits in fp32, the
+// Precision (as policy/window_attention.h states for both twins): queries (bf16 in the ring) and keys
+// (bf16 in the pool) enter tensor cores as they are stored, mma.sync m16n8k16 accumulates the logits in fp32, the
 // logit is that sum times the fp32 scale; softmax statistics, weights and the per-query-head means are
 // fp32 (expf and IEEE division, no fast-math); the selection kernel pools the means in double. The CPU
 // sums the same exact products in dimension order, the tensor cores in theirs, so the scores differ by a
@@ -184,16 +184,16 @@ __global__ void __launch_bounds__(kTcThreads) window_means_tc_kernel(CudaSelecti
     const int pass = within / n_tiles, tile = within % n_tiles, first_query = chunk * kQueryChunk;
     const int tq = min(kQueryChunk, nq - first_query);
     if (within == 0) {
-      // The chunk's queries as bf16, zero past the window and past head_dim. Query i (newest first) sits
-      // in ring slot (appended - 1 - i) % r.
+      // The chunk's queries as the ring holds them (bf16 bits, copied as they are), zero past the window
+      // and past head_dim. Query i (newest first) sits in ring slot (appended - 1 - i) % r.
       for (int idx = threadIdx.x; idx < kQueryChunk * dp; idx += blockDim.x) {
         const int i = idx / dp, c = idx % dp;
-        float q = 0.0f;
+        unsigned short q = 0;  // +0.0
         if (i < tq && c < d) {
           const int ring_slot = static_cast<int>((it.appended - 1 - (first_query + i)) % it.window);
           q = it.layer.query_ring[ring_index(args, it.h, it.qh, ring_slot) + c];
         }
-        qs[i * row + c] = __float2bfloat16_rn(q);
+        qs[i * row + c] = __ushort_as_bfloat16(q);
       }
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
