@@ -50,8 +50,8 @@ struct SelectionInput {
   int group = 0;                          // query heads per KV head (GQA group size)
   int n_queries = 0;                      // window queries per query head (min(r, tokens appended))
   std::span<const float> keys;            // [n_candidates][head_dim] post-RoPE candidate keys
-  std::span<const float> window_queries;  // [group][n_queries][head_dim] post-RoPE, newest first; bf16
-                                          // values (the query ring's dtype) widened to fp32
+  std::span<const float> window_queries;  // [group][n_queries][head_dim] post-RoPE, newest first (the
+                                          // round hands the query ring's bf16 values, widened)
   std::span<const float> value_range;     // [n_candidates] max - min over the value channels
   std::span<const float> attention_mass;  // [n_candidates] attention received since append (H2O)
   // Row kv_head of score_round() for policies that score the whole model once per round (empty otherwise).
