@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's `llama-batched-bench` with CUDA for the GPU machine (H200, sm_90a) and packs
+# Builds llama.cpp's `llama-batched-bench` and `llama-server` with CUDA for the GPU machine (H200, sm_90a) and packs
 # what the peers need there into a small folder: the stripped binary (xz), the HF->GGUF converter
 # and its python package (gguf-py, conversion/), plus our own peer scripts.
 #
@@ -65,9 +65,9 @@ if [[ -z "${PACK_ONLY:-}" ]]; then
 nice -n "$NICE" cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
   -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_CUDA_COMPILER="$CUDA_HOME/bin/nvcc" \
   -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF \
-  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
   -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_OPENSSL=OFF "${LAUNCH[@]}"
-nice -n "$NICE" cmake --build "$BUILD" --target llama-batched-bench -j "$JOBS"
+nice -n "$NICE" cmake --build "$BUILD" --target llama-batched-bench llama-server -j "$JOBS"
 fi
 
 BIN="$BUILD/bin/llama-batched-bench"
@@ -78,8 +78,11 @@ ldd "$BIN" || true
 echo "== packing into $PACK"
 rm -rf "$PACK"
 mkdir -p "$PACK/bin" "$PACK/llama.cpp"
-strip -o "$PACK/bin/llama-batched-bench" "$BIN"
-xz -T1 -6 -f "$PACK/bin/llama-batched-bench"
+for tool in llama-batched-bench llama-server; do
+  [[ -x "$BUILD/bin/$tool" ]] || { echo "error: $BUILD/bin/$tool was not built" >&2; exit 1; }
+  strip -o "$PACK/bin/$tool" "$BUILD/bin/$tool"
+  xz -T1 -6 -f "$PACK/bin/$tool"
+done
 cp "$SRC/convert_hf_to_gguf.py" "$PACK/llama.cpp/"
 cp -r "$SRC/gguf-py" "$PACK/llama.cpp/"
 [[ -d "$SRC/conversion" ]] && cp -r "$SRC/conversion" "$PACK/llama.cpp/"
