@@ -26,8 +26,9 @@ struct BenchFlags {
 
 // `bench evict --preset table9`: the paper's eviction-cost protocol (its Table 9): batch 1, K = 1024,
 // r = 64 after a 256-token prompt, and the scoring settings of the reference's timing runs (smoothing on,
-// n_large = K/4, softmax temperature 0.6, R-KV lambda 0.1). Flags given beside it win. TriAttention
-// needs its statistics: name it with --policies triattention:stats=FILE.
+// n_large = K/4, softmax temperature 0.6, R-KV lambda 0.1) at the reference's precision: bf16 queries and
+// keys, fp32 math (precision=fp32; the library's default stays the exact fp64). Flags given beside it
+// win. TriAttention needs its statistics: name it with --policies triattention:stats=FILE.
 void apply_table9_preset(bench::BenchOptions& o, const CLI::App& cmd) {
   auto unset = [&](const char* flag) { return cmd.count(flag) == 0; };
   if (unset("--batches")) o.batches = {1};
@@ -35,8 +36,9 @@ void apply_table9_preset(bench::BenchOptions& o, const CLI::App& cmd) {
   if (unset("--window")) o.window = 64;
   if (unset("--prompt-len")) o.prompt_len = 256;
   if (unset("--policies"))
-    o.policies = {"random_pp", "snapkv_pp:pool=5,temperature=0.6", "rkv_pp:lambda=0.1,pool=5,temperature=0.6",
-                  "vase_pp:large=0.25,pool=5,temperature=0.6"};
+    o.policies = {"random_pp", "snapkv_pp:pool=5,temperature=0.6,precision=fp32",
+                  "rkv_pp:lambda=0.1,pool=5,temperature=0.6,precision=fp32",
+                  "vase_pp:large=0.25,pool=5,temperature=0.6,precision=fp32"};
 }
 
 // --policies splits at every comma, which also splits a spec's own options ("snapkv_pp:pool=5,

@@ -291,7 +291,8 @@ TEST_F(BenchCli, BadInputIsRefusedByName) {
 }
 
 // The paper's eviction-cost protocol as a preset: batch 1, its four policies with the reference's timing
-// settings (temperature 0.6, R-KV lambda 0.1, n_large = K/4, smoothing on); flags given beside it win.
+// settings (temperature 0.6, R-KV lambda 0.1, n_large = K/4, smoothing on) at its precision (fp32); flags
+// given beside it win.
 TEST_F(BenchCli, EvictTable9PresetTimesThePapersPolicies) {
   const std::string json = path("t9.json");
   const CommandResult r = run_kvdice(cpu({"bench", "evict", "--model", kModel, "--preset", "table9", "--budget", "64",
@@ -304,9 +305,9 @@ TEST_F(BenchCli, EvictTable9PresetTimesThePapersPolicies) {
     EXPECT_TRUE(result["validation"]["ok"].get<bool>()) << result.dump();
     policies.push_back(result["metrics"]["policy"].get<std::string>());
   }
-  EXPECT_EQ(policies, (std::vector<std::string>{"random_pp", "snapkv_pp:pool=5,temperature=0.6",
-                                                "rkv_pp:lambda=0.1,pool=5,temperature=0.6",
-                                                "vase_pp:large=0.25,pool=5,temperature=0.6"}));
+  EXPECT_EQ(policies, (std::vector<std::string>{"random_pp", "snapkv_pp:pool=5,temperature=0.6,precision=fp32",
+                                                "rkv_pp:lambda=0.1,pool=5,temperature=0.6,precision=fp32",
+                                                "vase_pp:large=0.25,pool=5,temperature=0.6,precision=fp32"}));
   expect_failure(cpu({"bench", "throughput", "--model", kModel, "--preset", "table9"}), "--preset");
   expect_failure(cpu({"bench", "evict", "--model", kModel, "--preset", "table10"}), "--preset");
 }
