@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -168,6 +169,22 @@ struct HostBatch {
     return h;
   }
 };
+
+// The query ring writer's cases in one batch: a decode row, a 7-row prefill chunk with r = 4 (only its
+// last 4 rows may write the ring), a row without a ring row (writes none) and a 3-row chunk; ring rows
+// out of batch order (ring row 2 unused, 4 rows of 16 slots), pages shuffled.
+inline HostBatch ring_writer_batch(int max_pages) {
+  HostBatch h = HostBatch::make({1, 7, 2, 3}, max_pages);
+  h.length = {20, 0, 5, 9};
+  h.appended = {1000, 0, 5, 300};
+  h.budget = {32, 16, 0, 32};
+  h.window = {8, 4, 8, 16};
+  h.ring_row = {3, 0, -1, 1};
+  std::iota(h.page_table.begin(), h.page_table.end(), 0);
+  std::shuffle(h.page_table.begin(), h.page_table.end(), std::mt19937_64(61));
+  return h;
+}
+constexpr int kRingWriterRows = 4, kRingWriterWindow = 16;
 
 // A HostBatch uploaded to one backend: the StepBatch of device pointers plus the guarded arrays.
 struct DeviceBatch {

@@ -402,18 +402,8 @@ TEST(CudaSignals, QueryRingAndValueRangeMatchTheCpu) {
        {Case{"small", 4, 2, 32, false}, Case{"qwen3-4b", 32, 8, 128, true}, Case{"phi-4", 40, 10, 128, false}}) {
     SCOPED_TRACE(c.name);
     const int max_pages = 4;
-    // A decode row, a 7-row prefill chunk with r = 4 (only its last 4 rows may write the ring), a row
-    // without a ring row (records nothing in the ring) and a 3-row chunk; ring rows out of batch order.
-    HostBatch h = HostBatch::make({1, 7, 2, 3}, max_pages);
-    h.length = {20, 0, 5, 9};
-    h.appended = {1000, 0, 5, 300};
-    h.budget = {32, 16, 0, 32};
-    h.window = {8, 4, 8, 16};
-    h.ring_row = {3, 0, -1, 1};
-    const int ring_rows = 4, ring_window = 16;
-    h.page_table.resize(size_t(h.n_seqs) * max_pages);
-    std::iota(h.page_table.begin(), h.page_table.end(), 0);
-    std::shuffle(h.page_table.begin(), h.page_table.end(), std::mt19937_64(61));
+    HostBatch h = ring_writer_batch(max_pages);
+    const int ring_rows = kRingWriterRows, ring_window = kRingWriterWindow;
     const int qkv_cols = (c.n_heads + 2 * c.n_kv) * c.head_dim;
     const auto qkv_host = random_values(size_t(h.n_rows) * qkv_cols, 62, 2.0f);
     const auto qn_host = random_values(size_t(c.head_dim), 63, 0.3f, 1.0f);

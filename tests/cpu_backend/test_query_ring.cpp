@@ -25,17 +25,8 @@ TEST(CpuQueryRing, HoldsTheBf16RoundingOfEachWindowQuery) {
   for (const bool norms : {false, true}) {
     SCOPED_TRACE(norms ? "q/k norms (Qwen3)" : "no norms");
     const int n_heads = 8, n_kv = 2, hd = 32, page_slots = 16, max_pages = 4;
-    // A decode row, a 7-row prefill chunk with r = 4 (only its last 4 rows write the ring), a row
-    // without a ring row (writes none) and a 3-row chunk; ring rows out of batch order, row 2 unused.
-    HostBatch h = HostBatch::make({1, 7, 2, 3}, max_pages);
-    h.length = {20, 0, 5, 9};
-    h.appended = {1000, 0, 5, 300};
-    h.budget = {32, 16, 0, 32};
-    h.window = {8, 4, 8, 16};
-    h.ring_row = {3, 0, -1, 1};
-    const int ring_rows = 4, ring_window = 16;
-    std::iota(h.page_table.begin(), h.page_table.end(), 0);
-    std::shuffle(h.page_table.begin(), h.page_table.end(), std::mt19937_64(61));
+    HostBatch h = ring_writer_batch(max_pages);
+    const int ring_rows = kRingWriterRows, ring_window = kRingWriterWindow;
     const int qkv_cols = (n_heads + 2 * n_kv) * hd;
     // Inputs whose rotated queries are not bf16 values (bf16-exact qkv times fp32 cos/sin), so a ring
     // that kept fp32, truncated or rounded otherwise differs.
