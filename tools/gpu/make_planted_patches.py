@@ -60,9 +60,10 @@ plant('random_block_pp-stream-heads-4-up', 'random_block_pp draws KV heads 4-7 f
       [('src/policy/cuda/random_block_pp.cu',
         'const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer), static_cast<uint32_t>(h.kv_head)};',
         'const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer), static_cast<uint32_t>(h.kv_head & 3)};')])
-plant('random_pp_rec-stream-heads-5-up', 'random_pp_rec draws KV heads 5 and up from the streams of heads 0-4',
+plant('random_pp_rec-stream-heads-5-up', "the random rest (random_pp_rec's draw, shared with carrier_mix and "
+      'random_vrange_pp) takes KV heads 5 and up from the streams of heads 0-4',
       'Policies/CudaRealShape.Qwen3FourBKeepsWhatTheCpuKeeps/random_pp_rec',
-      [('src/policy/cuda/random_pp_rec.cu',
+      [('src/policy/cuda/random_subset.cuh',
         'const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer), static_cast<uint32_t>(h.kv_head)};',
         'const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer), static_cast<uint32_t>(h.kv_head % 5)};')])
 plant('window-attention-group-past-4', 'the windowed attention (snapkv, vase) sums only the first 4 query heads of a GQA group',
@@ -159,7 +160,7 @@ FILTERS = {
     'streaming-sinks-heads-2-up': ('streaming.cu', RANDOM + ':' + real('streaming')),
     'recency_pp-protection-heads-4-up': ('recency.cu (recency_pp)', RANDOM + ':' + real('recency_pp')),
     'random_block_pp-stream-heads-4-up': ('random_block_pp.cu', RANDOM + ':' + real('random_block_pp*')),
-    'random_pp_rec-stream-heads-5-up': ('random_pp_rec.cu', RANDOM + ':' + real('random_pp_rec*')),
+    'random_pp_rec-stream-heads-5-up': ('random_subset.cuh (the random rest)', RANDOM + ':' + real('random_pp_rec*')),
     # CudaScoringPolicyQwen's parameters: snapkv 0, snapkv_pp 1, rkv_pp 2, vase 3, vase_pp 4, h2o 5, h2o_pp 6.
     'window-attention-group-past-4': ('window_attention.cuh (snapkv, vase)',
         'Policies/CudaScoringPolicy.*:Policies/CudaScoringPolicyQwen.*/0:' + real('snapkv') + ':' + real('vase')),
