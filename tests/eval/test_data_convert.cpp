@@ -9,6 +9,7 @@
 #include "eval/code_grader.h"
 #include "eval/dataset.h"
 #include "eval/hashing.h"
+#include "eval/task.h"
 #include "eval_test_util.h"
 
 namespace kvdice::testing {
@@ -64,6 +65,11 @@ TEST(DataConvert, HumanEvalGradesByTheUpstreamCheck) {
   EXPECT_EQ(fail.score, 0.0) << fail.detail;
   const std::string truncate = "```python\ndef truncate_number(number):\n    return number % 1.0\n```";
   EXPECT_EQ(eval::grade_code(truncate, dataset.problems[1].raw, options).score, 1.0);
+  // The task file kvdice ships for it (configs/tasks/humaneval.json) is a code task.
+  const eval::TaskSpec task = eval::load_task(std::string(KVDICE_SOURCE_DIR) + "/configs/tasks/humaneval.json");
+  EXPECT_EQ(task.name, "humaneval");
+  EXPECT_EQ(task.grader, eval::GraderKind::Code);
+  EXPECT_FALSE(task.thinking);
 }
 
 TEST(DataConvert, WrongShapeIsRefusedNamingLineAndField) {
