@@ -8,24 +8,18 @@
 #include "core/json.h"
 #include "model/gguf_source.h"
 #include "model/test_gguf_builder.h"
+#include "error_text.h"
 
 namespace kvdice::model {
 namespace {
+
+using test::error_of;
 
 const std::string kDir = std::string(KVDICE_FIXTURES_DIR) + "/gguf/";
 
 const Json& expected() {
   static const Json j = read_json_file(kDir + "tiny_models.expected.json");
   return j;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 TEST(GgufSource, HfNames) {

@@ -15,9 +15,12 @@
 #include "eval/results_store.h"
 #include "eval/runner.h"
 #include "probe/fork.h"
+#include "error_text.h"
 
 namespace kvdice::probe {
 namespace {
+
+using test::error_of;
 
 namespace fs = std::filesystem;
 
@@ -33,15 +36,6 @@ fs::path temp_dir(const std::string& name) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 // A trace as `kvdice generate --json` writes it: random_pp, T=32, r=8, sampled at temperature 0.8.
@@ -275,7 +269,7 @@ TEST(Fork, BadInputIsRefused) {
   ForkConfig fc;
   fc.fork_at = 45;
   fc.span = {12, 14};
-  EXPECT_EQ(error_of([&] { validate_fork(trace, fc); }), "no error");
+  EXPECT_EQ(error_of([&] { validate_fork(trace, fc); }), "<no error>");
   fc.fork_at = 61;
   EXPECT_NE(error_of([&] { validate_fork(trace, fc); }).find("--fork-at 61"), std::string::npos);
   fc.fork_at = 0;
@@ -288,7 +282,7 @@ TEST(Fork, BadInputIsRefused) {
   EXPECT_NE(error_of([&] { validate_fork(trace, fc); }).find("no eviction to replay"), std::string::npos);
   trace.budget = {32, 8};
   trace.policy = "nonsense";
-  EXPECT_NE(error_of([&] { validate_fork(trace, fc); }), "no error");
+  EXPECT_NE(error_of([&] { validate_fork(trace, fc); }), "<no error>");
   for (const char* bad : {"5", "5-5", "7-3", "-1-4", "a-b", "3-4x"})
     EXPECT_NE(error_of([&] { parse_span(bad); }).find("--span"), std::string::npos) << bad;
   EXPECT_EQ(parse_span("3-9"), (std::pair<int32_t, int32_t>{3, 9}));

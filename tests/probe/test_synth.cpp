@@ -9,9 +9,12 @@
 
 #include "core/error.h"
 #include "probe/synth.h"
+#include "error_text.h"
 
 namespace kvdice::probe {
 namespace {
+
+using test::error_of;
 
 const engine::ModelBundle& bundle() {
   static engine::ModelBundle b = engine::load_model_bundle(std::string(KVDICE_FIXTURES_DIR) + "/qwen3");
@@ -38,15 +41,6 @@ SynthTaskConfig task_config() {
   c.instances = 4;
   c.seed = 5;
   return c;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 TEST(SynthTask, CellsParseAndBadNamesAreRefused) {
