@@ -22,6 +22,7 @@
 // mostly hit L2.
 #include <mutex>
 
+#include "core/cuda/warp_mma.cuh"
 #include "policy/cuda/window_attention.cuh"
 
 namespace kvdice::policy::cuda {
@@ -78,27 +79,12 @@ struct TcItem {
   }
 };
 
-__device__ inline uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// 16 bytes global -> shared, or 16 zero bytes when !valid (src-size 0: nothing is read).
-__device__ inline void cp_async_16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ inline void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-// d += a * b, m16n8k16, bf16 inputs, fp32 accumulators.
-__device__ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using cuda_ptx::cp_async_16;
+using cuda_ptx::cp_async_commit;
+using cuda_ptx::cp_async_wait;
+using cuda_ptx::mma_bf16;
+using cuda_ptx::shared_address;
+
 __device__ inline uint32_t shared_u32(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 // Online softmax statistics (max m, denominator d = sum exp(l - m)) merged with another pair; symmetric,
