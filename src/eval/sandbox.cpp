@@ -152,7 +152,6 @@ bool apply_seccomp() {
     report(report_fd, " uid=65534");
   }
   if (chdir(dir.c_str()) != 0) child_fail(report_fd, "chdir");
-  set_limit(RLIMIT_AS, static_cast<rlim_t>(limits.memory_bytes), report_fd);
   set_limit(RLIMIT_CPU, static_cast<rlim_t>(limits.cpu_seconds), report_fd);
   set_limit(RLIMIT_FSIZE, static_cast<rlim_t>(limits.file_bytes), report_fd);
   set_limit(RLIMIT_NOFILE, 64, report_fd);
@@ -166,6 +165,10 @@ bool apply_seccomp() {
   }
   if (!apply_seccomp()) child_fail(report_fd, "seccomp");
   report(report_fd, " seccomp");
+  // The address-space limit last, with nothing left to allocate before execve: the child starts as a
+  // copy of the grader, whose address space can be far above the program's limit (a process that has
+  // initialised CUDA reserves tens of GiB), and building the seccomp filter allocates.
+  set_limit(RLIMIT_AS, static_cast<rlim_t>(limits.memory_bytes), report_fd);
   const char* argv[] = {"python3", "-I", "-B", "solution.py", nullptr};
   const char* envp[] = {"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "PYTHONHASHSEED=0", "HOME=/nonexistent",
                         nullptr};

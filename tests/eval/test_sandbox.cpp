@@ -2,7 +2,9 @@
 // forking, writing outside their directory, opening a socket, eating memory; and the grader's
 // extraction and float-tolerant comparison, stdin and functional tests.
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -108,6 +110,33 @@ TEST(Sandbox, MemoryLimit) {
       "try:\n    b = bytearray(8 << 30)\n    print('allocated')\nexcept MemoryError:\n    print('memory')\n");
   ASSERT_EQ(r.status, SandboxStatus::Exited) << r.err;
   EXPECT_EQ(r.out, "memory\n");
+}
+
+// A grader whose address space is already larger than the program's memory limit (a process that has
+// initialised CUDA reserves tens of GiB of virtual addresses, and the sandbox's child starts as its
+// copy) still sets the sandbox up: the limit is the program's, so the setup's own allocations (the
+// seccomp filter is built in the child) come before it. Here every allocation takes fresh address
+// space (mmap threshold 0), as one from a full malloc arena does.
+TEST(Sandbox, AGraderWithAHugeAddressSpaceStillSetsUpTheSandbox) {
+  const size_t reserve = size_t{16} << 30;
+  void* reserved = mmap(nullptr, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(reserved, MAP_FAILED) << "cannot reserve 16 GiB of address space here";
+  ASSERT_EQ(mallopt(M_MMAP_THRESHOLD, 0), 1);
+  struct Restore {
+    void* p;
+    size_t n;
+    ~Restore() {
+      mallopt(M_MMAP_THRESHOLD, 128 * 1024);  // glibc's default
+      munmap(p, n);
+    }
+  } restore{reserved, reserve};
+  const auto r = run("print('ran')\n");
+  ASSERT_EQ(r.status, SandboxStatus::Exited) << r.err;
+  EXPECT_EQ(r.out, "ran\n");
+  EXPECT_NE(r.layers.find("seccomp"), std::string::npos) << r.layers;
+  const auto m = run("try:\n    b = bytearray(8 << 30)\n    print('allocated')\nexcept MemoryError:\n    print('memory')\n");
+  ASSERT_EQ(m.status, SandboxStatus::Exited) << m.err;
+  EXPECT_EQ(m.out, "memory\n") << "the program's own limit still holds";
 }
 
 TEST(Sandbox, ItsDirectoryIsThrownAway) {
