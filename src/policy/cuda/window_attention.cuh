@@ -105,32 +105,52 @@ __device__ inline void merge_stats(double& m, double& d, double m2, double d2) {
   m = top;
 }
 
-// One CTA's share of the window grid: blockIdx.x = candidate tile, blockIdx.y = (layer, KV head, query
-// head of the group), blockIdx.z = row of the launch. valid is false for rows not due, invalid inputs
-// (the selection kernel flags those) and tiles past the head's n_tiles.
-struct WindowItem {
+// One query head's window, decoded from the launch's grid (both window launches, fp64 here and fp32 in
+// window_scores_tc.cu): the row s = row_begin + row_in_launch and head_block = (layer of the launch, KV
+// head, query head of the group). decode() is false for rows not due and invalid inputs (the selection
+// kernel flags those); otherwise the window's queries nq = min(r, appended) and the rest are set.
+struct WindowHead {
   bool valid = false;
   HeadSelect h;
-  int s = 0, gh = 0, qh = 0, group = 0;
-  int nq = 0, n_tiles = 0, tile = 0, begin = 0, end = 0;
-  bool stored = false;  // the window scratch holds this head's logits (nq <= args.logit_queries)
+  int s = 0, gh = 0, qh = 0, group = 0, nq = 0, window = 0;
   int64_t appended = 0;
-  int window = 0;
   SelectionLayer layer;
 
-  __device__ WindowItem(const CudaSelectionArgs& args) {
-    s = args.row_begin + static_cast<int>(blockIdx.z);
+  __device__ bool decode(const CudaSelectionArgs& args, int row_in_launch, int head_block) {
+    s = args.row_begin + row_in_launch;
     group = args.n_heads / args.n_kv_heads;
-    gh = static_cast<int>(blockIdx.y) % group;
-    const int head = static_cast<int>(blockIdx.y) / group % args.n_kv_heads;
-    const int local_layer = static_cast<int>(blockIdx.y) / (group * args.n_kv_heads);
-    if (!eviction_due(args.batch, s, args.policy_id)) return;
+    gh = head_block % group;
+    const int head = head_block / group % args.n_kv_heads;
+    const int local_layer = head_block / (group * args.n_kv_heads);
+    if (!eviction_due(args.batch, s, args.policy_id)) return false;
     h = make_head_select(args, s, local_layer, head);
-    if (selection_input_invalid(args, h, args.batch.length[s])) return;
+    if (selection_input_invalid(args, h, args.batch.length[s])) return false;
     qh = head * group + gh;
     window = args.batch.window[s];
     appended = args.batch.appended[s];
     nq = static_cast<int>(appended < window ? appended : window);
+    return true;
+  }
+
+  // The head's scratch (HeadScratch, then its window scratch after cuda_head_scratch_bytes).
+  __device__ char* head_scratch(const CudaSelectionArgs& args) const {
+    const int64_t item =
+        (static_cast<int64_t>(s - args.row_begin) * args.n_layers + (h.layer - args.layer_begin)) *
+            args.n_kv_heads +
+        h.kv_head;
+    return args.scratch + item * args.head_scratch;
+  }
+};
+
+// One CTA's share of the window grid: blockIdx.x = candidate tile, blockIdx.y = (layer, KV head, query
+// head of the group), blockIdx.z = row of the launch. valid is false where the head is not decoded and
+// for tiles past the head's n_tiles.
+struct WindowItem : WindowHead {
+  int n_tiles = 0, tile = 0, begin = 0, end = 0;
+  bool stored = false;  // the window scratch holds this head's logits (nq <= args.logit_queries)
+
+  __device__ WindowItem(const CudaSelectionArgs& args) {
+    if (!decode(args, static_cast<int>(blockIdx.z), static_cast<int>(blockIdx.y))) return;
     n_tiles = window_tiles(h.n_candidates, nq, args.capacity);
     stored = nq <= args.logit_queries;
     tile = static_cast<int>(blockIdx.x);
@@ -140,14 +160,6 @@ struct WindowItem {
     end = min(h.n_candidates, begin + size);
     layer = args.layers[h.layer];
     valid = true;
-  }
-
-  __device__ char* head_scratch(const CudaSelectionArgs& args) const {
-    const int64_t item =
-        (static_cast<int64_t>(s - args.row_begin) * args.n_layers + (h.layer - args.layer_begin)) *
-            args.n_kv_heads +
-        h.kv_head;
-    return args.scratch + item * args.head_scratch;
   }
 
   // Queries [first, first + kQueryTile) of head qh into qs[c * kQueryTile + t] as fp64, zero past nq.

@@ -43,39 +43,19 @@ constexpr int smem_row(int d) { return (d + 15) / 16 * 16 + kSmemPad; }
 constexpr int smem_bytes(int d) { return (kQueryChunk + 2 * kKeyTile) * smem_row(d) * 2; }
 
 // One CTA: blockIdx.x = (layer of the launch, KV head, query head of the group), blockIdx.y = row of the
-// launch. valid is false for rows not due and invalid inputs (the selection kernel flags those).
-struct TcItem {
-  bool valid = false;
-  HeadSelect h;
-  int s = 0, gh = 0, qh = 0, group = 0, nq = 0, window = 0;
-  int64_t appended = 0;
-  SelectionLayer layer;
-
+// launch. valid is false where the head is not decoded (window_attention.cuh's WindowHead) and for an
+// empty window or no candidate.
+struct TcItem : WindowHead {
   __device__ TcItem(const CudaSelectionArgs& args) {
-    s = args.row_begin + static_cast<int>(blockIdx.y);
-    group = args.n_heads / args.n_kv_heads;
-    gh = static_cast<int>(blockIdx.x) % group;
-    const int head = static_cast<int>(blockIdx.x) / group % args.n_kv_heads;
-    const int local_layer = static_cast<int>(blockIdx.x) / (group * args.n_kv_heads);
-    if (!eviction_due(args.batch, s, args.policy_id)) return;
-    h = make_head_select(args, s, local_layer, head);
-    if (selection_input_invalid(args, h, args.batch.length[s])) return;
-    qh = head * group + gh;
-    window = args.batch.window[s];
-    appended = args.batch.appended[s];
-    nq = static_cast<int>(appended < window ? appended : window);
+    if (!decode(args, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x))) return;
     layer = args.layers[h.layer];
     valid = nq > 0 && h.n_candidates > 0;
   }
 
   // The head's fp32 means: the start of its window scratch, after the head scratch.
   __device__ float* means(const CudaSelectionArgs& args) const {
-    const int64_t item =
-        (static_cast<int64_t>(s - args.row_begin) * args.n_layers + (h.layer - args.layer_begin)) *
-            args.n_kv_heads +
-        h.kv_head;
-    char* base = args.scratch + item * args.head_scratch + cuda_head_scratch_bytes(args.capacity);
-    return reinterpret_cast<float*>(base) + static_cast<int64_t>(gh) * args.capacity;
+    return reinterpret_cast<float*>(head_scratch(args) + cuda_head_scratch_bytes(args.capacity)) +
+           static_cast<int64_t>(gh) * args.capacity;
   }
 };
 
