@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <string>
 
 #include "core/error.h"
@@ -37,15 +38,30 @@ std::vector<GenerationResult> run_all(Engine& engine, std::vector<GenerationRequ
   return ordered;
 }
 
+// The engine on a CPU fixture under a default policy (and budget, for a bounded one).
+struct FixtureEngine {
+  ModelBundle bundle;
+  std::unique_ptr<backend::Backend> backend;
+  std::unique_ptr<Engine> engine;
+  int vocab = 0;
+
+  explicit FixtureEngine(const std::string& fixture, const std::string& policy = "full", kv::BudgetSpec budget = {},
+                         int threads = 2)
+      : bundle(load_model_bundle(kFixtures + "/" + fixture)), backend(backend::make_cpu_backend(threads)) {
+    vocab = bundle.model->config().vocab;
+    EngineConfig config;
+    config.kv.policy = policy;
+    config.kv.budget = budget;
+    engine = std::make_unique<Engine>(*bundle.model, *backend, config);
+  }
+};
+
 class ForcedPrefix : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ForcedPrefix, GreedyContinuationEqualsAPlainGenerationFromPromptPlusPrefix) {
-  const ModelBundle bundle = load_model_bundle(kFixtures + "/" + GetParam());
-  const int vocab = bundle.model->config().vocab;
-  auto backend = backend::make_cpu_backend(2);
-  EngineConfig config;
-  config.kv.policy = "full";
-  Engine engine(*bundle.model, *backend, config);
+  FixtureEngine fixture(GetParam());
+  Engine& engine = *fixture.engine;
+  const int vocab = fixture.vocab;
   const std::vector<int> prompt = some_tokens(7, vocab, 1);
   const int after = 12;  // sampled tokens after the prefix
   for (const int k : {1, 2, 9}) {
@@ -91,12 +107,9 @@ TEST_P(ForcedPrefix, GreedyContinuationEqualsAPlainGenerationFromPromptPlusPrefi
 INSTANTIATE_TEST_SUITE_P(CpuFixtures, ForcedPrefix, ::testing::Values("qwen3", "qwen2", "llama", "phi3"));
 
 TEST(ForcedPrefixStops, OnlyASampledStopIdEndsTheSequence) {
-  const ModelBundle bundle = load_model_bundle(kFixtures + "/qwen3");
-  const int vocab = bundle.model->config().vocab;
-  auto backend = backend::make_cpu_backend(2);
-  EngineConfig config;
-  config.kv.policy = "full";
-  Engine engine(*bundle.model, *backend, config);
+  FixtureEngine fixture("qwen3");
+  Engine& engine = *fixture.engine;
+  const int vocab = fixture.vocab;
   const std::vector<int> prompt = some_tokens(6, vocab, 4), prefix = some_tokens(5, vocab, 5);
   GenerationRequest free;
   free.prompt = prompt;
@@ -120,13 +133,9 @@ TEST(ForcedPrefixStops, OnlyASampledStopIdEndsTheSequence) {
 }
 
 TEST(ForcedPrefixStops, RoundsRunDuringThePrefixAsInDecoding) {
-  const ModelBundle bundle = load_model_bundle(kFixtures + "/qwen3");
-  const int vocab = bundle.model->config().vocab;
-  auto backend = backend::make_cpu_backend(2);
-  EngineConfig config;
-  config.kv.policy = "random_pp";
-  config.kv.budget = {32, 8};
-  Engine engine(*bundle.model, *backend, config);
+  FixtureEngine fixture("qwen3", "random_pp", {32, 8});
+  Engine& engine = *fixture.engine;
+  const int vocab = fixture.vocab;
   GenerationRequest fork;
   fork.prompt = some_tokens(6, vocab, 6);
   fork.forced_tokens = some_tokens(40, vocab, 7);
@@ -152,11 +161,8 @@ TEST(ForcedPrefixStops, RoundsRunDuringThePrefixAsInDecoding) {
 }
 
 TEST(ForcedPrefixStops, BadRequestsAreRefused) {
-  const ModelBundle bundle = load_model_bundle(kFixtures + "/qwen3");
-  auto backend = backend::make_cpu_backend(1);
-  EngineConfig config;
-  config.kv.policy = "full";
-  Engine engine(*bundle.model, *backend, config);
+  FixtureEngine fixture("qwen3", "full", {}, 1);
+  Engine& engine = *fixture.engine;
   GenerationRequest none;
   none.prompt = {1, 2, 3};
   none.sample_after_forced = true;
