@@ -53,6 +53,9 @@ struct EngineConfig {
   // never waits for the host between steps. Token events come one step later; a sequence that stops
   // on a stop id has run one step more, whose token is dropped. Off: every step is read at once.
   bool overlap_readback = true;
+  // Warn on stderr for every admitted prompt longer than T - r (only its first T - r - 1 slots are
+  // protected). A caller that reports them itself, once for many requests (eval run), turns it off.
+  bool warn_each_long_prompt = true;
 };
 
 struct TokenEvent {

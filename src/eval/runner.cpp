@@ -12,6 +12,7 @@
 
 #include "analyze/retention_log.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "engine/engine.h"
 #include "engine/model_bundle.h"
 #include "eval/dataset.h"
@@ -141,6 +142,7 @@ EvalRunSummary run_eval(const EvalRunOptions& o, const EvalLog& log) {
   config.eviction_seed = o.seed;
   config.max_batch = o.max_batch;
   config.pool = o.pool;
+  config.warn_each_long_prompt = false;  // one warning for the cell below, not one per (problem, run)
   if (evicts) {
     config.kv.budget = {task.budget, task.window,
                      o.long_prompt == "error" ? kv::LongPromptRule::Error : kv::LongPromptRule::Warn};
@@ -278,10 +280,19 @@ EvalRunSummary run_eval(const EvalRunOptions& o, const EvalLog& log) {
       req.stop_ids = bundle.generation.eos_ids;
       req.stream_id = static_cast<uint64_t>(p) * task.runs + run;
       const int prompt_len = static_cast<int>(req.prompt.size());
+      if (evicts && config.kv.budget.prompt_too_long(prompt_len)) ++summary.long_prompts;
       const uint64_t id = eng.submit(std::move(req));
       if (retention) retention->note_prompt(id, prompt_len);
       pending[id] = {p, run};
     }
+  }
+  if (summary.long_prompts > 0) {
+    const kv::BudgetSpec& b = config.kv.budget;
+    log_warn(
+        "PROMPTS LONGER THAN THE BUDGET: cell {}: {} of the {} prompts submitted have T - r = {} tokens or more; "
+        "only their first {} prompt slots are protected and one slot is left for everything else (the "
+        "reference's behaviour; accuracy collapses). Raise --budget or pass --long-prompt error.",
+        cell, summary.long_prompts, pending.size(), b.selection(), b.selection() - 1);
   }
 
   const auto start = Clock::now();

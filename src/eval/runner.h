@@ -57,6 +57,7 @@ struct EvalRunSummary {
   double seconds = 0.0;       // decoding (the step loop)
   std::string run_id;         // this invocation's row in the results database's runs table
   double wall_seconds = 0.0;  // the whole invocation, as recorded in its run row
+  int long_prompts = 0;       // submitted prompts of T - r tokens or more (one warning says how many)
 };
 
 using EvalLog = std::function<void(const std::string& line)>;

@@ -90,6 +90,26 @@ TEST(EvalCli, RunCheckExportAndResume) {
   EXPECT_EQ(count_rows(eval::results_db_path(results), "SELECT COUNT(*) FROM grades"), 6);
 }
 
+// Prompts longer than T - r: the cell says so once, with the count, not once per (problem, run); the
+// records are still written (the reference's behaviour).
+TEST(EvalCli, LongPromptsAreReportedOncePerCell) {
+  TempDir tmp("kvdice_eval_long_prompts");
+  const std::string results = (tmp.path / "res").string();
+  // The fixture's math500 prompts have 104-120 tokens, all above T - r = 48.
+  const auto r = kvdice(run_args(results, kArithmetic,
+                                 {"--policy", "random_pp", "--budget", "64", "--window", "16", "--limit", "3",
+                                  "--runs", "2", "--max-new-tokens", "4"}),
+                        tmp.path / "run");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("6 new records (0 were already there), 6/6 complete"), std::string::npos) << r.out;
+  size_t warnings = 0;
+  for (size_t at = r.err.find("LONGER THAN THE BUDGET"); at != std::string::npos;
+       at = r.err.find("LONGER THAN THE BUDGET", at + 1))
+    ++warnings;
+  EXPECT_EQ(warnings, 1u) << r.err;
+  EXPECT_NE(r.err.find("6 of the 6 prompts submitted have T - r = 48 tokens or more"), std::string::npos) << r.err;
+}
+
 TEST(EvalCli, SigkillLosesAndRepeatsNothing) {
   TempDir tmp("kvdice_eval_kill");
   const std::string killed = (tmp.path / "killed").string(), clean = (tmp.path / "clean").string();
