@@ -12,6 +12,7 @@
 #include "cli/model_options.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/log.h"
 #include "engine/engine.h"
 #include "engine/model_bundle.h"
 #include "engine/run_summary.h"
@@ -99,6 +100,7 @@ void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
     fail("--max-context must be >= 0 (0 = the model's maximum position), got {}", o.max_context);
   config.max_context = o.max_context;
   config.pool = o.pool;
+  config.warn_each_long_prompt = false;  // one warning a prompt below, whatever --samples
   // Validate the cheap things before loading weights.
   auto policy = policy::make_policy(o.policy);
   if (policy->evicts()) {
@@ -127,6 +129,11 @@ void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
     } else {
       ids = engine::encode_raw_prompt(bundle, text, o.special_tokens == "parse");
     }
+    const int prompt_len = static_cast<int>(ids.size());
+    if (policy->evicts() && config.kv.budget.long_prompt == kv::LongPromptRule::Warn &&
+        config.kv.budget.prompt_too_long(prompt_len))
+      log_warn("{}{}", config.kv.budget.long_prompt_warning(prompt_len),
+               o.samples > 1 ? fmt::format(" (one prompt, {} samples)", o.samples) : std::string());
     for (int i = 0; i < o.samples; ++i) {
       engine::GenerationRequest req;
       req.prompt = ids;

@@ -235,13 +235,8 @@ uint64_t Engine::submit(GenerationRequest request) {
   const kv::BudgetSpec& budget = seq->budget;
   if (prompt_len > INT32_MAX / 2) fail("prompt of {} tokens is too long", prompt_len);
   budget.check_prompt(static_cast<int>(prompt_len));  // refuses under --long-prompt error
-  if (config_.warn_each_long_prompt && budget.prompt_too_long(static_cast<int>(prompt_len))) {
-    log_warn(
-        "PROMPT LONGER THAN THE BUDGET: prompt {} tokens >= T - r = {}; only the first {} prompt slots are "
-        "protected and one slot is left for everything else (the reference's behaviour; accuracy collapses). "
-        "Raise --budget or pass --long-prompt error.",
-        prompt_len, budget.selection(), budget.selection() - 1);
-  }
+  if (config_.warn_each_long_prompt && budget.prompt_too_long(static_cast<int>(prompt_len)))
+    log_warn("{}", budget.long_prompt_warning(static_cast<int>(prompt_len)));
   if (needs_ring_row(policy, budget) && budget.window > pool_->query_ring().window)
     fail(
         "request window r={} is wider than the {} queries per sequence this engine's query ring keeps for "
