@@ -4,7 +4,8 @@
 # TRACE=1: the CUPTI timeline of the decode graphs (POSITIONS=8,18,32: per layer position at batch 1). ATTENTION=1 /
 # SAMPLER=1 / GEMV=1: a full ncu profile of one launch of decode attention with RoPE (decode_attention.cu) / of
 # the sampler's finish (sample.cu) / of a batch-1 GEMV (gemv.cu) with its stall reasons per source line (NCU=0
-# to run it alone). The fused decoder stack's profile: experiments/fused_decode/README.md.
+# to run it alone). EVICT=1: the same for the batch-128 scoring round's kernels and H2O's signal (below;
+# NCU=0 EVICT=1 for those alone). The fused decoder stack's profile: experiments/fused_decode/README.md.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/kvdice-out}; mkdir -p "$OUT" .gpu
@@ -59,15 +60,19 @@ if [ "${TRACE:-0}" = 1 ]; then
   done
 fi
 
-# One kernel in full: every ncu section of one launch (NAME_REGEX, after SKIP launches of it) of a short
-# batch-1 `bench latency` (EXTRA: more flags), then the source lines with the most warp stall samples.
-# ncu serialises launches, so the duration is the kernel's alone, without its programmatic-launch overlap.
+# One kernel in full: every ncu section of one launch (NAME_REGEX, after SKIP launches of it) of a command
+# (profile_launch_of), by default a short batch-1 `bench latency` (profile_one_launch; EXTRA: more flags),
+# then the source lines with the most warp stall samples. ncu serialises launches, so the duration is the
+# kernel's alone, without its programmatic-launch overlap.
 profile_one_launch() {
   local tag=$1 regex=$2 skip=$3; shift 3
+  profile_launch_of "$tag" "$regex" "$skip" .gpu-bin/kvdice bench latency --backend cuda --random-weights \
+    --config configs/shapes/$SHAPE.json --short-context 128 --long-context 129 --output-len 16 "$@"
+}
+profile_launch_of() {
+  local tag=$1 regex=$2 skip=$3; shift 3
   ncu --set full --import-source yes --kernel-name "regex:$regex" --launch-skip "$skip" --launch-count 1 \
-    -o "$OUT/$tag" -f .gpu-bin/kvdice bench latency --backend cuda --random-weights \
-    --config configs/shapes/$SHAPE.json --short-context 128 --long-context 129 --output-len 16 "$@" \
-    > "$OUT/${tag}_run.log" 2>&1 || tail -5 "$OUT/${tag}_run.log"
+    -o "$OUT/$tag" -f "$@" > "$OUT/${tag}_run.log" 2>&1 || tail -5 "$OUT/${tag}_run.log"
   ncu -i "$OUT/$tag.ncu-rep" --page details > "$OUT/${tag}_details.txt" 2>&1
   grep -E "Duration|DRAM Throughput|Registers Per|Achieved Occupancy" "$OUT/${tag}_details.txt" | head -8
   ncu -i "$OUT/$tag.ncu-rep" --page source --print-source cuda,sass --csv > "$OUT/${tag}_source.csv" 2>&1
@@ -100,3 +105,17 @@ if [ "${SAMPLER:-0}" = 1 ]; then profile_one_launch sampler sample_finish 20; fi
 # one-row logits; then three a layer, O, gate/up and down, since the QKV projection is gemv_norm.cu's:
 # 43 is layer 14's O, 44 its gate/up). GEMV_SKIP=42 took a down projection (grid 1,280, 20 us; 2026-12-03).
 if [ "${GEMV:-0}" = 1 ]; then profile_one_launch gemv gemv_kernel "${GEMV_SKIP:-43}"; fi
+
+# EVICT=1: one launch each of what a batch-128 scoring round and H2O's signal spend their time in, under
+# the table9 preset's settings (docs/benchmarks.md, "Where a batch-128 round goes"): the fp32 windowed
+# attention (snapkv_pp), R-KV's selection with its redundancy, and H2O's two attention-mass kernels of a
+# decode step. A model round is six launches of each round kernel, so SKIP 6 takes the second round's.
+if [ "${EVICT:-0}" = 1 ]; then
+  EV=(.gpu-bin/kvdice bench evict --random-weights --config configs/shapes/$SHAPE.json --backend cuda --preset table9
+      --batches 128 --repeats 2)
+  profile_launch_of window_tc window_means_tc_kernel 6 "${EV[@]}" --policies "snapkv_pp:pool=5,temperature=0.6,precision=fp32"
+  profile_launch_of rkv_selection scoring_selection_kernel 6 "${EV[@]}" \
+    --policies "rkv_pp:lambda=0.1,pool=5,temperature=0.6,precision=fp32"
+  profile_launch_of h2o_mass_stats mass_tile_stats_kernel 40 "${EV[@]}" --policies h2o_pp
+  profile_launch_of h2o_mass_add mass_tile_add_kernel 40 "${EV[@]}" --policies h2o_pp
+fi
