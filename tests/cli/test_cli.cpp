@@ -6,6 +6,7 @@
 #include "backend/backend.h"
 #include "cli/run_command.h"
 #include "core/json.h"
+#include "error_text.h"
 
 namespace kvdice::testing {
 namespace {
@@ -71,11 +72,7 @@ TEST(Cli, LongPromptWarnsOnceForAllItsSamples) {
       run_kvdice({"generate", "--model", kModel, "-p", long_text + " b c d e f g h i j k l m n o p q r s t u v w x y z",
                   "--budget", "16", "--window", "8", "-n", "4", "--samples", "5", "--ignore-eos", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  size_t warnings = 0;
-  for (size_t at = r.err.find("PROMPT LONGER THAN THE BUDGET"); at != std::string::npos;
-       at = r.err.find("PROMPT LONGER THAN THE BUDGET", at + 1))
-    ++warnings;
-  EXPECT_EQ(warnings, 1u) << r.err;
+  EXPECT_EQ(test::occurrences(r.err, "PROMPT LONGER THAN THE BUDGET"), 1u) << r.err;
   EXPECT_NE(r.err.find(">= T - r = 8; only the first 7 prompt slots are protected"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("(one prompt, 5 samples)"), std::string::npos) << r.err;
 }

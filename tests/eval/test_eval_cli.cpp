@@ -11,6 +11,7 @@
 #include "core/json.h"
 #include "eval/results_store.h"
 #include "eval/sqlite_db.h"
+#include "error_text.h"
 #include "eval_test_util.h"
 
 namespace kvdice::testing {
@@ -102,11 +103,7 @@ TEST(EvalCli, LongPromptsAreReportedOncePerCell) {
                         tmp.path / "run");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("6 new records (0 were already there), 6/6 complete"), std::string::npos) << r.out;
-  size_t warnings = 0;
-  for (size_t at = r.err.find("LONGER THAN THE BUDGET"); at != std::string::npos;
-       at = r.err.find("LONGER THAN THE BUDGET", at + 1))
-    ++warnings;
-  EXPECT_EQ(warnings, 1u) << r.err;
+  EXPECT_EQ(test::occurrences(r.err, "LONGER THAN THE BUDGET"), 1u) << r.err;
   EXPECT_NE(r.err.find("6 of the 6 prompts submitted have T - r = 48 tokens or more"), std::string::npos) << r.err;
 }
 
