@@ -288,11 +288,9 @@ EvalRunSummary run_eval(const EvalRunOptions& o, const EvalLog& log) {
   }
   if (summary.long_prompts > 0) {
     const kv::BudgetSpec& b = config.kv.budget;
-    log_warn(
-        "PROMPTS LONGER THAN THE BUDGET: cell {}: {} of the {} prompts submitted have T - r = {} tokens or more; "
-        "only their first {} prompt slots are protected and one slot is left for everything else (the "
-        "reference's behaviour; accuracy collapses). Raise --budget or pass --long-prompt error.",
-        cell, summary.long_prompts, pending.size(), b.selection(), b.selection() - 1);
+    log_warn("PROMPTS LONGER THAN THE BUDGET: cell {}: {} of the {} prompts submitted have T - r = {} tokens or "
+             "more; {}",
+             cell, summary.long_prompts, pending.size(), b.selection(), b.long_prompt_effect());
   }
 
   const auto start = Clock::now();

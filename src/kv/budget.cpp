@@ -37,11 +37,15 @@ void BudgetSpec::check_prompt(int prompt_len) const {
 }
 
 std::string BudgetSpec::long_prompt_warning(int prompt_len) const {
+  return fmt::format("PROMPT LONGER THAN THE BUDGET: prompt {} tokens >= T - r = {}; {}", prompt_len, selection(),
+                     long_prompt_effect());
+}
+
+std::string BudgetSpec::long_prompt_effect() const {
   return fmt::format(
-      "PROMPT LONGER THAN THE BUDGET: prompt {} tokens >= T - r = {}; only the first {} prompt slots are "
-      "protected and one slot is left for everything else (the reference's behaviour; accuracy collapses). "
-      "Raise --budget or pass --long-prompt error.",
-      prompt_len, selection(), selection() - 1);
+      "only the first {} prompt slots are protected and one slot is left for everything else (the "
+      "reference's behaviour; accuracy collapses). Raise --budget or pass --long-prompt error.",
+      selection() - 1);
 }
 
 int BudgetSpec::reservation(int prompt_len, int max_new_tokens) const {

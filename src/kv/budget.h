@@ -34,8 +34,10 @@ struct BudgetSpec {
   // warns (the library does not log) and protected_slots() leaves one free selection slot.
   void check_prompt(int prompt_len) const;
   // The warning for a prompt of prompt_len >= T - r tokens under LongPromptRule::Warn (what happens to
-  // it, how to avoid it), for the caller to print.
+  // it, how to avoid it), for the caller to print; long_prompt_effect() is its second half, for a
+  // caller that reports many such prompts at once.
   std::string long_prompt_warning(int prompt_len) const;
+  std::string long_prompt_effect() const;
   // Slots to reserve at admission: max(prompt, T) + r bounded, prompt + max_new otherwise.
   int reservation(int prompt_len, int max_new_tokens) const;
   std::string describe() const;
