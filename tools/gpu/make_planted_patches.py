@@ -84,8 +84,8 @@ plant('vase-stream-heads-4-up', "VaSE's weighted draw uses KV head % 4 as its st
 plant('rkv-redundancy-first-64-channels', "R-KV's key redundancy reads only the first 64 channels of each key",
       'Policies/CudaRealShape.Qwen3FourBKeepsWhatTheCpuKeeps/rkv',
       [('src/policy/cuda/rkv_select.cuh',
-        '    for (int c = 0; c < d; ++c) {\n      const double u = key_element(keys, index, d, c) / norm[a];',
-        '    for (int c = 0; c < (d < 64 ? d : 64); ++c) {\n      const double u = key_element(keys, index, d, c) / norm[a];')])
+        '    const double inv = inv_norm[a];\n#pragma unroll\n    for (int k = 0; k < kRowPerLane; ++k) row[k] *= inv;',
+        '    const double inv = inv_norm[a];\n#pragma unroll\n    for (int k = 0; k < kRowPerLane; ++k) row[k] *= k < 2 ? inv : 0.0;')])
 plant('rkv_official-query-heads-4-up', "R-KV (official) scores KV heads 4 and up with the query heads of head % 4",
       'Policies/CudaRealShape.*/rkv_official',
       [('src/policy/cuda/rkv_official.cu',
@@ -126,7 +126,12 @@ plant('sample-vocab-tail-past-131072', 'the sampler\'s chunks skip the last ids 
       [('src/backend/cuda/sample_common.cuh',
         '  const int size = (vocab + n_chunks - 1) / n_chunks;',
         '  const int size = vocab > 131072 ? vocab / n_chunks : (vocab + n_chunks - 1) / n_chunks;')])
-plant('attention-mass-heads-4-up', 'the attention mass of KV heads 4 and up is added to head - 4\'s slots',
+plant('attention-mass-heads-4-up', 'the attention mass of KV heads 4 and up is added to head - 4\'s slots (a decode step)',
+      'CudaSignals.AttentionMassMatchesTheCpu',
+      [('src/backend/cuda/attention_mass.cu',
+        '  const int64_t index = slot_index(a, pages, g, j);',
+        '  const int64_t index = slot_index(a, pages, g >= 4 ? g - 4 : g, j);')])
+plant('attention-mass-rows-heads-4-up', 'the attention mass of KV heads 4 and up is added to head - 4\'s slots (several rows of a sequence)',
       'CudaSignals.AttentionMassMatchesTheCpu',
       [('src/backend/cuda/attention_mass.cu',
         '      add_slot_weights(a, slot_index(a, pages, g, j), qs, stat_m, stat_inv);',
@@ -178,6 +183,7 @@ FILTERS = {
     'gemv-long-rows-drop-last-chunk': ('GEMV', 'CudaOps.*:FixtureOnCuda*:CudaEngine.*'),
     'sample-vocab-tail-past-131072': ('sampling', 'CudaOps.Sample*:CudaEngine.*'),
     'attention-mass-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
+    'attention-mass-rows-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
     'value-range-kv-heads-8-up': ('signals (value range)', 'CudaSignals.*'),
     'query-ring-heads-32-up': ('signals (query ring)', 'CudaSignals.*'),
 }

@@ -122,21 +122,15 @@ __device__ void spared_redundancy_device(const CudaSelectionArgs& args, const cu
   const auto* keys = static_cast<const __nv_bfloat16*>(args.layers[h.layer].keys);
   double* norm = w.c;
   double* column = w.a;
-  auto index_of = [&](int a) { return cuda::pool_index(h, w.slot_of_age[a]); };
-  auto key = [&](int64_t index, int c) { return static_cast<double>(cuda::key_element(keys, index, d, c)); };
   key_norms_device(args, h, w);  // the importance pass used w.c
-  // Plain column sums u_a · (S − u_a), S = Σ u_i (rkv_select.cuh).
-  cuda::sum_unit_keys_device(keys, h, w, norm, n, d, sum_unit);
-  for (int a = threadIdx.x; a < n; a += blockDim.x) {
-    const int64_t index = index_of(a);
-    double dot = 0.0;
-    for (int c = 0; c < d; ++c) {
-      const double u = key(index, c) / norm[a];
-      dot += u * (sum_unit[c] - u);
-    }
-    column[a] = dot;
-  }
-  __syncthreads();
+  // Plain column sums u_a · (S − u_a), S = Σ u_i (rkv_select.cuh), u = k / norm as the CPU divides.
+  auto to_unit = [&](int a, double (&row)[cuda::kRowPerLane]) {
+    const double na = norm[a];
+#pragma unroll
+    for (int k = 0; k < cuda::kRowPerLane; ++k) row[k] /= na;
+  };
+  cuda::sum_unit_keys_device(keys, h, w, n, d, to_unit, sum_unit);
+  cuda::unit_key_columns_device(keys, h, w, n, d, to_unit, sum_unit, 1.0, column);
   double local_max = -INFINITY;
   for (int a = threadIdx.x; a < n; a += blockDim.x) {
     double spared = 0.0;
