@@ -126,11 +126,16 @@ plant('sample-vocab-tail-past-131072', 'the sampler\'s chunks skip the last ids 
       [('src/backend/cuda/sample_common.cuh',
         '  const int size = (vocab + n_chunks - 1) / n_chunks;',
         '  const int size = vocab > 131072 ? vocab / n_chunks : (vocab + n_chunks - 1) / n_chunks;')])
-plant('attention-mass-heads-4-up', 'the attention mass of KV heads 4 and up is added to head - 4\'s slots (a decode step)',
+plant('attention-mass-heads-4-up', 'the attention mass of KV heads 4 and up is added to head - 4\'s slots (from a decode step\'s logits)',
       'CudaSignals.AttentionMassMatchesTheCpu',
       [('src/backend/cuda/attention_mass.cu',
         '  const int64_t index = slot_index(a, pages, g, j);',
         '  const int64_t index = slot_index(a, pages, g >= 4 ? g - 4 : g, j);')])
+plant('decode-logits-kv-heads-4-up', "the decode attention writes KV heads 4 and up's logits for H2O into head - 4's rows",
+      'CudaSignals.AttentionMassMatchesTheCpu',
+      [('src/backend/cuda/decode_attention.cu',
+        '          a.logits[(static_cast<int64_t>(s) * a.n_heads + g * a.group + head_row) * a.logits_ld + slot] =',
+        '          a.logits[(static_cast<int64_t>(s) * a.n_heads + (g >= 4 ? g - 4 : g) * a.group + head_row) * a.logits_ld + slot] =')])
 plant('attention-mass-rows-heads-4-up', 'the attention mass of KV heads 4 and up is added to head - 4\'s slots (several rows of a sequence)',
       'CudaSignals.AttentionMassMatchesTheCpu',
       [('src/backend/cuda/attention_mass.cu',
@@ -184,6 +189,7 @@ FILTERS = {
     'sample-vocab-tail-past-131072': ('sampling', 'CudaOps.Sample*:CudaEngine.*'),
     'attention-mass-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
     'attention-mass-rows-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
+    'decode-logits-kv-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
     'value-range-kv-heads-8-up': ('signals (value range)', 'CudaSignals.*'),
     'query-ring-heads-32-up': ('signals (query ring)', 'CudaSignals.*'),
 }

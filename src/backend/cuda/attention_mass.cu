@@ -10,11 +10,13 @@
 // A decode step (one row per sequence) takes a wider path: one CTA per (tile of kThreads slots,
 // sequence, KV head), in two launches, each tile's statistics first, then every CTA merges the tiles'
 // statistics in tile order and adds its own slots' weights. (One CTA per (sequence, KV head) walking
-// ~2k slots made the op 6.8 ms of a 9.9 ms decode step of Qwen3-4B at batch 1.) In both launches the
-// lanes of a warp split each key row into 16-byte chunks (whole rows read at once, the group's logits
-// summed by a shuffle tree) and a tile's denominator is the double sum of fp32 exp(l - tile max), as
-// the CPU sums them; a thread per slot reading its own row, with the statistics merged by fp64 exp at
-// every shuffle, made the op 27 ms of a 38 ms Qwen3-4B step at batch 128 (H100, 7a6c8a4).
+// ~2k slots made the op 6.8 ms of a 9.9 ms decode step of Qwen3-4B at batch 1.)
+// A decode step the tensor-core decode attention takes reads no key at all: that kernel writes every
+// query head's logits (launch_attention's mass_logits), and one CTA per (sequence, KV head) turns them
+// into weights: the group's maxima, the fp64 denominators of exp(l − max) (each thread's slots in
+// order, then down the warps and over them in warp order) and the weights added head by head. Reading
+// the keys again cost two launches of ~0.4 ms a layer at batch 128 (Qwen3-4B shape, H100, 7a6c8a4:
+// 37.9 ms decode steps against 11.2 without the signal); the logits are 1/16 of the keys' bytes there.
 #include <cuda_bf16.h>
 
 #include "core/cuda/cuda_check.h"
@@ -37,6 +39,8 @@ struct MassArgs {
   float* mass;
   int n_kv_heads, head_dim, page_slots, group;
   float scale;
+  const float* logits;  // the decode attention's, [n_seqs][n_heads][logits_ld]: mass_from_logits_kernel
+  int64_t logits_ld;
 };
 
 // Online softmax statistics (max m, denominator d = Σ exp(l − m)) merged with another pair.
@@ -178,56 +182,8 @@ __global__ void __launch_bounds__(kThreads) attention_mass_kernel(MassArgs a) {
   }
 }
 
-// The group's logits (times scale) of the tile's slots [first, first + kThreads) below `visible` into
-// lg[gh * kThreads + slot]: `lanes` lanes (a power of two, one 16-byte chunk of the row each) take a slot,
-// so a warp reads whole key rows at once, and the chunks' products are summed by a shuffle tree.
-// Collective; ends synchronised.
-__device__ inline void tile_group_logits(const MassArgs& a, const int32_t* pages, int g, int first, int visible,
-                                         const float* qs, float* lg) {
-  const int chunks = a.head_dim / 8;
-  int lanes = 1;
-  while (lanes < chunks) lanes *= 2;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int sub = lane / lanes, c8 = lane % lanes, per_pass = 32 / lanes;
-#pragma unroll 2
-  for (int base = warp * 32; base < warp * 32 + 32; base += per_pass) {
-    const int local = base + sub, j = first + local;
-    float part[kMaxGroup];
-#pragma unroll
-    for (int gh = 0; gh < kMaxGroup; ++gh) part[gh] = 0.0f;
-    if (j < visible && c8 < chunks) {
-      const uint4 raw = reinterpret_cast<const uint4*>(a.keys + slot_index(a, pages, g, j) * a.head_dim)[c8];
-      const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
-      const float2 k0 = __bfloat1622float2(pairs[0]), k1 = __bfloat1622float2(pairs[1]);
-      const float2 k2 = __bfloat1622float2(pairs[2]), k3 = __bfloat1622float2(pairs[3]);
-#pragma unroll
-      for (int gh = 0; gh < kMaxGroup; ++gh) {
-        if (gh >= a.group) continue;
-        const float4 qa = *reinterpret_cast<const float4*>(qs + gh * a.head_dim + c8 * 8);
-        const float4 qb = *reinterpret_cast<const float4*>(qs + gh * a.head_dim + c8 * 8 + 4);
-        float acc = qa.x * k0.x;
-        acc = fmaf(qa.y, k0.y, acc);
-        acc = fmaf(qa.z, k1.x, acc);
-        acc = fmaf(qa.w, k1.y, acc);
-        acc = fmaf(qb.x, k2.x, acc);
-        acc = fmaf(qb.y, k2.y, acc);
-        acc = fmaf(qb.z, k3.x, acc);
-        part[gh] = fmaf(qb.w, k3.y, acc);
-      }
-    }
-#pragma unroll
-    for (int gh = 0; gh < kMaxGroup; ++gh) {
-      if (gh >= a.group) continue;
-      for (int offset = lanes / 2; offset > 0; offset /= 2) part[gh] += __shfl_xor_sync(0xffffffffu, part[gh], offset);
-      if (c8 == 0 && j < visible) lg[gh * kThreads + local] = part[gh] * a.scale;
-    }
-  }
-  __syncthreads();
-}
-
 __global__ void __launch_bounds__(kThreads) mass_tile_stats_kernel(MassArgs a, TileStats* partial) {
-  __shared__ __align__(16) float qs[kMaxGroup * kMaxHeadDim];
-  __shared__ float lg[kMaxGroup * kThreads];
+  __shared__ float qs[kMaxGroup * kMaxHeadDim];
   __shared__ float warp_m[kWarps][kMaxGroup];
   __shared__ double warp_d[kWarps][kMaxGroup];
   enter_dependent();
@@ -237,47 +193,35 @@ __global__ void __launch_bounds__(kThreads) mass_tile_stats_kernel(MassArgs a, T
   if (a.batch.seq_row_begin[s + 1] == r) return;  // no row of this sequence in the step
   const int visible = a.batch.length[s] + 1;
   TileStats* out = partial + (static_cast<int64_t>(blockIdx.y) * n_tiles + tile) * a.group;
+  const int j = tile * kThreads + static_cast<int>(threadIdx.x);
   if (tile * kThreads >= visible) {  // past the sequence's slots: an empty tile
     if (threadIdx.x < a.group) out[threadIdx.x] = {-INFINITY, 0.0};
     return;
   }
   load_group_queries(a, r, g, qs);
-  tile_group_logits(a, a.batch.page_table + static_cast<int64_t>(s) * a.batch.max_pages, g, tile * kThreads, visible,
-                    qs, lg);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const bool live = tile * kThreads + static_cast<int>(threadIdx.x) < visible;
-  // Per head: the tile's max (exact in any order), then the sum of exp(l - max) in double, each reduced
-  // down the warps and then over them in warp order (the same result on every run).
+  float m[kMaxGroup], logit[kMaxGroup];
+  double den[kMaxGroup];
 #pragma unroll
   for (int gh = 0; gh < kMaxGroup; ++gh) {
-    if (gh >= a.group) continue;
-    float m = live ? lg[gh * kThreads + threadIdx.x] : -INFINITY;
-    for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
-    if (lane == 0) warp_m[warp][gh] = m;
+    m[gh] = -INFINITY;
+    den[gh] = 0.0;
   }
-  __syncthreads();
+  if (j < visible) {
+    group_logits(a, slot_index(a, a.batch.page_table + static_cast<int64_t>(s) * a.batch.max_pages, g, j), qs,
+                 logit);
 #pragma unroll
-  for (int gh = 0; gh < kMaxGroup; ++gh) {
-    if (gh >= a.group) continue;
-    float top = warp_m[0][gh];
-    for (int k = 1; k < kWarps; ++k) top = fmaxf(top, warp_m[k][gh]);
-    double d = live ? static_cast<double>(expf(lg[gh * kThreads + threadIdx.x] - top)) : 0.0;
-    for (int offset = 16; offset > 0; offset /= 2) d += __shfl_down_sync(0xffffffffu, d, offset);
-    if (lane == 0) warp_d[warp][gh] = d;
+    for (int gh = 0; gh < kMaxGroup; ++gh) {
+      if (gh >= a.group) continue;
+      m[gh] = logit[gh];
+      den[gh] = 1.0;
+    }
   }
-  __syncthreads();
-  if (threadIdx.x < a.group) {
-    float top = warp_m[0][threadIdx.x];
-    double d = 0.0;
-    for (int k = 1; k < kWarps; ++k) top = fmaxf(top, warp_m[k][threadIdx.x]);
-    for (int k = 0; k < kWarps; ++k) d += warp_d[k][threadIdx.x];
-    out[threadIdx.x] = {top, d};
-  }
+  const TileStats total = block_stats(a, m, den, warp_m, warp_d);
+  if (threadIdx.x < a.group) out[threadIdx.x] = total;
 }
 
 __global__ void __launch_bounds__(kThreads) mass_tile_add_kernel(MassArgs a, const TileStats* partial) {
-  __shared__ __align__(16) float qs[kMaxGroup * kMaxHeadDim];
-  __shared__ float lg[kMaxGroup * kThreads];
+  __shared__ float qs[kMaxGroup * kMaxHeadDim];
   __shared__ float stat_m[kMaxGroup], stat_inv[kMaxGroup];
   enter_dependent();
   const int n_tiles = static_cast<int>(gridDim.x), tile = static_cast<int>(blockIdx.x);
@@ -297,17 +241,75 @@ __global__ void __launch_bounds__(kThreads) mass_tile_add_kernel(MassArgs a, con
     stat_inv[threadIdx.x] = static_cast<float>(1.0 / dt);
   }
   load_group_queries(a, r, g, qs);  // its barrier also publishes the statistics
-  const int32_t* pages = a.batch.page_table + static_cast<int64_t>(s) * a.batch.max_pages;
-  tile_group_logits(a, pages, g, tile * kThreads, visible, qs, lg);
   const int j = tile * kThreads + static_cast<int>(threadIdx.x);
   if (j >= visible) return;
-  // The CPU's weights exp(l - max) * (1 / denominator), added head by head into the slot's sum.
-  const int64_t index = slot_index(a, pages, g, j);
-  float sum = a.mass[index];
+  add_slot_weights(a, slot_index(a, a.batch.page_table + static_cast<int64_t>(s) * a.batch.max_pages, g, j),
+                   qs, stat_m, stat_inv);
+}
+
+// One (sequence, KV head) of a decode step from the decode attention's logits (no key read).
+__global__ void __launch_bounds__(kThreads) mass_from_logits_kernel(MassArgs a) {
+  __shared__ float warp_m[kWarps][kMaxGroup];
+  __shared__ double warp_d[kWarps][kMaxGroup];
+  __shared__ float stat_m[kMaxGroup], stat_inv[kMaxGroup];
+  enter_dependent();
+  const int s = static_cast<int>(blockIdx.x) / a.n_kv_heads, g = static_cast<int>(blockIdx.x) % a.n_kv_heads;
+  if (a.batch.seq_row_begin[s + 1] == a.batch.seq_row_begin[s]) return;  // no row of this sequence
+  const int visible = a.batch.length[s] + 1;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const float* logits = a.logits + (static_cast<int64_t>(s) * a.n_kv_heads + g) * a.group * a.logits_ld;
+  auto logit = [&](int gh, int j) { return logits[gh * a.logits_ld + j]; };
+  // Per head: the max over the slots (exact in any order), then the sum of exp(l − max) in double.
+  float m[kMaxGroup];
 #pragma unroll
-  for (int gh = 0; gh < kMaxGroup; ++gh)
-    if (gh < a.group) sum += expf(lg[gh * kThreads + threadIdx.x] - stat_m[gh]) * stat_inv[gh];
-  a.mass[index] = sum;
+  for (int gh = 0; gh < kMaxGroup; ++gh) m[gh] = -INFINITY;
+  for (int j = threadIdx.x; j < visible; j += kThreads)
+#pragma unroll
+    for (int gh = 0; gh < kMaxGroup; ++gh)
+      if (gh < a.group) m[gh] = fmaxf(m[gh], logit(gh, j));
+#pragma unroll
+  for (int gh = 0; gh < kMaxGroup; ++gh) {
+    if (gh >= a.group) continue;
+    for (int offset = 16; offset > 0; offset /= 2) m[gh] = fmaxf(m[gh], __shfl_xor_sync(0xffffffffu, m[gh], offset));
+    if (lane == 0) warp_m[warp][gh] = m[gh];
+  }
+  __syncthreads();
+  if (threadIdx.x < a.group) {
+    float top = warp_m[0][threadIdx.x];
+    for (int k = 1; k < kWarps; ++k) top = fmaxf(top, warp_m[k][threadIdx.x]);
+    stat_m[threadIdx.x] = top;
+  }
+  __syncthreads();
+  double d[kMaxGroup];
+#pragma unroll
+  for (int gh = 0; gh < kMaxGroup; ++gh) d[gh] = 0.0;
+  for (int j = threadIdx.x; j < visible; j += kThreads)
+#pragma unroll
+    for (int gh = 0; gh < kMaxGroup; ++gh)
+      if (gh < a.group) d[gh] += static_cast<double>(expf(logit(gh, j) - stat_m[gh]));
+#pragma unroll
+  for (int gh = 0; gh < kMaxGroup; ++gh) {
+    if (gh >= a.group) continue;
+    for (int offset = 16; offset > 0; offset /= 2) d[gh] += __shfl_down_sync(0xffffffffu, d[gh], offset);
+    if (lane == 0) warp_d[warp][gh] = d[gh];
+  }
+  __syncthreads();
+  if (threadIdx.x < a.group) {
+    double total = 0.0;
+    for (int k = 0; k < kWarps; ++k) total += warp_d[k][threadIdx.x];
+    stat_inv[threadIdx.x] = static_cast<float>(1.0 / total);
+  }
+  __syncthreads();
+  // The CPU's weights exp(l − max) · (1 / denominator), added head by head into each slot's sum.
+  const int32_t* pages = a.batch.page_table + static_cast<int64_t>(s) * a.batch.max_pages;
+  for (int j = threadIdx.x; j < visible; j += kThreads) {
+    const int64_t index = slot_index(a, pages, g, j);
+    float sum = a.mass[index];
+#pragma unroll
+    for (int gh = 0; gh < kMaxGroup; ++gh)
+      if (gh < a.group) sum += expf(logit(gh, j) - stat_m[gh]) * stat_inv[gh];
+    a.mass[index] = sum;
+  }
 }
 
 int mass_tiles(const StepBatch& batch, const KvLayer& kv) {
@@ -320,6 +322,27 @@ size_t attention_mass_scratch_bytes(const StepBatch& batch, const KvLayer& kv, i
   if (batch.max_rows_per_seq != 1 || kv.n_kv_heads == 0) return 0;
   return sizeof(TileStats) * static_cast<size_t>(batch.n_seqs) * static_cast<size_t>(n_heads) *
          static_cast<size_t>(mass_tiles(batch, kv));
+}
+
+size_t attention_mass_logits_bytes(const StepBatch& batch, const KvLayer& kv, int n_heads) {
+  return sizeof(float) * static_cast<size_t>(batch.n_seqs) * static_cast<size_t>(n_heads) *
+         static_cast<size_t>(batch.max_pages) * static_cast<size_t>(kv.page_slots);
+}
+
+void launch_attention_mass_from_logits(const StepBatch& batch, const KvLayer& kv, int n_heads, const float* logits,
+                                       cudaStream_t stream) {
+  if (batch.n_seqs == 0 || kv.n_kv_heads == 0) return;
+  MassArgs args{};
+  args.batch = batch;
+  args.mass = kv.attention_mass;
+  args.n_kv_heads = kv.n_kv_heads;
+  args.head_dim = kv.head_dim;
+  args.page_slots = kv.page_slots;
+  args.group = n_heads / kv.n_kv_heads;
+  args.logits = logits;
+  args.logits_ld = static_cast<int64_t>(batch.max_pages) * kv.page_slots;
+  launch_dependent(mass_from_logits_kernel, dim3(static_cast<unsigned>(batch.n_seqs * kv.n_kv_heads)),
+                   dim3(kThreads), 0, stream, args);
 }
 
 bool attention_mass_supports(int head_dim, int group) {
@@ -338,7 +361,9 @@ void launch_attention_mass(const StepBatch& batch, const View& q, const KvLayer&
                       kv.head_dim,
                       kv.page_slots,
                       n_heads / kv.n_kv_heads,
-                      scale};
+                      scale,
+                      nullptr,
+                      0};
   if (batch.max_rows_per_seq == 1) {
     const dim3 grid(static_cast<unsigned>(mass_tiles(batch, kv)),
                     static_cast<unsigned>(batch.n_seqs * kv.n_kv_heads));

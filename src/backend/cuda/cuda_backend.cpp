@@ -29,6 +29,9 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr size_t kKeepScratchBytes = size_t{64} << 20;
 // Score scratch of one evict launch of a scoring policy (sort buffers and fp64 per-candidate arrays).
 constexpr size_t kScoreScratchBytes = size_t{512} << 20;
+// The decode attention's logits for H2O's signal (batch 128 of Qwen3-4B at 2k slots: 34 MB); a step that
+// needs more takes the mass kernels that read the keys again.
+constexpr size_t kMaxMassLogitBytes = size_t{256} << 20;
 
 void require_dtype(const View& v, DType dtype, const char* op, const char* what) {
   if (v.dtype != dtype)
@@ -69,9 +72,8 @@ class CudaBackend final : public Backend {
     gemm_.reset();
     layer_tables_.clear();
     params_.clear();  // device tables, freed while the device is current
-    for (Scratch* s :
-         {&attention_scratch_, &split_counters_, &mass_scratch_, &sample_scratch_, &keep_scratch_,
-          &score_scratch_, &round_keep_scratch_})
+    for (Scratch* s : {&attention_scratch_, &split_counters_, &mass_scratch_, &mass_logits_, &sample_scratch_,
+                       &keep_scratch_, &score_scratch_, &round_keep_scratch_})
       if (s->data != nullptr) cudaFree(s->data);
     for (cudaEvent_t e : ticket_events_)
       if (e != nullptr) cudaEventDestroy(e);
@@ -594,13 +596,25 @@ class CudaBackend final : public Backend {
     int* split_counters = static_cast<int*>(
         grow(split_counters_, sizeof(int) * static_cast<size_t>(batch.n_seqs) * kv.n_kv_heads,
              "attention split counters"));
-    cuda::launch_attention(batch, q, kv, out, n_heads, scale, plan, scratch, split_counters, stream_, rope);
-    // H2O's signal, only when the pool records it (the running policy asks for attention mass).
+    // H2O's signal, only when the pool records it (the running policy asks for attention mass): from the
+    // logits the decode kernel writes beside its output where it runs and they fit kMaxMassLogitBytes,
+    // else by the mass kernels reading the keys again.
+    float* mass_logits = nullptr;
     if (kv.attention_mass != nullptr) {
       if (!cuda::attention_mass_supports(kv.head_dim, group))
         fail("CUDA attention: attention mass takes head_dim a multiple of 8 up to 256 and GQA groups up to 16, "
              "got {} and {}",
              kv.head_dim, group);
+      const size_t logit_bytes = cuda::attention_mass_logits_bytes(batch, kv, n_heads);
+      if (logit_bytes <= kMaxMassLogitBytes &&
+          cuda::decode_attention_supports(batch, q.data, q.ld, kv.head_dim, group, kv.page_slots, plan.n_splits))
+        mass_logits = static_cast<float*>(grow(mass_logits_, logit_bytes, "attention mass logits"));
+    }
+    cuda::launch_attention(batch, q, kv, out, n_heads, scale, plan, scratch, split_counters, stream_, rope,
+                           mass_logits);
+    if (mass_logits != nullptr) {
+      cuda::launch_attention_mass_from_logits(batch, kv, n_heads, mass_logits, stream_);
+    } else if (kv.attention_mass != nullptr) {
       void* mass_scratch = grow(mass_scratch_, cuda::attention_mass_scratch_bytes(batch, kv, n_heads),
                                 "attention mass tile statistics");
       cuda::launch_attention_mass(batch, q, kv, n_heads, scale, mass_scratch, stream_);
@@ -791,8 +805,8 @@ class CudaBackend final : public Backend {
   int* error_host_ = nullptr;    // pinned, mapped: written by the eviction kernels
   int* error_device_ = nullptr;  // the same word as the device sees it
   std::unique_ptr<cuda::LtGemm> gemm_;
-  Scratch attention_scratch_, split_counters_, mass_scratch_, sample_scratch_, keep_scratch_, score_scratch_,
-      round_keep_scratch_;
+  Scratch attention_scratch_, split_counters_, mass_scratch_, mass_logits_, sample_scratch_, keep_scratch_,
+      score_scratch_, round_keep_scratch_;
   bool capturing_ = false;       // between begin_capture and end_capture
   int64_t graphs_dropped_ = 0;   // recordings destroyed because a scratch buffer they used moved
   std::map<std::vector<const void*>, LayerTableEntry> layer_tables_;

@@ -14,6 +14,8 @@
 // A sequence of up to kSingleSplitSlots visible slots takes one split whatever the launch's split
 // count: one CTA per KV head writes the output directly.
 // Slots past the split's range are zero-filled by cp.async (never read), and their scores masked.
+// With `logits` (H2O's signal), each lane also stores its S entries times the softmax scale: the logits
+// attention_mass.cu turns into the step's weights without reading the keys again.
 // kRope (CudaBackend::rope_attention): the launch also does qk_norm_rope_append's work for its step, so
 // that op's launch leaves the critical path. Each CTA norms and rotates its own query heads from the
 // fp32 qkv row into shared memory (rope.cuh, the same arithmetic and bf16 rounding as rope_append.cu),
@@ -81,6 +83,9 @@ struct DecodeArgs {
   int* split_counters;  // [n_seqs][n_kv_heads], zero between launches: splits finished so far
   bool cluster;         // the splits of a (sequence, KV head) are one cluster: merged in shared memory
   DecodeRope rope;      // kRope launches only
+  float* logits;        // H2O's signal (nullptr: none): q·k·scale, [n_seqs][n_heads][logits_ld]
+  int64_t logits_ld;
+  float scale;
 };
 
 using cuda_ptx::cp_async_16;
@@ -297,6 +302,10 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeArg
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int slot = page_slot0 + nt * 8 + c0 + (e & 1);
+        const int head_row = r0 + 8 * (e / 2);
+        if (a.logits != nullptr && slot < range_end && head_row < a.group)
+          a.logits[(static_cast<int64_t>(s) * a.n_heads + g * a.group + head_row) * a.logits_ld + slot] =
+              sc[nt][e] * a.scale;
         sc[nt][e] = slot < range_end ? sc[nt][e] * a.scale_log2 : -INFINITY;
         page_max[e / 2] = fmaxf(page_max[e / 2], sc[nt][e]);
       }
@@ -530,7 +539,8 @@ bool decode_attention_supports(const StepBatch& batch, const void* q, int64_t q_
 void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld, const void* keys,
                              const void* values, int n_kv_heads, int head_dim, void* out, int64_t out_ld,
                              int n_heads, float scale, int n_splits, bool wide, float* partial_acc,
-                             float* partial_ml, int* split_counters, const DecodeRope* rope, cudaStream_t stream) {
+                             float* partial_ml, int* split_counters, const DecodeRope* rope, float* logits,
+                             cudaStream_t stream) {
   DecodeArgs a{};
   if (rope != nullptr) a.rope = *rope;
   a.batch = batch;
@@ -547,6 +557,9 @@ void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld
   // splits would all be empty, and a cluster launch alone cost ~3 us a step (batch 1, 128-token context).
   a.n_splits = batch.max_pages * kPageSlots > kSingleSplitSlots ? n_splits : 1;
   a.scale_log2 = scale * 1.4426950408889634f;
+  a.scale = scale;
+  a.logits = logits;
+  a.logits_ld = static_cast<int64_t>(batch.max_pages) * kPageSlots;
   a.partial_acc = partial_acc;
   a.partial_ml = partial_ml;
   a.split_counters = split_counters;
