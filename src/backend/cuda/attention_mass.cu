@@ -259,19 +259,14 @@ __global__ void __launch_bounds__(kThreads) mass_from_logits_kernel(MassArgs a) 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const float* logits = a.logits + (static_cast<int64_t>(s) * a.n_kv_heads + g) * a.group * a.logits_ld;
   auto logit = [&](int gh, int j) { return logits[gh * a.logits_ld + j]; };
-  // Per head: the max over the slots (exact in any order), then the sum of exp(l − max) in double.
-  float m[kMaxGroup];
-#pragma unroll
-  for (int gh = 0; gh < kMaxGroup; ++gh) m[gh] = -INFINITY;
-  for (int j = threadIdx.x; j < visible; j += kThreads)
-#pragma unroll
-    for (int gh = 0; gh < kMaxGroup; ++gh)
-      if (gh < a.group) m[gh] = fmaxf(m[gh], logit(gh, j));
-#pragma unroll
-  for (int gh = 0; gh < kMaxGroup; ++gh) {
-    if (gh >= a.group) continue;
-    for (int offset = 16; offset > 0; offset /= 2) m[gh] = fmaxf(m[gh], __shfl_xor_sync(0xffffffffu, m[gh], offset));
-    if (lane == 0) warp_m[warp][gh] = m[gh];
+  // Per head: the max over the slots (exact in any order), then the sum of exp(l − max) in double; one
+  // head at a time (scalar accumulators keep the registers, and so the resident CTAs, of a small kernel).
+  for (int gh = 0; gh < a.group; ++gh) {
+    float m = -INFINITY;
+#pragma unroll 4
+    for (int j = threadIdx.x; j < visible; j += kThreads) m = fmaxf(m, logit(gh, j));
+    for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
+    if (lane == 0) warp_m[warp][gh] = m;
   }
   __syncthreads();
   if (threadIdx.x < a.group) {
@@ -280,18 +275,13 @@ __global__ void __launch_bounds__(kThreads) mass_from_logits_kernel(MassArgs a) 
     stat_m[threadIdx.x] = top;
   }
   __syncthreads();
-  double d[kMaxGroup];
-#pragma unroll
-  for (int gh = 0; gh < kMaxGroup; ++gh) d[gh] = 0.0;
-  for (int j = threadIdx.x; j < visible; j += kThreads)
-#pragma unroll
-    for (int gh = 0; gh < kMaxGroup; ++gh)
-      if (gh < a.group) d[gh] += static_cast<double>(expf(logit(gh, j) - stat_m[gh]));
-#pragma unroll
-  for (int gh = 0; gh < kMaxGroup; ++gh) {
-    if (gh >= a.group) continue;
-    for (int offset = 16; offset > 0; offset /= 2) d[gh] += __shfl_down_sync(0xffffffffu, d[gh], offset);
-    if (lane == 0) warp_d[warp][gh] = d[gh];
+  for (int gh = 0; gh < a.group; ++gh) {
+    const float top = stat_m[gh];
+    double d = 0.0;
+#pragma unroll 4
+    for (int j = threadIdx.x; j < visible; j += kThreads) d += static_cast<double>(expf(logit(gh, j) - top));
+    for (int offset = 16; offset > 0; offset /= 2) d += __shfl_down_sync(0xffffffffu, d, offset);
+    if (lane == 0) warp_d[warp][gh] = d;
   }
   __syncthreads();
   if (threadIdx.x < a.group) {
@@ -305,9 +295,7 @@ __global__ void __launch_bounds__(kThreads) mass_from_logits_kernel(MassArgs a) 
   for (int j = threadIdx.x; j < visible; j += kThreads) {
     const int64_t index = slot_index(a, pages, g, j);
     float sum = a.mass[index];
-#pragma unroll
-    for (int gh = 0; gh < kMaxGroup; ++gh)
-      if (gh < a.group) sum += expf(logit(gh, j) - stat_m[gh]) * stat_inv[gh];
+    for (int gh = 0; gh < a.group; ++gh) sum += expf(logit(gh, j) - stat_m[gh]) * stat_inv[gh];
     a.mass[index] = sum;
   }
 }
