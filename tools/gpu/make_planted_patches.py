@@ -91,6 +91,11 @@ plant('rkv_official-query-heads-4-up', "R-KV (official) scores KV heads 4 and up
       [('src/policy/cuda/rkv_official.cu',
         '      const int64_t qh = static_cast<int64_t>(h.kv_head) * group + gh;',
         '      const int64_t qh = static_cast<int64_t>(h.kv_head % 4) * group + gh;')])
+plant('rkv_official-spare-rows-32-up', "R-KV (official)'s spare search leaves rows 32-63 of each tile unsearched (spare: the oldest, entry 0)",
+      'Policies/CudaScoringPolicy.*rkv_official*',
+      [('src/policy/cuda/rkv_official.cu',
+        '  const bool owns_row = r < cuda::kTileRowsA && i < n;',
+        '  const bool owns_row = r < 32 && i < n;')])
 plant('triattention-group-max-3', "TriAttention's max over the GQA group skips query heads 3 and up",
       'Policies/CudaRealShape.Qwen3FourBKeepsWhatTheCpuKeeps/triattention',
       [('src/policy/cuda/triattention.cu',
@@ -178,6 +183,7 @@ FILTERS = {
     'vase-stream-heads-4-up': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
     'rkv-redundancy-first-64-channels': ('rkv_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('rkv')),
     'rkv_official-query-heads-4-up': ('rkv_official.cu', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
+    'rkv_official-spare-rows-32-up': ('rkv_official.cu (spare search)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
     'triattention-group-max-3': ('triattention.cu', 'CudaTriAttention.*:' + real('triattention')),
     'compaction-first-tile-only': ('compaction (evict.cu)', RANDOM + ':' + real('random') + ':' + real('recency')),
     'decode-attention-kv-heads-8-up': ('decode attention',

@@ -22,25 +22,17 @@
 // mostly hit L2.
 #include <mutex>
 
-#include "core/cuda/warp_mma.cuh"
+#include "policy/cuda/mma_tile.cuh"
 #include "policy/cuda/window_attention.cuh"
 
 namespace kvdice::policy::cuda {
 namespace {
 
-constexpr int kTcThreads = 128;   // four warps; warp w takes keys [16w, 16w + 16) of a stage
-constexpr int kQueryChunk = 64;   // queries per pass pair: four m16 tiles
-constexpr int kKeyTile = 64;      // keys per shared-memory stage
-constexpr int kSmemPad = 8;       // bf16 per shared row beyond head_dim: conflict-free fragment loads
-constexpr int kWarps = kTcThreads / 32;
-constexpr int kMTiles = kQueryChunk / 16;       // m16 tiles of queries, every warp all of them
-constexpr int kNTiles = kKeyTile / kWarps / 8;  // n8 tiles of keys per warp
-static_assert(kKeyTile == kWarps * kNTiles * 8, "the key tile splits evenly over the warps");
+constexpr int kQueryChunk = kTileRowsA;  // queries per pass pair: four m16 tiles (mma_tile.cuh)
+constexpr int kKeyTile = kTileRowsB;     // keys per shared-memory stage
 
-// Dynamic shared memory for head_dim d: the query chunk and two key stages, rows of d rounded up to 16
-// plus the pad.
-constexpr int smem_row(int d) { return (d + 15) / 16 * 16 + kSmemPad; }
-constexpr int smem_bytes(int d) { return (kQueryChunk + 2 * kKeyTile) * smem_row(d) * 2; }
+// Dynamic shared memory for head_dim d: the query chunk and two key stages.
+constexpr int smem_bytes(int d) { return (kQueryChunk + 2 * kKeyTile) * tile_smem_row(d) * 2; }
 
 // One CTA: blockIdx.x = (layer of the launch, KV head, query head of the group), blockIdx.y = row of the
 // launch. valid is false where the head is not decoded (window_attention.cuh's WindowHead) and for an
@@ -59,13 +51,8 @@ struct TcItem : WindowHead {
   }
 };
 
-using cuda_ptx::cp_async_16;
 using cuda_ptx::cp_async_commit;
 using cuda_ptx::cp_async_wait;
-using cuda_ptx::mma_bf16;
-using cuda_ptx::shared_address;
-
-__device__ inline uint32_t shared_u32(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 // Online softmax statistics (max m, denominator d = sum exp(l - m)) merged with another pair; symmetric,
 // so both lanes of a butterfly get the same pair.
@@ -80,52 +67,17 @@ __device__ inline void merge_stats(float& m, float& d, float m2, float d2) {
 // past the candidates. Columns [head_dim, row) of a stage stay zero from the kernel's start.
 __device__ inline void issue_key_tile(const TcItem& it, const __nv_bfloat16* keys, int d, int row, int first,
                                       __nv_bfloat16* stage) {
-  const int chunks = d / 8;
-  for (int idx = threadIdx.x; idx < kKeyTile * chunks; idx += blockDim.x) {
-    const int k = idx / chunks, c = idx % chunks;
-    const int j = first + k;
-    const bool valid = j < it.h.n_candidates;
-    const __nv_bfloat16* src = keys + (valid ? pool_index(it.h, j) * d + c * 8 : 0);
-    cp_async_16(shared_address(stage + k * row + c * 8), src, valid);
-  }
+  issue_row_tile([&](int j) { return keys + pool_index(it.h, j) * d; }, it.h.n_candidates, keys, d, row, first,
+                 stage);
 }
 
-// S[kMTiles][kNTiles] = the warp's 16 keys of the stage against the chunk's 64 queries (fp32, unscaled).
-__device__ inline void tile_logits(const __nv_bfloat16* qs, const __nv_bfloat16* stage, int dp, int row,
-                                   float (&acc)[kMTiles][kNTiles][4]) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int g = lane / 4, t = lane % 4;
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
-  for (int k0 = 0; k0 < dp; k0 += 16) {
-    uint32_t b[kNTiles][2];
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
-      const __nv_bfloat16* key = stage + (warp * kNTiles * 8 + nt * 8 + g) * row + k0 + 2 * t;
-      b[nt][0] = shared_u32(key);
-      b[nt][1] = shared_u32(key + 8);
-    }
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-      const __nv_bfloat16* q = qs + (mt * 16 + g) * row + k0 + 2 * t;
-      const uint32_t a[4] = {shared_u32(q), shared_u32(q + 8 * row), shared_u32(q + 8), shared_u32(q + 8 * row + 8)};
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) mma_bf16(acc[mt][nt], a, b[nt][0], b[nt][1]);
-    }
-  }
-}
-
-__global__ void __launch_bounds__(kTcThreads) window_means_tc_kernel(CudaSelectionArgs args) {
+__global__ void __launch_bounds__(kTileThreads) window_means_tc_kernel(CudaSelectionArgs args) {
   extern __shared__ __align__(16) unsigned char tc_smem[];
-  __shared__ float part_m[kWarps][kQueryChunk], part_d[kWarps][kQueryChunk];
+  __shared__ float part_m[kTileWarps][kQueryChunk], part_d[kTileWarps][kQueryChunk];
   __shared__ float stat_m[kQueryChunk], stat_d[kQueryChunk];
   const TcItem it(args);
   if (!it.valid) return;
-  const int d = args.head_dim, dp = (d + 15) / 16 * 16, row = smem_row(d);
+  const int d = args.head_dim, dp = (d + 15) / 16 * 16, row = tile_smem_row(d);
   const int n = it.h.n_candidates, nq = it.nq;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   auto* qs = reinterpret_cast<__nv_bfloat16*>(tc_smem);
@@ -179,7 +131,7 @@ __global__ void __launch_bounds__(kTcThreads) window_means_tc_kernel(CudaSelecti
     __syncthreads();  // the stage and the queries are visible
 
     float acc[kMTiles][kNTiles][4];
-    tile_logits(qs, stages[step % 2], dp, row, acc);
+    tile_dots(qs, stages[step % 2], dp, row, acc);
     const int key0 = tile * kKeyTile + warp * kNTiles * 8 + 2 * t;
     if (pass == 0) {
 #pragma unroll
@@ -220,7 +172,7 @@ __global__ void __launch_bounds__(kTcThreads) window_means_tc_kernel(CudaSelecti
         __syncthreads();
         if (threadIdx.x < kQueryChunk) {
           float mt_ = -INFINITY, dt = 0.0f;
-          for (int k = 0; k < kWarps; ++k) merge_stats(mt_, dt, part_m[k][threadIdx.x], part_d[k][threadIdx.x]);
+          for (int k = 0; k < kTileWarps; ++k) merge_stats(mt_, dt, part_m[k][threadIdx.x], part_d[k][threadIdx.x]);
           stat_m[threadIdx.x] = mt_;
           stat_d[threadIdx.x] = dt;
         }
@@ -264,7 +216,7 @@ void launch_window_scores_fp32(const CudaSelectionArgs& args, void* stream) {
   });
   const int group = args.n_heads / args.n_kv_heads;
   const dim3 grid(static_cast<unsigned>(args.n_layers * args.n_kv_heads * group), static_cast<unsigned>(args.n_rows));
-  window_means_tc_kernel<<<grid, kTcThreads, smem_bytes(args.head_dim), static_cast<cudaStream_t>(stream)>>>(
+  window_means_tc_kernel<<<grid, kTileThreads, smem_bytes(args.head_dim), static_cast<cudaStream_t>(stream)>>>(
       args);
   CUDA_CHECK_LAUNCH("window_means_tc_kernel");
 }
