@@ -5,11 +5,12 @@
 //
 // Precision (as policy/window_attention.h states for both twins): queries (bf16 in the ring) and keys
 // (bf16 in the pool) enter tensor cores as they are stored, mma.sync m16n8k16 accumulates the logits in fp32, the
-// logit is that sum times the fp32 scale; softmax statistics, weights and the per-query-head means are
-// fp32 (expf and IEEE division, no fast-math); the selection kernel pools the means in double. The CPU
-// sums the same exact products in dimension order, the tensor cores in theirs, so the scores differ by a
-// few fp32 roundings; docs/policies.md ("Precision and near-ties") bounds the gap and says which
-// keep-set decisions can go either way.
+// logit is that sum times the fp32 scale, here kept in the exp2 domain (times log2 e); softmax
+// statistics, weights and the per-query-head means are fp32, exp2f (2 ulp) of the logit minus the
+// query's max, times the reciprocal of its denominator; the selection kernel pools the means in double.
+// The CPU sums the same exact products in dimension order and takes expf and a division, so the scores
+// differ by a few fp32 roundings (about 1e-6 relative); docs/policies.md ("Precision and near-ties")
+// bounds the gap (2^-12 relative) and says which keep-set decisions can go either way.
 //
 // Layout: one launch per evict call, one CTA of four warps per (query head, layer of the launch, row)
 // over the whole batch. The CTA takes the head's queries 64 at a time (kQueryChunk, four m16 tiles in
@@ -54,12 +55,12 @@ struct TcItem : WindowHead {
 using cuda_ptx::cp_async_commit;
 using cuda_ptx::cp_async_wait;
 
-// Online softmax statistics (max m, denominator d = sum exp(l - m)) merged with another pair; symmetric,
-// so both lanes of a butterfly get the same pair.
+// Online softmax statistics in the exp2 domain (max m, denominator d = sum 2^(l - m)) merged with
+// another pair; symmetric, so both lanes of a butterfly get the same pair.
 __device__ inline void merge_stats(float& m, float& d, float m2, float d2) {
   const float top = fmaxf(m, m2);
   if (top == -INFINITY) return;  // both empty
-  d = (m == -INFINITY ? 0.0f : d * expf(m - top)) + (m2 == -INFINITY ? 0.0f : d2 * expf(m2 - top));
+  d = (m == -INFINITY ? 0.0f : d * exp2f(m - top)) + (m2 == -INFINITY ? 0.0f : d2 * exp2f(m2 - top));
   m = top;
 }
 
@@ -74,7 +75,7 @@ __device__ inline void issue_key_tile(const TcItem& it, const __nv_bfloat16* key
 __global__ void __launch_bounds__(kTileThreads) window_means_tc_kernel(CudaSelectionArgs args) {
   extern __shared__ __align__(16) unsigned char tc_smem[];
   __shared__ float part_m[kTileWarps][kQueryChunk], part_d[kTileWarps][kQueryChunk];
-  __shared__ float stat_m[kQueryChunk], stat_d[kQueryChunk];
+  __shared__ float stat_m[kQueryChunk], stat_inv[kQueryChunk];
   const TcItem it(args);
   if (!it.valid) return;
   const int d = args.head_dim, dp = (d + 15) / 16 * 16, row = tile_smem_row(d);
@@ -83,8 +84,9 @@ __global__ void __launch_bounds__(kTileThreads) window_means_tc_kernel(CudaSelec
   auto* qs = reinterpret_cast<__nv_bfloat16*>(tc_smem);
   __nv_bfloat16* stages[2] = {qs + kQueryChunk * row, qs + (kQueryChunk + kKeyTile) * row};
   const auto* keys = static_cast<const __nv_bfloat16*>(it.layer.keys);
-  // The CPU's scale: 1 / (sqrt(D) · temperature) in double, rounded once to fp32.
-  const float scale = static_cast<float>(1.0 / (sqrt(static_cast<double>(d)) * args.temperature));
+  // The CPU's scale 1 / (sqrt(D) · temperature), times log2 e, in double, rounded once to fp32.
+  const float scale_log2 =
+      static_cast<float>(1.4426950408889634 / (sqrt(static_cast<double>(d)) * args.temperature));
   float* mean = it.means(args);
   if (dp > d)
     for (int idx = threadIdx.x; idx < 2 * kKeyTile * (dp - d); idx += blockDim.x) {
@@ -134,24 +136,29 @@ __global__ void __launch_bounds__(kTileThreads) window_means_tc_kernel(CudaSelec
     tile_dots(qs, stages[step % 2], dp, row, acc);
     const int key0 = tile * kKeyTile + warp * kNTiles * 8 + 2 * t;
     if (pass == 0) {
+      // Per query row: the tile's max over the thread's keys, one rescale of the running sum, then the
+      // keys' terms (masked keys and queries add nothing).
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           if (mt * 16 + g + 8 * r >= tq) continue;
+          float l[kNTiles][2], top = m[mt][r];
 #pragma unroll
           for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              if (key0 + nt * 8 + e >= n) continue;
-              const float l = acc[mt][nt][2 * r + e] * scale;
-              if (l > m[mt][r]) {
-                den[mt][r] = den[mt][r] * expf(m[mt][r] - l) + 1.0f;
-                m[mt][r] = l;
-              } else {
-                den[mt][r] += expf(l - m[mt][r]);
-              }
+              l[nt][e] = key0 + nt * 8 + e < n ? __fmul_rn(acc[mt][nt][2 * r + e], scale_log2) : -INFINITY;
+              top = fmaxf(top, l[nt][e]);
             }
+          if (top == -INFINITY) continue;  // no key of the tile for this thread yet
+          float sum = m[mt][r] == -INFINITY ? 0.0f : den[mt][r] * exp2f(m[mt][r] - top);
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) sum += exp2f(l[nt][e] - top);  // 2^-inf = 0
+          den[mt][r] = sum;
+          m[mt][r] = top;
         }
       if (tile == n_tiles - 1) {
         // The chunk's statistics: the four lanes of a row (butterfly), then the warps in order.
@@ -174,7 +181,7 @@ __global__ void __launch_bounds__(kTileThreads) window_means_tc_kernel(CudaSelec
           float mt_ = -INFINITY, dt = 0.0f;
           for (int k = 0; k < kTileWarps; ++k) merge_stats(mt_, dt, part_m[k][threadIdx.x], part_d[k][threadIdx.x]);
           stat_m[threadIdx.x] = mt_;
-          stat_d[threadIdx.x] = dt;
+          stat_inv[threadIdx.x] = 1.0f / dt;
         }
       }
     } else {
@@ -190,7 +197,8 @@ __global__ void __launch_bounds__(kTileThreads) window_means_tc_kernel(CudaSelec
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
               const int i = mt * 16 + g + 8 * r;
-              if (i < tq) sum += expf(acc[mt][nt][2 * r + e] * scale - stat_m[i]) / stat_d[i];
+              // The product rounded as pass 1 rounded it: the max's own term is exactly 1.
+              if (i < tq) sum += exp2f(__fmul_rn(acc[mt][nt][2 * r + e], scale_log2) - stat_m[i]) * stat_inv[i];
             }
           for (int offset = 4; offset < 32; offset *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
           const int j = key0 + nt * 8 + e;
