@@ -8,13 +8,13 @@
 // rkv_select.cuh's Σ-trick; each row's spare (the newest candidate whose cosine similarity exceeds the
 // threshold, else the oldest) is the CPU's decision bit for bit, and its entry is subtracted from the
 // spare's column. The search is O(n² · D) per head, as on the CPU, but on tensor cores: the cosines of a
-// tile of 64 rows with 64 candidates come from the raw bf16 keys (mma.sync, fp32 accumulation) divided by
-// the fp64 norms, and only a pair whose cosine lies within kSpareBand of the threshold, or passes it, is
+// tile of 64 rows with 64 candidates come from the raw bf16 keys (mma.sync, fp32 accumulation) times the
+// fp32 reciprocals of the fp64 norms, and only a pair whose cosine lies within kSpareBand of the threshold, or passes it, is
 // computed again with the CPU's own arithmetic (unit keys by division, products and sums rounded one by
 // one, no FMA) to decide it and to give the spared entry. The band is safe: every product of two bf16
 // values is exact in fp32, so the fp32 sum of D of them is within D · 2^-22 · Σ|k_i,c · k_j,c| ≤
 // D · 2^-22 · |k_i| · |k_j| of the exact dot product (Cauchy–Schwarz), and the cosine within D · 2^-22
-// (6.1e-5 at D = 256) plus two fp32 roundings of the CPU's value, far inside the band.
+// (6.1e-5 at D = 256) plus three fp32 roundings of the CPU's value, far inside the band.
 //
 // Three launches, so the spare search is not one CTA's serial work per head (8 CTAs per layer call at
 // batch 1): a per-head pass puts the age order and the key norms in the head scratch; spare_kernel
@@ -222,6 +222,12 @@ __global__ void __launch_bounds__(cuda::kTileThreads) spare_kernel(CudaSelection
   };
   issue_candidates(0);
   cuda_ptx::cp_async_commit();
+  // The fp32 reciprocals of the rows' norms, and below of each stage's candidates'.
+  __shared__ float inv_row[cuda::kTileRowsA], inv_candidate[cuda::kTileRowsB];
+  if (threadIdx.x < cuda::kTileRowsA) {
+    const int a = first_row + static_cast<int>(threadIdx.x);
+    inv_row[threadIdx.x] = a < n ? static_cast<float>(1.0 / norm[a]) : 0.0f;
+  }
   const int r = static_cast<int>(threadIdx.x), i = first_row + r;
   const bool owns_row = r < cuda::kTileRowsA && i < n;
   const int64_t index_i = owns_row ? index_of(i) : 0;
@@ -232,6 +238,10 @@ __global__ void __launch_bounds__(cuda::kTileThreads) spare_kernel(CudaSelection
   const int n_tiles = (n + cuda::kTileRowsB - 1) / cuda::kTileRowsB;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   for (int tile = 0; tile < n_tiles; ++tile) {
+    if (threadIdx.x < cuda::kTileRowsB) {  // the last stage's readers passed the barrier that ended it
+      const int j = n - 1 - (tile * cuda::kTileRowsB + static_cast<int>(threadIdx.x));
+      inv_candidate[threadIdx.x] = j >= 0 ? static_cast<float>(1.0 / norm[j]) : 0.0f;
+    }
     if (tile + 1 < n_tiles) {
       issue_candidates(tile + 1);
       cuda_ptx::cp_async_commit();
@@ -239,10 +249,10 @@ __global__ void __launch_bounds__(cuda::kTileThreads) spare_kernel(CudaSelection
     } else {
       cuda_ptx::cp_async_wait<0>();
     }
-    __syncthreads();  // the rows and the stage are visible
+    __syncthreads();  // the rows, the stage and the reciprocals are visible
     float acc[cuda::kMTiles][cuda::kNTiles][4];
     cuda::tile_dots(rows, stages[tile % 2], dp, row, acc);
-    // The cosines: the fp32 dot products over the CPU's fp64 norms (|k| + 1e-8).
+    // The cosines: the fp32 dot products times the reciprocals of the CPU's norms (|k| + 1e-8).
 #pragma unroll
     for (int mt = 0; mt < cuda::kMTiles; ++mt)
 #pragma unroll
@@ -250,10 +260,7 @@ __global__ void __launch_bounds__(cuda::kTileThreads) spare_kernel(CudaSelection
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int a_row = mt * 16 + g + 8 * (e / 2), m = warp * cuda::kNTiles * 8 + nt * 8 + 2 * t + e % 2;
-          const int ai = first_row + a_row, aj = n - 1 - (tile * cuda::kTileRowsB + m);
-          float value = 0.0f;
-          if (ai < n && aj >= 0) value = static_cast<float>(acc[mt][nt][e] / (norm[ai] * norm[aj]));
-          approx[a_row * (cuda::kTileRowsB + 1) + m] = value;
+          approx[a_row * (cuda::kTileRowsB + 1) + m] = acc[mt][nt][e] * inv_row[a_row] * inv_candidate[m];
         }
     __syncthreads();  // the cosines are visible; every warp is done with the stage
     if (!found) {
