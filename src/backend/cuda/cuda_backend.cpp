@@ -613,7 +613,7 @@ class CudaBackend final : public Backend {
     cuda::launch_attention(batch, q, kv, out, n_heads, scale, plan, scratch, split_counters, stream_, rope,
                            mass_logits);
     if (mass_logits != nullptr) {
-      cuda::launch_attention_mass_from_logits(batch, kv, n_heads, mass_logits, stream_);
+      cuda::launch_attention_mass_from_logits(batch, kv, n_heads, mass_logits, plan.wide, stream_);
     } else if (kv.attention_mass != nullptr) {
       void* mass_scratch = grow(mass_scratch_, cuda::attention_mass_scratch_bytes(batch, kv, n_heads),
                                 "attention mass tile statistics");
