@@ -141,6 +141,11 @@ plant('decode-logits-kv-heads-4-up', "the decode attention writes KV heads 4 and
       [('src/backend/cuda/decode_attention.cu',
         '          a.logits[(static_cast<int64_t>(s) * a.n_heads + g * a.group + head_row) * a.logits_ld + slot] =',
         '          a.logits[(static_cast<int64_t>(s) * a.n_heads + (g >= 4 ? g - 4 : g) * a.group + head_row) * a.logits_ld + slot] =')])
+plant('attention-mass-appended-slot-stale', "the logits' mass kernel adds the appended slot's weight to whatever mass its pool slot held (the fused RoPE attention does not zero it)",
+      'Policies/CudaRealShape.*/h2o',
+      [('src/backend/cuda/attention_mass.cu',
+        '    float sum = j == visible - 1 ? 0.0f : a.mass[index];',
+        '    float sum = a.mass[index];')])
 plant('attention-mass-rows-heads-4-up', 'the attention mass of KV heads 4 and up is added to head - 4\'s slots (several rows of a sequence)',
       'CudaSignals.AttentionMassMatchesTheCpu',
       [('src/backend/cuda/attention_mass.cu',
@@ -195,6 +200,7 @@ FILTERS = {
     'sample-vocab-tail-past-131072': ('sampling', 'CudaOps.Sample*:CudaEngine.*'),
     'attention-mass-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
     'attention-mass-rows-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
+    'attention-mass-appended-slot-stale': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o') + ':' + real('h2o_pp')),
     'decode-logits-kv-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
     'value-range-kv-heads-8-up': ('signals (value range)', 'CudaSignals.*'),
     'query-ring-heads-32-up': ('signals (query ring)', 'CudaSignals.*'),
