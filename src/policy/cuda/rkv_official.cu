@@ -278,6 +278,7 @@ __global__ void __launch_bounds__(cuda::kTileThreads) spare_kernel(CudaSelection
     }
     if (!__syncthreads_or(!found)) break;  // also: every row is done with the cosines before the next stage
   }
+  cuda_ptx::cp_async_wait<0>();  // a stage still in flight after an early stop
   if (owns_row) {
     if (!found && i != 0) spare_dot = exact_cosine(keys, index_i, norm_i, index_of(0), norm[0], d);  // the oldest
     w.sort[i] = {static_cast<uint64_t>(__double_as_longlong(spare_dot)), static_cast<uint32_t>(spare), 0};
