@@ -106,8 +106,8 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
   in.cpu = backend_.is_cpu();
   in.total_bytes = memory.total_bytes;
   in.free_bytes = memory.free_bytes;
-  // Scratch that grows with the first steps (attention partials, sampling, eviction) and library
-  // workspaces stay outside the pool.
+  // Scratch that grows with the first steps (attention partials, H2O's logits of at most 256 MiB,
+  // sampling, eviction) and library workspaces stay outside the pool.
   in.reserve_bytes = static_cast<int64_t>(kGiB) + memory.total_bytes / 50;
   in.page_bytes = page_bytes;
   in.ring_row_bytes = kv::KvPool::query_ring_bytes(shape, ring);
