@@ -91,8 +91,8 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
 
   // The pool takes what is left: free device memory less a margin for library workspaces (CUDA), or
   // what the limits need in lazily-touched host memory (CPU).
-  // Signals are recorded only when the engine's policy needs them (both backends record the
-  // query ring and value ranges, only the CPU the attention mass).
+  // Signals are recorded only when the engine's policy needs them (both backends record all three:
+  // the query ring, value ranges and the attention mass).
   const policy::SignalNeeds signals = policies_->at(0).needs();
   if (config_.query_window < 0) fail("query window must be >= 0 (got {})", config_.query_window);
   // The query ring is per running sequence, not per page: a row of the widest r served for each
