@@ -121,6 +121,13 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
     if (sized.pages < 1)
       fail("a KV pool of {} bytes holds no page of {} bytes beside its query ring of {} rows of {} bytes",
            config_.kv_pool_bytes, page_bytes, sized.ring_rows, in.ring_row_bytes);
+    // On the CPU pages are touched lazily: a pool past the RAM would allocate and fail mid-run. (On CUDA
+    // the allocation itself refuses.)
+    if (in.cpu)
+      kv::check_kv_pool_fits(sized, in,
+                             config_.kv_pool_bytes_from.empty()
+                                 ? fmt::format("a KV pool of {} bytes", config_.kv_pool_bytes)
+                                 : config_.kv_pool_bytes_from);
   } else {
     in.cpu_default_pages = int64_t{config_.max_batch} * max_pages_;
     if (config_.kv_slot_limit > 0)
