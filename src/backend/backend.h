@@ -107,7 +107,8 @@ struct KvLayer {
   int layer = 0;
   // Signals for scoring policies (docs/policies.md), fp32 but for the bf16 query ring, recorded only
   // when a policy of the engine needs them (nullptr otherwise). Both backends record all three (the
-  // CUDA backend the attention mass in its own op after the attention kernels).
+  // CUDA backend the attention mass in its own op after the attention kernels, from the logits the
+  // decode attention stores where that kernel runs).
   // Per slot, indexed like positions, moved with K/V by compaction:
   float* value_range = nullptr;     // max - min over the slot's value channels, written at append
   float* attention_mass = nullptr;  // attention the slot received from every query since its append

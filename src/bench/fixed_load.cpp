@@ -126,9 +126,11 @@ LoadResult run_load(const model::Model& model, backend::Backend& backend, const 
             ? kv::KvPool::query_ring_bytes(model.kv_shape(),
                                            kv::QueryRingShape{1, config.kv.budget.window, mc.n_heads})
             : 0;
+    const int at_once = std::min(spec.requests, spec.max_batch);
     config.kv_pool_bytes =
-        int64_t{std::min(spec.requests, spec.max_batch)} *
-        (((config.max_context + page_slots - 1) / page_slots) * page_bytes + ring_row_bytes);
+        int64_t{at_once} * (((config.max_context + page_slots - 1) / page_slots) * page_bytes + ring_row_bytes);
+    config.kv_pool_bytes_from = fmt::format("the load ({} sequence(s) at once, each reserving {} slots)", at_once,
+                                            config.max_context);
   }
   engine::Engine engine(model, backend, config);
 

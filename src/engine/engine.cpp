@@ -91,8 +91,8 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
 
   // The pool takes what is left: free device memory less a margin for library workspaces (CUDA), or
   // what the limits need in lazily-touched host memory (CPU).
-  // Signals are recorded only when the engine's policy needs them (both backends record the
-  // query ring and value ranges, only the CPU the attention mass).
+  // Signals are recorded only when the engine's policy needs them (both backends record all three:
+  // the query ring, value ranges and the attention mass).
   const policy::SignalNeeds signals = policies_->at(0).needs();
   if (config_.query_window < 0) fail("query window must be >= 0 (got {})", config_.query_window);
   // The query ring is per running sequence, not per page: a row of the widest r served for each
@@ -106,8 +106,8 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
   in.cpu = backend_.is_cpu();
   in.total_bytes = memory.total_bytes;
   in.free_bytes = memory.free_bytes;
-  // Scratch that grows with the first steps (attention partials, sampling, eviction) and library
-  // workspaces stay outside the pool.
+  // Scratch that grows with the first steps (attention partials, H2O's logits of at most 256 MiB,
+  // sampling, eviction) and library workspaces stay outside the pool.
   in.reserve_bytes = static_cast<int64_t>(kGiB) + memory.total_bytes / 50;
   in.page_bytes = page_bytes;
   in.ring_row_bytes = kv::KvPool::query_ring_bytes(shape, ring);
@@ -121,6 +121,13 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
     if (sized.pages < 1)
       fail("a KV pool of {} bytes holds no page of {} bytes beside its query ring of {} rows of {} bytes",
            config_.kv_pool_bytes, page_bytes, sized.ring_rows, in.ring_row_bytes);
+    // On the CPU pages are touched lazily: a pool past the RAM would allocate and fail mid-run. (On CUDA
+    // the allocation itself refuses.)
+    if (in.cpu)
+      kv::check_kv_pool_fits(sized, in,
+                             config_.kv_pool_bytes_from.empty()
+                                 ? fmt::format("a KV pool of {} bytes", config_.kv_pool_bytes)
+                                 : config_.kv_pool_bytes_from);
   } else {
     in.cpu_default_pages = int64_t{config_.max_batch} * max_pages_;
     if (config_.kv_slot_limit > 0)

@@ -41,6 +41,7 @@ struct EngineConfig {
   int prefill_chunk = 2048;    // most prompt tokens of one prefill step; longer prompts go in chunks
   int64_t kv_slot_limit = 0;   // total reserved slots across running sequences; 0 = as the pool allows
   int64_t kv_pool_bytes = 0;   // KV pool size; 0 = sized by `pool` (kv/pool_sizing.h)
+  std::string kv_pool_bytes_from;  // what chose kv_pool_bytes, named when it cannot fit (the CPU's RAM)
   kv::PoolRequest pool;        // --kv-slots / --kv-memory-gib / --gpu-memory-utilization; none = the default
   int max_context = 0;         // longest reservation of one sequence in slots; 0 = the model's max position
   // Width of the query ring a pool recording window queries keeps (snapkv, rkv, vase, ...): the widest

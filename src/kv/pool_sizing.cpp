@@ -12,6 +12,11 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 double gib(int64_t bytes) { return static_cast<double>(bytes) / kGiB; }
 
+// The query ring's part of a pool's description (empty without one).
+std::string ring_text(int rows, const PoolInputs& in) {
+  return rows > 0 ? fmt::format(" and a query ring of {} rows of {} bytes", rows, in.ring_row_bytes) : std::string();
+}
+
 }  // namespace
 
 PoolPlan split_kv_pool_bytes(int64_t bytes, const PoolInputs& in) {
@@ -24,6 +29,17 @@ PoolPlan split_kv_pool_bytes(int64_t bytes, const PoolInputs& in) {
   }
   plan.pages = (bytes - plan.ring_rows * in.ring_row_bytes) / in.page_bytes;
   return plan;
+}
+
+void check_kv_pool_fits(const PoolPlan& p, const PoolInputs& in, const std::string& asked) {
+  // On CUDA the pool must fit what is free now less the reserve; on the CPU its pages are touched
+  // lazily, so it may exceed what is free but never the RAM itself.
+  const int64_t room = in.cpu ? in.total_bytes : in.free_bytes - in.reserve_bytes;
+  const int64_t bytes = p.pages * in.page_bytes + p.ring_rows * in.ring_row_bytes;
+  if (bytes <= room) return;
+  fail("{} needs a KV pool of {:.2f} GiB ({} pages of {} bytes{}); {} has {:.2f} GiB{}", asked, gib(bytes), p.pages,
+       in.page_bytes, ring_text(p.ring_rows, in), in.cpu ? "RAM" : "free device memory", gib(std::max<int64_t>(room, 0)),
+       in.cpu ? "" : " after weights, activations and a scratch reserve");
 }
 
 PoolPlan plan_kv_pool(const PoolRequest& request, const PoolInputs& in) {
@@ -42,22 +58,6 @@ PoolPlan plan_kv_pool(const PoolRequest& request, const PoolInputs& in) {
     fail("--gpu-memory-utilization sizes a CUDA device's pool; on the CPU pass --kv-slots or --kv-memory-gib");
 
   PoolPlan plan;
-  const char* where = in.cpu ? "RAM" : "free device memory";
-  // On CUDA the pool must fit what is free now less the reserve; on the CPU its pages are touched
-  // lazily, so it may exceed what is free but never the RAM itself.
-  const int64_t room = in.cpu ? in.total_bytes : in.free_bytes - in.reserve_bytes;
-  // The query ring's rows come off every size before pages are counted.
-  auto ring = [&](int rows) {
-    return rows > 0 ? fmt::format(" and a query ring of {} rows of {} bytes", rows, in.ring_row_bytes)
-                    : std::string();
-  };
-  auto check_fits = [&](const PoolPlan& p, const std::string& asked) {
-    const int64_t bytes = p.pages * in.page_bytes + p.ring_rows * in.ring_row_bytes;
-    if (bytes > room)
-      fail("{} needs a KV pool of {:.2f} GiB ({} pages of {} bytes{}); {} has {:.2f} GiB{}", asked,
-           gib(bytes), p.pages, in.page_bytes, ring(p.ring_rows), where, gib(std::max<int64_t>(room, 0)),
-           in.cpu ? "" : " after weights, activations and a scratch reserve");
-  };
   const int ring_rows_max = in.ring_row_bytes > 0 ? std::max(in.max_batch, 1) : 0;
   if (request.kv_slots > 0) {
     // Every running sequence rounds its reservation up to whole pages: one page each on top.
@@ -68,14 +68,14 @@ PoolPlan plan_kv_pool(const PoolRequest& request, const PoolInputs& in) {
     if (plan.ring_rows > 0 && in.sequence_slots > 0)
       plan.ring_rows =
           static_cast<int>(std::clamp<int64_t>(request.kv_slots / in.sequence_slots, 1, ring_rows_max));
-    check_fits(plan, fmt::format("--kv-slots {}", request.kv_slots));
+    check_kv_pool_fits(plan, in, fmt::format("--kv-slots {}", request.kv_slots));
     plan.rule = fmt::format("--kv-slots {}", request.kv_slots);
   } else if (request.kv_memory_gib > 0) {
     plan = split_kv_pool_bytes(static_cast<int64_t>(request.kv_memory_gib * kGiB), in);
     if (plan.pages < 1)
       fail("--kv-memory-gib {} holds no page of the KV pool (one page is {} bytes{})", request.kv_memory_gib,
-           in.page_bytes, ring(plan.ring_rows));
-    check_fits(plan, fmt::format("--kv-memory-gib {}", request.kv_memory_gib));
+           in.page_bytes, ring_text(plan.ring_rows, in));
+    check_kv_pool_fits(plan, in, fmt::format("--kv-memory-gib {}", request.kv_memory_gib));
     plan.rule = fmt::format("--kv-memory-gib {}", request.kv_memory_gib);
   } else if (in.cpu) {
     // Lazily touched: the engine's limits, a ring row for each of max_batch sequences.
@@ -98,7 +98,7 @@ PoolPlan plan_kv_pool(const PoolRequest& request, const PoolInputs& in) {
           "--gpu-memory-utilization {} allows {:.2f} GiB; one page needs {} bytes{} (raise "
           "--gpu-memory-utilization or pass --kv-memory-gib)",
           gib(used), gib(in.total_bytes), fraction, gib(static_cast<int64_t>(fraction * in.total_bytes)),
-          in.page_bytes, ring(plan.ring_rows));
+          in.page_bytes, ring_text(plan.ring_rows, in));
     plan.rule = fmt::format("--gpu-memory-utilization {:.2f}", fraction);
   }
   if (plan.pages < 1) fail("the KV pool has no page ({} requested)", plan.rule);

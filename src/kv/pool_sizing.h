@@ -52,6 +52,10 @@ struct PoolPlan {
 // Throws Error naming the flag when the request is out of range, does not fit, or mixes flags.
 PoolPlan plan_kv_pool(const PoolRequest& request, const PoolInputs& inputs);
 
+// Throws Error when the plan's pool does not fit: on CUDA what is free less the reserve, on the CPU
+// (lazily touched pages) the RAM itself; `asked` names what asked for that size.
+void check_kv_pool_fits(const PoolPlan& plan, const PoolInputs& inputs, const std::string& asked);
+
 // `bytes` of pool split into query ring rows and pages: as many rows as sequences of sequence_slots
 // with their rows fit in `bytes` (at least 1, at most max_batch), the rest pages. pages may come out
 // < 1 (the caller refuses such a pool).

@@ -446,6 +446,21 @@ TEST(Engine, QueryRingIsOneRowPerRunningSequence) {
 namespace kvdice::engine {
 namespace {
 
+// A pool size given in bytes (the benchmarks' exact loads) past the CPU's RAM is refused when the engine
+// is built, naming who asked for it, instead of allocating lazily-touched pages that fail mid-run.
+TEST(Engine, AKvPoolPastTheRamIsRefusedUpFront) {
+  auto backend = backend::make_cpu_backend(1);
+  EngineConfig config = budgeted("random_pp", 32, 8);
+  config.kv_pool_bytes = backend->memory().total_bytes + (int64_t{1} << 30);
+  config.kv_pool_bytes_from = "the test's load";
+  const std::string error = test::error_of([&] { Engine engine(*bundle().model, *backend, config); });
+  EXPECT_TRUE(test::has(error, "the test's load needs a KV pool of")) << error;
+  EXPECT_TRUE(test::has(error, "; RAM has")) << error;
+  config.kv_pool_bytes_from.clear();
+  const std::string unnamed = test::error_of([&] { Engine engine(*bundle().model, *backend, config); });
+  EXPECT_TRUE(test::has(unnamed, fmt::format("a KV pool of {} bytes needs", config.kv_pool_bytes))) << unnamed;
+}
+
 // A pool whose bytes hold two sequences of T + r with their ring rows gets two rows however large
 // max_batch is; a third sequence of a smaller budget, whose pages would fit, waits for a row.
 TEST(Engine, RingRowsFollowTheSequencesThePoolHolds) {
