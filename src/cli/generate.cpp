@@ -130,8 +130,7 @@ void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
       ids = engine::encode_raw_prompt(bundle, text, o.special_tokens == "parse");
     }
     const int prompt_len = static_cast<int>(ids.size());
-    if (policy->evicts() && config.kv.budget.long_prompt == kv::LongPromptRule::Warn &&
-        config.kv.budget.prompt_too_long(prompt_len))
+    if (policy->evicts() && config.kv.budget.long_prompt_warned(prompt_len))
       log_warn("{}{}", config.kv.budget.long_prompt_warning(prompt_len),
                o.samples > 1 ? fmt::format(" (one prompt, {} samples)", o.samples) : std::string());
     for (int i = 0; i < o.samples; ++i) {

@@ -242,7 +242,7 @@ uint64_t Engine::submit(GenerationRequest request) {
   const kv::BudgetSpec& budget = seq->budget;
   if (prompt_len > INT32_MAX / 2) fail("prompt of {} tokens is too long", prompt_len);
   budget.check_prompt(static_cast<int>(prompt_len));  // refuses under --long-prompt error
-  if (config_.warn_each_long_prompt && budget.prompt_too_long(static_cast<int>(prompt_len)))
+  if (config_.warn_each_long_prompt && budget.long_prompt_warned(static_cast<int>(prompt_len)))
     log_warn("{}", budget.long_prompt_warning(static_cast<int>(prompt_len)));
   if (needs_ring_row(policy, budget) && budget.window > pool_->query_ring().window)
     fail(

@@ -280,7 +280,7 @@ EvalRunSummary run_eval(const EvalRunOptions& o, const EvalLog& log) {
       req.stop_ids = bundle.generation.eos_ids;
       req.stream_id = static_cast<uint64_t>(p) * task.runs + run;
       const int prompt_len = static_cast<int>(req.prompt.size());
-      if (evicts && config.kv.budget.prompt_too_long(prompt_len)) ++summary.long_prompts;
+      if (evicts && config.kv.budget.long_prompt_warned(prompt_len)) ++summary.long_prompts;
       const uint64_t id = eng.submit(std::move(req));
       if (retention) retention->note_prompt(id, prompt_len);
       pending[id] = {p, run};

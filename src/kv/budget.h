@@ -30,6 +30,10 @@ struct BudgetSpec {
   // pl = min(prompt_len, K_sel - 1) for protecting policies.
   int protected_slots(int prompt_len) const;
   bool prompt_too_long(int prompt_len) const { return bounded() && prompt_len >= selection(); }
+  // Whether such a prompt decodes under LongPromptRule::Warn, so its caller owes the user the warning.
+  bool long_prompt_warned(int prompt_len) const {
+    return long_prompt == LongPromptRule::Warn && prompt_too_long(prompt_len);
+  }
   // Throws Error under LongPromptRule::Error when the prompt is too long; under Warn the caller
   // warns (the library does not log) and protected_slots() leaves one free selection slot.
   void check_prompt(int prompt_len) const;

@@ -38,8 +38,8 @@ void check_kv_pool_fits(const PoolPlan& p, const PoolInputs& in, const std::stri
   const int64_t bytes = p.pages * in.page_bytes + p.ring_rows * in.ring_row_bytes;
   if (bytes <= room) return;
   fail("{} needs a KV pool of {:.2f} GiB ({} pages of {} bytes{}); {} has {:.2f} GiB{}", asked, gib(bytes), p.pages,
-       in.page_bytes, ring_text(p.ring_rows, in), in.cpu ? "RAM" : "free device memory", gib(std::max<int64_t>(room, 0)),
-       in.cpu ? "" : " after weights, activations and a scratch reserve");
+       in.page_bytes, ring_text(p.ring_rows, in), in.cpu ? "RAM" : "free device memory",
+       gib(std::max<int64_t>(room, 0)), in.cpu ? "" : " after weights, activations and a scratch reserve");
 }
 
 PoolPlan plan_kv_pool(const PoolRequest& request, const PoolInputs& in) {
