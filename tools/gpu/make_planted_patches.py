@@ -141,11 +141,11 @@ plant('decode-logits-kv-heads-4-up', "the decode attention writes KV heads 4 and
       [('src/backend/cuda/decode_attention.cu',
         '          a.logits[(static_cast<int64_t>(s) * a.n_heads + g * a.group + head_row) * a.logits_ld + slot] =',
         '          a.logits[(static_cast<int64_t>(s) * a.n_heads + (g >= 4 ? g - 4 : g) * a.group + head_row) * a.logits_ld + slot] =')])
-plant('attention-mass-appended-slot-stale', "the logits' mass kernel adds the appended slot's weight to whatever mass its pool slot held (the fused RoPE attention does not zero it)",
+plant('attention-mass-appended-slot-stale', "the fused RoPE attention leaves the appended slot's attention mass as the pool slot held it (rope_append zeroes it)",
       'Policies/CudaRealShape.*/h2o',
-      [('src/backend/cuda/attention_mass.cu',
-        '    float sum = j == visible - 1 ? 0.0f : a.mass[index];',
-        '    float sum = a.mass[index];')])
+      [('src/backend/cuda/decode_attention.cu',
+        '          if (a.rope.attention_mass != nullptr) a.rope.attention_mass[new_index] = 0.0f;',
+        '          if (a.rope.attention_mass != nullptr) a.rope.attention_mass[new_index] += 0.0f;')])
 plant('attention-mass-rows-heads-4-up', 'the attention mass of KV heads 4 and up is added to head - 4\'s slots (several rows of a sequence)',
       'CudaSignals.AttentionMassMatchesTheCpu',
       [('src/backend/cuda/attention_mass.cu',

@@ -297,9 +297,7 @@ __global__ void __launch_bounds__(kT) mass_from_logits_kernel(MassArgs a) {
   const int32_t* pages = a.batch.page_table + static_cast<int64_t>(s) * a.batch.max_pages;
   for (int j = threadIdx.x; j < visible; j += kT) {
     const int64_t index = slot_index(a, pages, g, j);
-    // The slot this step appended starts from zero: rope_append zeroes it, the fused RoPE attention
-    // (which appends in its place) leaves the mass alone.
-    float sum = j == visible - 1 ? 0.0f : a.mass[index];
+    float sum = a.mass[index];
     for (int gh = 0; gh < a.group; ++gh) sum += expf(logit(gh, j) - stat_m[gh]) * stat_inv[gh];
     a.mass[index] = sum;
   }

@@ -369,6 +369,7 @@ class CudaBackend final : public Backend {
     fused.inv_freq = rope.inv_freq;
     fused.rotary_dim = rope.rotary_dim;
     fused.positions = kv.positions;
+    fused.attention_mass = kv.attention_mass;
     run_attention(batch, q, kv, out, n_heads, scale, plan, &fused);
   }
 

@@ -56,6 +56,7 @@ struct DecodeRope {
   const float* inv_freq = nullptr;
   int rotary_dim = 0;
   int32_t* positions = nullptr;
+  float* attention_mass = nullptr;  // the pool's (nullptr: none): the appended slot's starts from zero
 };
 // split_counters: [n_seqs][n_kv_heads] ints, zero (a buffer of their own: every launch leaves them zero).
 // With `rope`, the step must be one decode_attention_supports takes. With `mass_logits` (a step the
