@@ -142,7 +142,7 @@ plant('decode-logits-kv-heads-4-up', "the decode attention writes KV heads 4 and
         '          a.logits[(static_cast<int64_t>(s) * a.n_heads + g * a.group + head_row) * a.logits_ld + slot] =',
         '          a.logits[(static_cast<int64_t>(s) * a.n_heads + (g >= 4 ? g - 4 : g) * a.group + head_row) * a.logits_ld + slot] =')])
 plant('attention-mass-appended-slot-stale', "the fused RoPE attention leaves the appended slot's attention mass as the pool slot held it (rope_append zeroes it)",
-      'Policies/CudaRealShape.*/h2o',
+      'CudaOps.RopeAttentionEqualsRopeAppendThenAttention',
       [('src/backend/cuda/decode_attention.cu',
         '          if (a.rope.attention_mass != nullptr) a.rope.attention_mass[new_index] = 0.0f;',
         '          if (a.rope.attention_mass != nullptr) a.rope.attention_mass[new_index] += 0.0f;')])
@@ -200,7 +200,7 @@ FILTERS = {
     'sample-vocab-tail-past-131072': ('sampling', 'CudaOps.Sample*:CudaEngine.*'),
     'attention-mass-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
     'attention-mass-rows-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
-    'attention-mass-appended-slot-stale': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o') + ':' + real('h2o_pp')),
+    'attention-mass-appended-slot-stale': ('signals (attention mass)', 'CudaSignals.*:CudaOps.RopeAttention*'),
     'decode-logits-kv-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
     'value-range-kv-heads-8-up': ('signals (value range)', 'CudaSignals.*'),
     'query-ring-heads-32-up': ('signals (query ring)', 'CudaSignals.*'),
