@@ -604,8 +604,9 @@ TEST(CudaOps, RopeAttentionEqualsRopeAppendThenAttention) {
     EXPECT_EQ(positions[0], positions[1]);
     EXPECT_EQ(mass[0], mass[1]) << "attention mass, fused against the two ops";
     EXPECT_LE(relative_error(out[0], out[2]), 1e-2);
-    // fp32 weights on both backends in different orders (CudaSignals.AttentionMassMatchesTheCpu).
-    if (c.mass) EXPECT_LE(relative_error(mass[0], mass[2]), 1e-5) << "attention mass, CUDA against the CPU";
+    // fp32 weights in different orders from each backend's own RoPE'd bf16 q and k (one rounding apart
+    // here and there): 1.3e-5 measured on an H100; a stale appended slot is off by about 2e-2.
+    if (c.mass) EXPECT_LE(relative_error(mass[0], mass[2]), 1e-4) << "attention mass, CUDA against the CPU";
   }
 }
 
