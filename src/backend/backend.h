@@ -126,10 +126,6 @@ struct KvLayer {
   int64_t ring_index(int row, int head, int ring_slot) const {
     return ((static_cast<int64_t>(row) * n_heads + head) * ring_window + ring_slot) * head_dim;
   }
-  // Whether the pool records any of the signals above (fused paths that write none of them decline).
-  bool records_signals() const {
-    return value_range != nullptr || attention_mass != nullptr || query_ring != nullptr;
-  }
   // Element offset of (page, head, offset-in-page) for keys/values; positions use it / head_dim.
   int64_t slot_index(int32_t page, int head, int offset) const {
     return (static_cast<int64_t>(page) * n_kv_heads + head) * page_slots + offset;

@@ -494,7 +494,7 @@ TEST(CudaSignals, AttentionMassMatchesTheCpu) {
     int n_heads, n_kv, head_dim;
     std::vector<int> rows, lengths;
   };
-  const Case cases[] = {
+  std::vector<Case> cases = {
       {"decode hd32 g2", 4, 2, 32, {1, 1, 1}, {0, 17, 300}},
       {"decode qwen3-4b", 32, 8, 128, {1, 1}, {10, 2047}},
       {"decode phi-4", 40, 10, 128, {1, 1}, {10, 1500}},
@@ -502,6 +502,11 @@ TEST(CudaSignals, AttentionMassMatchesTheCpu) {
       {"prefill qwen3-4b", 32, 8, 128, {37, 5}, {0, 100}},
       {"prefill mixed hd16 mha", 4, 4, 16, {20, 1}, {3, 50}},
   };
+  // Enough (sequence, KV head) pairs to fill every SM (48 x 8 = 384 > 132): the narrow launch of the
+  // logits' mass kernel, where the cases above take the wide one.
+  Case many{"decode qwen3-4b batch 48", 32, 8, 128, std::vector<int>(48, 1), {}};
+  for (int s = 0; s < 48; ++s) many.lengths.push_back(37 * s % 700);
+  cases.push_back(many);
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     int max_slots = 0;

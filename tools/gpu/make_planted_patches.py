@@ -91,6 +91,11 @@ plant('rkv_official-query-heads-4-up', "R-KV (official) scores KV heads 4 and up
       [('src/policy/cuda/rkv_official.cu',
         '      const int64_t qh = static_cast<int64_t>(h.kv_head) * group + gh;',
         '      const int64_t qh = static_cast<int64_t>(h.kv_head % 4) * group + gh;')])
+plant('rkv_official-spare-rows-32-up', "R-KV (official)'s spare search leaves rows 32-63 of each tile unsearched (spare: the oldest, entry 0)",
+      'Policies/CudaScoringPolicy.*rkv_official*',
+      [('src/policy/cuda/rkv_official.cu',
+        '  const bool owns_row = r < cuda::kTileRowsA && i < n;',
+        '  const bool owns_row = r < 32 && i < n;')])
 plant('triattention-group-max-3', "TriAttention's max over the GQA group skips query heads 3 and up",
       'Policies/CudaRealShape.Qwen3FourBKeepsWhatTheCpuKeeps/triattention',
       [('src/policy/cuda/triattention.cu',
@@ -136,6 +141,11 @@ plant('decode-logits-kv-heads-4-up', "the decode attention writes KV heads 4 and
       [('src/backend/cuda/decode_attention.cu',
         '          a.logits[(static_cast<int64_t>(s) * a.n_heads + g * a.group + head_row) * a.logits_ld + slot] =',
         '          a.logits[(static_cast<int64_t>(s) * a.n_heads + (g >= 4 ? g - 4 : g) * a.group + head_row) * a.logits_ld + slot] =')])
+plant('attention-mass-appended-slot-stale', "the fused RoPE attention leaves the appended slot's attention mass as the pool slot held it (rope_append zeroes it)",
+      'CudaOps.RopeAttentionEqualsRopeAppendThenAttention',
+      [('src/backend/cuda/decode_attention.cu',
+        '          if (a.rope.attention_mass != nullptr) a.rope.attention_mass[new_index] = 0.0f;',
+        '          if (a.rope.attention_mass != nullptr) a.rope.attention_mass[new_index] += 0.0f;')])
 plant('attention-mass-rows-heads-4-up', 'the attention mass of KV heads 4 and up is added to head - 4\'s slots (several rows of a sequence)',
       'CudaSignals.AttentionMassMatchesTheCpu',
       [('src/backend/cuda/attention_mass.cu',
@@ -178,6 +188,7 @@ FILTERS = {
     'vase-stream-heads-4-up': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
     'rkv-redundancy-first-64-channels': ('rkv_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('rkv')),
     'rkv_official-query-heads-4-up': ('rkv_official.cu', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
+    'rkv_official-spare-rows-32-up': ('rkv_official.cu (spare search)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
     'triattention-group-max-3': ('triattention.cu', 'CudaTriAttention.*:' + real('triattention')),
     'compaction-first-tile-only': ('compaction (evict.cu)', RANDOM + ':' + real('random') + ':' + real('recency')),
     'decode-attention-kv-heads-8-up': ('decode attention',
@@ -189,6 +200,7 @@ FILTERS = {
     'sample-vocab-tail-past-131072': ('sampling', 'CudaOps.Sample*:CudaEngine.*'),
     'attention-mass-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
     'attention-mass-rows-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
+    'attention-mass-appended-slot-stale': ('signals (attention mass)', 'CudaSignals.*:CudaOps.RopeAttention*'),
     'decode-logits-kv-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
     'value-range-kv-heads-8-up': ('signals (value range)', 'CudaSignals.*'),
     'query-ring-heads-32-up': ('signals (query ring)', 'CudaSignals.*'),

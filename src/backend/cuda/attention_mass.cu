@@ -247,10 +247,13 @@ __global__ void __launch_bounds__(kThreads) mass_tile_add_kernel(MassArgs a, con
                    qs, stat_m, stat_inv);
 }
 
-// One (sequence, KV head) of a decode step from the decode attention's logits (no key read).
-__global__ void __launch_bounds__(kThreads) mass_from_logits_kernel(MassArgs a) {
-  __shared__ float warp_m[kWarps][kMaxGroup];
-  __shared__ double warp_d[kWarps][kMaxGroup];
+// One (sequence, KV head) of a decode step from the decode attention's logits (no key read), kT threads:
+// 1024 while the step's (sequence, KV head) pairs leave SMs idle (batch 1: 8 CTAs), else kThreads.
+template <int kT>
+__global__ void __launch_bounds__(kT) mass_from_logits_kernel(MassArgs a) {
+  constexpr int kW = kT / 32;
+  __shared__ float warp_m[kW][kMaxGroup];
+  __shared__ double warp_d[kW][kMaxGroup];
   __shared__ float stat_m[kMaxGroup], stat_inv[kMaxGroup];
   enter_dependent();
   const int s = static_cast<int>(blockIdx.x) / a.n_kv_heads, g = static_cast<int>(blockIdx.x) % a.n_kv_heads;
@@ -264,14 +267,14 @@ __global__ void __launch_bounds__(kThreads) mass_from_logits_kernel(MassArgs a) 
   for (int gh = 0; gh < a.group; ++gh) {
     float m = -INFINITY;
 #pragma unroll 4
-    for (int j = threadIdx.x; j < visible; j += kThreads) m = fmaxf(m, logit(gh, j));
+    for (int j = threadIdx.x; j < visible; j += kT) m = fmaxf(m, logit(gh, j));
     for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
     if (lane == 0) warp_m[warp][gh] = m;
   }
   __syncthreads();
   if (threadIdx.x < a.group) {
     float top = warp_m[0][threadIdx.x];
-    for (int k = 1; k < kWarps; ++k) top = fmaxf(top, warp_m[k][threadIdx.x]);
+    for (int k = 1; k < kW; ++k) top = fmaxf(top, warp_m[k][threadIdx.x]);
     stat_m[threadIdx.x] = top;
   }
   __syncthreads();
@@ -279,20 +282,20 @@ __global__ void __launch_bounds__(kThreads) mass_from_logits_kernel(MassArgs a) 
     const float top = stat_m[gh];
     double d = 0.0;
 #pragma unroll 4
-    for (int j = threadIdx.x; j < visible; j += kThreads) d += static_cast<double>(expf(logit(gh, j) - top));
+    for (int j = threadIdx.x; j < visible; j += kT) d += static_cast<double>(expf(logit(gh, j) - top));
     for (int offset = 16; offset > 0; offset /= 2) d += __shfl_down_sync(0xffffffffu, d, offset);
     if (lane == 0) warp_d[warp][gh] = d;
   }
   __syncthreads();
   if (threadIdx.x < a.group) {
     double total = 0.0;
-    for (int k = 0; k < kWarps; ++k) total += warp_d[k][threadIdx.x];
+    for (int k = 0; k < kW; ++k) total += warp_d[k][threadIdx.x];
     stat_inv[threadIdx.x] = static_cast<float>(1.0 / total);
   }
   __syncthreads();
   // The CPU's weights exp(l − max) · (1 / denominator), added head by head into each slot's sum.
   const int32_t* pages = a.batch.page_table + static_cast<int64_t>(s) * a.batch.max_pages;
-  for (int j = threadIdx.x; j < visible; j += kThreads) {
+  for (int j = threadIdx.x; j < visible; j += kT) {
     const int64_t index = slot_index(a, pages, g, j);
     float sum = a.mass[index];
     for (int gh = 0; gh < a.group; ++gh) sum += expf(logit(gh, j) - stat_m[gh]) * stat_inv[gh];
@@ -318,7 +321,7 @@ size_t attention_mass_logits_bytes(const StepBatch& batch, const KvLayer& kv, in
 }
 
 void launch_attention_mass_from_logits(const StepBatch& batch, const KvLayer& kv, int n_heads, const float* logits,
-                                       cudaStream_t stream) {
+                                       bool wide, cudaStream_t stream) {
   if (batch.n_seqs == 0 || kv.n_kv_heads == 0) return;
   MassArgs args{};
   args.batch = batch;
@@ -329,8 +332,12 @@ void launch_attention_mass_from_logits(const StepBatch& batch, const KvLayer& kv
   args.group = n_heads / kv.n_kv_heads;
   args.logits = logits;
   args.logits_ld = static_cast<int64_t>(batch.max_pages) * kv.page_slots;
-  launch_dependent(mass_from_logits_kernel, dim3(static_cast<unsigned>(batch.n_seqs * kv.n_kv_heads)),
-                   dim3(kThreads), 0, stream, args);
+  const dim3 grid(static_cast<unsigned>(batch.n_seqs * kv.n_kv_heads));
+  if (wide) {
+    launch_dependent(mass_from_logits_kernel<1024>, grid, dim3(1024), 0, stream, args);
+  } else {
+    launch_dependent(mass_from_logits_kernel<kThreads>, grid, dim3(kThreads), 0, stream, args);
+  }
 }
 
 bool attention_mass_supports(int head_dim, int group) {

@@ -340,12 +340,16 @@ class CudaBackend final : public Backend {
   void rope_attention(const StepBatch& batch, const View& qkv, const View& q_norm, const View& k_norm,
                       float eps, const Rope& rope, const KvLayer& kv, const View& q, const View& out,
                       int n_heads, float scale) override {
-    // Fused only where the decode kernel takes the step and no scoring signal is recorded (those are
-    // written by the rope op and read after attention); the two ops otherwise.
+    // Fused only where the decode kernel takes the step and records no signal the rope op writes (the
+    // query ring and value ranges, read after attention); the attention mass comes from the fused
+    // kernel's own logits where they fit (run_attention). The two ops otherwise.
     const bool norms_f32 =
         (q_norm.empty() || q_norm.dtype == DType::F32) && (k_norm.empty() || k_norm.dtype == DType::F32);
     const cuda::AttentionPlan plan = cuda::attention_plan(batch, kv, properties_.multiProcessorCount);
-    const bool fusable = !kv.records_signals() && norms_f32 && qkv.dtype == DType::F32 &&
+    const bool mass_from_logits = kv.attention_mass == nullptr ||
+                                  cuda::attention_mass_logits_bytes(batch, kv, n_heads) <= kMaxMassLogitBytes;
+    const bool fusable = kv.query_ring == nullptr && kv.value_range == nullptr && mass_from_logits && norms_f32 &&
+                         qkv.dtype == DType::F32 &&
                          q.dtype == DType::BF16 && kv.dtype == DType::BF16 && kv.n_kv_heads > 0 &&
                          n_heads % kv.n_kv_heads == 0 && rope.rotary_dim % 2 == 0 &&
                          rope.rotary_dim <= kv.head_dim &&
@@ -365,6 +369,7 @@ class CudaBackend final : public Backend {
     fused.inv_freq = rope.inv_freq;
     fused.rotary_dim = rope.rotary_dim;
     fused.positions = kv.positions;
+    fused.attention_mass = kv.attention_mass;
     run_attention(batch, q, kv, out, n_heads, scale, plan, &fused);
   }
 
@@ -613,7 +618,7 @@ class CudaBackend final : public Backend {
     cuda::launch_attention(batch, q, kv, out, n_heads, scale, plan, scratch, split_counters, stream_, rope,
                            mass_logits);
     if (mass_logits != nullptr) {
-      cuda::launch_attention_mass_from_logits(batch, kv, n_heads, mass_logits, stream_);
+      cuda::launch_attention_mass_from_logits(batch, kv, n_heads, mass_logits, plan.wide, stream_);
     } else if (kv.attention_mass != nullptr) {
       void* mass_scratch = grow(mass_scratch_, cuda::attention_mass_scratch_bytes(batch, kv, n_heads),
                                 "attention mass tile statistics");

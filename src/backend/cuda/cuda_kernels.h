@@ -56,6 +56,7 @@ struct DecodeRope {
   const float* inv_freq = nullptr;
   int rotary_dim = 0;
   int32_t* positions = nullptr;
+  float* attention_mass = nullptr;  // the pool's (nullptr: none): the appended slot's starts from zero
 };
 // split_counters: [n_seqs][n_kv_heads] ints, zero (a buffer of their own: every launch leaves them zero).
 // With `rope`, the step must be one decode_attention_supports takes. With `mass_logits` (a step the
@@ -90,10 +91,11 @@ size_t attention_mass_scratch_bytes(const StepBatch& batch, const KvLayer& kv, i
 void launch_attention_mass(const StepBatch& batch, const View& q, const KvLayer& kv, int n_heads, float scale,
                            void* scratch, cudaStream_t stream);
 // The same for a decode step whose attention wrote its logits (launch_attention's mass_logits, of
-// attention_mass_logits_bytes): no key is read again.
+// attention_mass_logits_bytes): no key is read again. `wide`: 1024 threads a CTA instead of 256, for
+// steps whose (sequence, KV head) pairs leave SMs idle (AttentionPlan::wide).
 size_t attention_mass_logits_bytes(const StepBatch& batch, const KvLayer& kv, int n_heads);
 void launch_attention_mass_from_logits(const StepBatch& batch, const KvLayer& kv, int n_heads, const float* logits,
-                                       cudaStream_t stream);
+                                       bool wide, cudaStream_t stream);
 
 // ---- gemv.cu (small-M matmul; CudaBackend::matmul takes it over cuBLASLt where it applies) ----
 inline constexpr int kGemvMaxRows = 8;

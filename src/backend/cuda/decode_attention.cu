@@ -241,7 +241,12 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeArg
           values[new_index * HD + c] = value;
           if (new_in_prologue) *stage_element(true, c) = value;
         }
-        if (lane == 0) a.rope.positions[new_index] = batch.appended[s];
+        if (lane == 0) {
+          a.rope.positions[new_index] = batch.appended[s];
+          // As rope_append: the new slot's attention mass starts from zero (this step's weight is added
+          // after the launch, from the logits).
+          if (a.rope.attention_mass != nullptr) a.rope.attention_mass[new_index] = 0.0f;
+        }
       }
     }
     __syncthreads();  // queries and the new K/V row in shared memory; that row visible to later copies

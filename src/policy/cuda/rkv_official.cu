@@ -6,14 +6,23 @@
 // softmax over the candidates; mean over those queries; max pool of kernel `pool` along age order.
 // redundancy: key_redundancy.cpp with the spare-the-newest rule. The plain column sums come from
 // rkv_select.cuh's Σ-trick; each row's spare (the newest candidate whose cosine similarity exceeds the
-// threshold, else the oldest) is found by the CPU's own arithmetic (unit keys by division, products and
-// sums rounded one by one, no FMA), so the spare decisions are the CPU's bit for bit, and its entry is
-// subtracted from the spare's column. The spare search is O(n² · D) per head, as on the CPU.
+// threshold, else the oldest) is the CPU's decision bit for bit, and its entry is subtracted from the
+// spare's column. The search is O(n² · D) per head, as on the CPU, but on tensor cores: the cosines of a
+// tile of 64 rows with 64 candidates come from the raw bf16 keys (mma.sync, fp32 accumulation) times the
+// fp32 reciprocals of the fp64 norms, and only a pair whose cosine lies within kSpareBand of the threshold, or passes it, is
+// computed again with the CPU's own arithmetic (unit keys by division, products and sums rounded one by
+// one, no FMA) to decide it and to give the spared entry. The band is safe: every product of two bf16
+// values is exact in fp32, so the fp32 sum of D of them is within D · 2^-22 · Σ|k_i,c · k_j,c| ≤
+// D · 2^-22 · |k_i| · |k_j| of the exact dot product (Cauchy–Schwarz), and the cosine within D · 2^-22
+// (6.1e-5 at D = 256) plus three fp32 roundings of the CPU's value, far inside the band.
 //
 // Three launches, so the spare search is not one CTA's serial work per head (8 CTAs per layer call at
 // batch 1): a per-head pass puts the age order and the key norms in the head scratch; spare_kernel
-// searches the spares over (tiles of kSpareRows rows, layer x KV head, row) CTAs into w.sort; the
+// searches the spares over (tiles of kTileRowsA rows, layer x KV head, row) CTAs into w.sort; the
 // per-head selection then scores and ranks (its importance pass reuses w.c once the spares are found).
+#include <mutex>
+
+#include "policy/cuda/mma_tile.cuh"
 #include "policy/cuda/rkv_select.cuh"
 #include "policy/policy_options.h"
 
@@ -37,8 +46,8 @@ CudaParams bind_rkv_official(PolicyOptions& options) {
   return params;
 }
 
-constexpr int kSpareTile = 16;  // candidates whose unit keys sit in shared memory at a time
-constexpr int kSpareRows = 128; // rows (one per thread) of a spare_kernel CTA
+// Approximate cosines this close to the threshold (or above it) are decided by the CPU's arithmetic.
+constexpr float kSpareBand = 1.0f / 256;
 
 // w.b[a] = the importance of the a-th oldest candidate (needs w.slot_of_age; uses w.a and w.c).
 __device__ void importance_device(const CudaSelectionArgs& args, const cuda::HeadSelect& h, int s,
@@ -157,62 +166,121 @@ struct RkvOfficialPrepare {
   }
 };
 
-// Launch 2: each row's spare (age rank i, one row per thread, kSpareRows rows per CTA) into w.sort[i] =
-// (bits of the spared entry, spare). The rows search tiles of candidates from the newest down until
-// every row of the CTA has found a similar candidate; rows that find none spare the oldest (age 0).
-__global__ void __launch_bounds__(kSpareRows) spare_kernel(CudaSelectionArgs args) {
-  __shared__ double tile[kSpareTile][cuda::kMaxScoringHeadDim];
+// The CPU's cosine of the unit keys of age ranks i and j (unit keys by division, products and sums
+// rounded one at a time in dimension order).
+__device__ inline double exact_cosine(const __nv_bfloat16* keys, int64_t index_i, double norm_i, int64_t index_j,
+                                      double norm_j, int d) {
+  double dot = 0.0;
+  for (int c = 0; c < d; ++c) {
+    const double ui = static_cast<double>(cuda::key_element(keys, index_i, d, c)) / norm_i;
+    const double uj = static_cast<double>(cuda::key_element(keys, index_j, d, c)) / norm_j;
+    dot = add_product(dot, ui, uj);
+  }
+  return dot;
+}
+
+// Dynamic shared memory of spare_kernel for head_dim d: the CTA's rows, two candidate stages, and the
+// approximate cosines of one stage (a pad column keeps a row's reads off one bank).
+constexpr int spare_smem_bytes(int d) {
+  return (cuda::kTileRowsA + 2 * cuda::kTileRowsB) * cuda::tile_smem_row(d) * 2 +
+         cuda::kTileRowsA * (cuda::kTileRowsB + 1) * 4;
+}
+
+// Launch 2: each row's spare (age rank i; kTileRowsA rows per CTA, one per thread of the first ones) into
+// w.sort[i] = (bits of the spared entry, spare). The candidates stream through two stages newest first,
+// kTileRowsB at a time; each stage's approximate cosines go to shared memory, and each row not yet
+// decided walks its stage newest first, deciding a pair by the CPU's arithmetic only where the
+// approximation does not already rule it out; rows that find none spare the oldest (age 0).
+__global__ void __launch_bounds__(cuda::kTileThreads) spare_kernel(CudaSelectionArgs args) {
+  extern __shared__ __align__(16) unsigned char spare_smem[];
   const int s = args.row_begin + static_cast<int>(blockIdx.z);
   const int local_layer = static_cast<int>(blockIdx.y) / args.n_kv_heads;
   const int head = static_cast<int>(blockIdx.y) % args.n_kv_heads;
   if (!cuda::eviction_due(args.batch, s, args.policy_id)) return;
   const cuda::HeadSelect h = cuda::make_head_select(args, s, local_layer, head);
   if (cuda::selection_input_invalid(args, h, args.batch.length[s])) return;
-  const int n = h.n_candidates, d = args.head_dim;
-  const int i = static_cast<int>(blockIdx.x) * kSpareRows + static_cast<int>(threadIdx.x);
-  if (static_cast<int>(blockIdx.x) * kSpareRows >= n) return;  // the whole CTA
+  const int n = h.n_candidates, d = args.head_dim, dp = (d + 15) / 16 * 16, row = cuda::tile_smem_row(d);
+  const int first_row = static_cast<int>(blockIdx.x) * cuda::kTileRowsA;
+  if (first_row >= n) return;  // the whole CTA
   const int64_t item = (static_cast<int64_t>(s - args.row_begin) * args.n_layers + local_layer) * args.n_kv_heads + head;
   cuda::HeadScratch w(args.scratch + item * args.head_scratch, args.capacity);
   const auto* keys = static_cast<const __nv_bfloat16*>(args.layers[h.layer].keys);
   const double* norm = w.c;
+  const double threshold = args.params.as<RkvOfficialParams>().threshold;
   auto index_of = [&](int a) { return cuda::pool_index(h, w.slot_of_age[a]); };
-  auto key = [&](int64_t index, int c) { return static_cast<double>(cuda::key_element(keys, index, d, c)); };
-  bool found = i >= n;
-  const int64_t index_i = i < n ? index_of(i) : 0;
+  auto* rows = reinterpret_cast<__nv_bfloat16*>(spare_smem);
+  __nv_bfloat16* stages[2] = {rows + cuda::kTileRowsA * row, rows + (cuda::kTileRowsA + cuda::kTileRowsB) * row};
+  auto* approx = reinterpret_cast<float*>(rows + (cuda::kTileRowsA + 2 * cuda::kTileRowsB) * row);
+  if (dp > d)  // the columns past head_dim stay zero
+    for (int idx = threadIdx.x; idx < (cuda::kTileRowsA + 2 * cuda::kTileRowsB) * (dp - d); idx += blockDim.x)
+      rows[(idx / (dp - d)) * row + d + idx % (dp - d)] = __float2bfloat16_rn(0.0f);
+  // The CTA's rows (age ranks first_row + r), and the candidates newest first: stage item m is age n - 1 - m.
+  cuda::issue_row_tile([&](int a) { return keys + index_of(a) * d; }, n, keys, d, row, first_row, rows);
+  auto issue_candidates = [&](int tile) {
+    cuda::issue_row_tile([&](int m) { return keys + index_of(n - 1 - m) * d; }, n, keys, d, row,
+                         tile * cuda::kTileRowsB, stages[tile % 2]);
+  };
+  issue_candidates(0);
+  cuda_ptx::cp_async_commit();
+  // The fp32 reciprocals of the rows' norms, and below of each stage's candidates'.
+  __shared__ float inv_row[cuda::kTileRowsA], inv_candidate[cuda::kTileRowsB];
+  if (threadIdx.x < cuda::kTileRowsA) {
+    const int a = first_row + static_cast<int>(threadIdx.x);
+    inv_row[threadIdx.x] = a < n ? static_cast<float>(1.0 / norm[a]) : 0.0f;
+  }
+  const int r = static_cast<int>(threadIdx.x), i = first_row + r;
+  const bool owns_row = r < cuda::kTileRowsA && i < n;
+  const int64_t index_i = owns_row ? index_of(i) : 0;
+  const double norm_i = owns_row ? norm[i] : 1.0;
+  bool found = !owns_row;
   int spare = 0;
   double spare_dot = 0.0;
-  for (int newest = n - 1; newest >= 0; newest -= kSpareTile) {
-    if (!__syncthreads_or(!found)) break;
-    for (int idx = threadIdx.x; idx < kSpareTile * d; idx += blockDim.x) {
-      const int t = idx / d, c = idx % d, j = newest - t;
-      tile[t][c] = j >= 0 ? key(index_of(j), c) / norm[j] : 0.0;
+  const int n_tiles = (n + cuda::kTileRowsB - 1) / cuda::kTileRowsB;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    if (threadIdx.x < cuda::kTileRowsB) {  // the last stage's readers passed the barrier that ended it
+      const int j = n - 1 - (tile * cuda::kTileRowsB + static_cast<int>(threadIdx.x));
+      inv_candidate[threadIdx.x] = j >= 0 ? static_cast<float>(1.0 / norm[j]) : 0.0f;
     }
-    __syncthreads();
+    if (tile + 1 < n_tiles) {
+      issue_candidates(tile + 1);
+      cuda_ptx::cp_async_commit();
+      cuda_ptx::cp_async_wait<1>();
+    } else {
+      cuda_ptx::cp_async_wait<0>();
+    }
+    __syncthreads();  // the rows, the stage and the reciprocals are visible
+    float acc[cuda::kMTiles][cuda::kNTiles][4];
+    cuda::tile_dots(rows, stages[tile % 2], dp, row, acc);
+    // The cosines: the fp32 dot products times the reciprocals of the CPU's norms (|k| + 1e-8).
+#pragma unroll
+    for (int mt = 0; mt < cuda::kMTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < cuda::kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int a_row = mt * 16 + g + 8 * (e / 2), m = warp * cuda::kNTiles * 8 + nt * 8 + 2 * t + e % 2;
+          approx[a_row * (cuda::kTileRowsB + 1) + m] = acc[mt][nt][e] * inv_row[a_row] * inv_candidate[m];
+        }
+    __syncthreads();  // the cosines are visible; every warp is done with the stage
     if (!found) {
-      double dots[kSpareTile];
-#pragma unroll
-      for (int t = 0; t < kSpareTile; ++t) dots[t] = 0.0;
-      for (int c = 0; c < d; ++c) {
-        const double ui = key(index_i, c) / norm[i];
-#pragma unroll
-        for (int t = 0; t < kSpareTile; ++t) dots[t] = add_product(dots[t], ui, tile[t][c]);
-      }
-      for (int t = 0; t < kSpareTile && !found; ++t) {
-        const int j = newest - t;
-        if (j >= 0 && j != i && dots[t] > args.params.as<RkvOfficialParams>().threshold) {
+      for (int m = 0; m < cuda::kTileRowsB && !found; ++m) {
+        const int j = n - 1 - (tile * cuda::kTileRowsB + m);
+        if (j < 0) break;
+        if (j == i || approx[r * (cuda::kTileRowsB + 1) + m] < static_cast<float>(threshold) - kSpareBand) continue;
+        const double dot = exact_cosine(keys, index_i, norm_i, index_of(j), norm[j], d);
+        if (dot > threshold) {
           found = true;
           spare = j;
-          spare_dot = dots[t];
+          spare_dot = dot;
         }
       }
     }
+    if (!__syncthreads_or(!found)) break;  // also: every row is done with the cosines before the next stage
   }
-  if (i < n) {
-    if (!found && i != 0) {  // the oldest's entry (the diagonal, already zero, when i is the oldest)
-      spare_dot = 0.0;
-      const int64_t index_0 = index_of(0);
-      for (int c = 0; c < d; ++c) spare_dot = add_product(spare_dot, key(index_i, c) / norm[i], key(index_0, c) / norm[0]);
-    }
+  cuda_ptx::cp_async_wait<0>();  // a stage still in flight after an early stop
+  if (owns_row) {
+    if (!found && i != 0) spare_dot = exact_cosine(keys, index_i, norm_i, index_of(0), norm[0], d);  // the oldest
     w.sort[i] = {static_cast<uint64_t>(__double_as_longlong(spare_dot)), static_cast<uint32_t>(spare), 0};
   }
 }
@@ -234,9 +302,15 @@ struct RkvOfficialDevice {
 void cuda_select_rkv_official(const CudaSelectionArgs& args, void* stream) {
   cuda::launch_scoring_selection<RkvOfficialPrepare>(args, stream);
   if (args.n_rows > 0 && args.n_layers > 0 && args.n_kv_heads > 0) {
-    const dim3 grid(static_cast<unsigned>((args.capacity + kSpareRows - 1) / kSpareRows),
+    static std::once_flag attribute;
+    std::call_once(attribute, [] {
+      CUDA_CHECK(cudaFuncSetAttribute(spare_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      spare_smem_bytes(cuda::kMaxScoringHeadDim)));
+    });
+    const dim3 grid(static_cast<unsigned>((args.capacity + cuda::kTileRowsA - 1) / cuda::kTileRowsA),
                     static_cast<unsigned>(args.n_layers * args.n_kv_heads), static_cast<unsigned>(args.n_rows));
-    spare_kernel<<<grid, kSpareRows, 0, static_cast<cudaStream_t>(stream)>>>(args);
+    spare_kernel<<<grid, cuda::kTileThreads, spare_smem_bytes(args.head_dim), static_cast<cudaStream_t>(stream)>>>(
+        args);
     CUDA_CHECK_LAUNCH("spare_kernel");
   }
   cuda::launch_scoring_selection<RkvOfficialDevice>(args, stream);

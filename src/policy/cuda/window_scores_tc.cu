@@ -5,11 +5,12 @@
 //
 // Precision (as policy/window_attention.h states for both twins): queries (bf16 in the ring) and keys
 // (bf16 in the pool) enter tensor cores as they are stored, mma.sync m16n8k16 accumulates the logits in fp32, the
-// logit is that sum times the fp32 scale; softmax statistics, weights and the per-query-head means are
-// fp32 (expf and IEEE division, no fast-math); the selection kernel pools the means in double. The CPU
-// sums the same exact products in dimension order, the tensor cores in theirs, so the scores differ by a
-// few fp32 roundings; docs/policies.md ("Precision and near-ties") bounds the gap and says which
-// keep-set decisions can go either way.
+// logit is that sum times the fp32 scale, here kept in the exp2 domain (times log2 e); softmax
+// statistics, weights and the per-query-head means are fp32, exp2f (2 ulp) of the logit minus the
+// query's max, times the reciprocal of its denominator; the selection kernel pools the means in double.
+// The CPU sums the same exact products in dimension order and takes expf and a division, so the scores
+// differ by a few fp32 roundings (about 1e-6 relative); docs/policies.md ("Precision and near-ties")
+// bounds the gap (2^-12 relative) and says which keep-set decisions can go either way.
 //
 // Layout: one launch per evict call, one CTA of four warps per (query head, layer of the launch, row)
 // over the whole batch. The CTA takes the head's queries 64 at a time (kQueryChunk, four m16 tiles in
@@ -22,25 +23,17 @@
 // mostly hit L2.
 #include <mutex>
 
-#include "core/cuda/warp_mma.cuh"
+#include "policy/cuda/mma_tile.cuh"
 #include "policy/cuda/window_attention.cuh"
 
 namespace kvdice::policy::cuda {
 namespace {
 
-constexpr int kTcThreads = 128;   // four warps; warp w takes keys [16w, 16w + 16) of a stage
-constexpr int kQueryChunk = 64;   // queries per pass pair: four m16 tiles
-constexpr int kKeyTile = 64;      // keys per shared-memory stage
-constexpr int kSmemPad = 8;       // bf16 per shared row beyond head_dim: conflict-free fragment loads
-constexpr int kWarps = kTcThreads / 32;
-constexpr int kMTiles = kQueryChunk / 16;       // m16 tiles of queries, every warp all of them
-constexpr int kNTiles = kKeyTile / kWarps / 8;  // n8 tiles of keys per warp
-static_assert(kKeyTile == kWarps * kNTiles * 8, "the key tile splits evenly over the warps");
+constexpr int kQueryChunk = kTileRowsA;  // queries per pass pair: four m16 tiles (mma_tile.cuh)
+constexpr int kKeyTile = kTileRowsB;     // keys per shared-memory stage
 
-// Dynamic shared memory for head_dim d: the query chunk and two key stages, rows of d rounded up to 16
-// plus the pad.
-constexpr int smem_row(int d) { return (d + 15) / 16 * 16 + kSmemPad; }
-constexpr int smem_bytes(int d) { return (kQueryChunk + 2 * kKeyTile) * smem_row(d) * 2; }
+// Dynamic shared memory for head_dim d: the query chunk and two key stages.
+constexpr int smem_bytes(int d) { return (kQueryChunk + 2 * kKeyTile) * tile_smem_row(d) * 2; }
 
 // One CTA: blockIdx.x = (layer of the launch, KV head, query head of the group), blockIdx.y = row of the
 // launch. valid is false where the head is not decoded (window_attention.cuh's WindowHead) and for an
@@ -59,20 +52,15 @@ struct TcItem : WindowHead {
   }
 };
 
-using cuda_ptx::cp_async_16;
 using cuda_ptx::cp_async_commit;
 using cuda_ptx::cp_async_wait;
-using cuda_ptx::mma_bf16;
-using cuda_ptx::shared_address;
 
-__device__ inline uint32_t shared_u32(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
-
-// Online softmax statistics (max m, denominator d = sum exp(l - m)) merged with another pair; symmetric,
-// so both lanes of a butterfly get the same pair.
+// Online softmax statistics in the exp2 domain (max m, denominator d = sum 2^(l - m)) merged with
+// another pair; symmetric, so both lanes of a butterfly get the same pair.
 __device__ inline void merge_stats(float& m, float& d, float m2, float d2) {
   const float top = fmaxf(m, m2);
   if (top == -INFINITY) return;  // both empty
-  d = (m == -INFINITY ? 0.0f : d * expf(m - top)) + (m2 == -INFINITY ? 0.0f : d2 * expf(m2 - top));
+  d = (m == -INFINITY ? 0.0f : d * exp2f(m - top)) + (m2 == -INFINITY ? 0.0f : d2 * exp2f(m2 - top));
   m = top;
 }
 
@@ -80,59 +68,25 @@ __device__ inline void merge_stats(float& m, float& d, float m2, float d2) {
 // past the candidates. Columns [head_dim, row) of a stage stay zero from the kernel's start.
 __device__ inline void issue_key_tile(const TcItem& it, const __nv_bfloat16* keys, int d, int row, int first,
                                       __nv_bfloat16* stage) {
-  const int chunks = d / 8;
-  for (int idx = threadIdx.x; idx < kKeyTile * chunks; idx += blockDim.x) {
-    const int k = idx / chunks, c = idx % chunks;
-    const int j = first + k;
-    const bool valid = j < it.h.n_candidates;
-    const __nv_bfloat16* src = keys + (valid ? pool_index(it.h, j) * d + c * 8 : 0);
-    cp_async_16(shared_address(stage + k * row + c * 8), src, valid);
-  }
+  issue_row_tile([&](int j) { return keys + pool_index(it.h, j) * d; }, it.h.n_candidates, keys, d, row, first,
+                 stage);
 }
 
-// S[kMTiles][kNTiles] = the warp's 16 keys of the stage against the chunk's 64 queries (fp32, unscaled).
-__device__ inline void tile_logits(const __nv_bfloat16* qs, const __nv_bfloat16* stage, int dp, int row,
-                                   float (&acc)[kMTiles][kNTiles][4]) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int g = lane / 4, t = lane % 4;
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
-  for (int k0 = 0; k0 < dp; k0 += 16) {
-    uint32_t b[kNTiles][2];
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
-      const __nv_bfloat16* key = stage + (warp * kNTiles * 8 + nt * 8 + g) * row + k0 + 2 * t;
-      b[nt][0] = shared_u32(key);
-      b[nt][1] = shared_u32(key + 8);
-    }
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-      const __nv_bfloat16* q = qs + (mt * 16 + g) * row + k0 + 2 * t;
-      const uint32_t a[4] = {shared_u32(q), shared_u32(q + 8 * row), shared_u32(q + 8), shared_u32(q + 8 * row + 8)};
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) mma_bf16(acc[mt][nt], a, b[nt][0], b[nt][1]);
-    }
-  }
-}
-
-__global__ void __launch_bounds__(kTcThreads) window_means_tc_kernel(CudaSelectionArgs args) {
+__global__ void __launch_bounds__(kTileThreads) window_means_tc_kernel(CudaSelectionArgs args) {
   extern __shared__ __align__(16) unsigned char tc_smem[];
-  __shared__ float part_m[kWarps][kQueryChunk], part_d[kWarps][kQueryChunk];
-  __shared__ float stat_m[kQueryChunk], stat_d[kQueryChunk];
+  __shared__ float part_m[kTileWarps][kQueryChunk], part_d[kTileWarps][kQueryChunk];
+  __shared__ float stat_m[kQueryChunk], stat_inv[kQueryChunk];
   const TcItem it(args);
   if (!it.valid) return;
-  const int d = args.head_dim, dp = (d + 15) / 16 * 16, row = smem_row(d);
+  const int d = args.head_dim, dp = (d + 15) / 16 * 16, row = tile_smem_row(d);
   const int n = it.h.n_candidates, nq = it.nq;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   auto* qs = reinterpret_cast<__nv_bfloat16*>(tc_smem);
   __nv_bfloat16* stages[2] = {qs + kQueryChunk * row, qs + (kQueryChunk + kKeyTile) * row};
   const auto* keys = static_cast<const __nv_bfloat16*>(it.layer.keys);
-  // The CPU's scale: 1 / (sqrt(D) · temperature) in double, rounded once to fp32.
-  const float scale = static_cast<float>(1.0 / (sqrt(static_cast<double>(d)) * args.temperature));
+  // The CPU's scale 1 / (sqrt(D) · temperature), times log2 e, in double, rounded once to fp32.
+  const float scale_log2 =
+      static_cast<float>(1.4426950408889634 / (sqrt(static_cast<double>(d)) * args.temperature));
   float* mean = it.means(args);
   if (dp > d)
     for (int idx = threadIdx.x; idx < 2 * kKeyTile * (dp - d); idx += blockDim.x) {
@@ -179,27 +133,32 @@ __global__ void __launch_bounds__(kTcThreads) window_means_tc_kernel(CudaSelecti
     __syncthreads();  // the stage and the queries are visible
 
     float acc[kMTiles][kNTiles][4];
-    tile_logits(qs, stages[step % 2], dp, row, acc);
+    tile_dots(qs, stages[step % 2], dp, row, acc);
     const int key0 = tile * kKeyTile + warp * kNTiles * 8 + 2 * t;
     if (pass == 0) {
+      // Per query row: the tile's max over the thread's keys, one rescale of the running sum, then the
+      // keys' terms (masked keys and queries add nothing).
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           if (mt * 16 + g + 8 * r >= tq) continue;
+          float l[kNTiles][2], top = m[mt][r];
 #pragma unroll
           for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              if (key0 + nt * 8 + e >= n) continue;
-              const float l = acc[mt][nt][2 * r + e] * scale;
-              if (l > m[mt][r]) {
-                den[mt][r] = den[mt][r] * expf(m[mt][r] - l) + 1.0f;
-                m[mt][r] = l;
-              } else {
-                den[mt][r] += expf(l - m[mt][r]);
-              }
+              l[nt][e] = key0 + nt * 8 + e < n ? __fmul_rn(acc[mt][nt][2 * r + e], scale_log2) : -INFINITY;
+              top = fmaxf(top, l[nt][e]);
             }
+          if (top == -INFINITY) continue;  // no key of the tile for this thread yet
+          float sum = m[mt][r] == -INFINITY ? 0.0f : den[mt][r] * exp2f(m[mt][r] - top);
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) sum += exp2f(l[nt][e] - top);  // 2^-inf = 0
+          den[mt][r] = sum;
+          m[mt][r] = top;
         }
       if (tile == n_tiles - 1) {
         // The chunk's statistics: the four lanes of a row (butterfly), then the warps in order.
@@ -220,9 +179,9 @@ __global__ void __launch_bounds__(kTcThreads) window_means_tc_kernel(CudaSelecti
         __syncthreads();
         if (threadIdx.x < kQueryChunk) {
           float mt_ = -INFINITY, dt = 0.0f;
-          for (int k = 0; k < kWarps; ++k) merge_stats(mt_, dt, part_m[k][threadIdx.x], part_d[k][threadIdx.x]);
+          for (int k = 0; k < kTileWarps; ++k) merge_stats(mt_, dt, part_m[k][threadIdx.x], part_d[k][threadIdx.x]);
           stat_m[threadIdx.x] = mt_;
-          stat_d[threadIdx.x] = dt;
+          stat_inv[threadIdx.x] = 1.0f / dt;
         }
       }
     } else {
@@ -238,7 +197,8 @@ __global__ void __launch_bounds__(kTcThreads) window_means_tc_kernel(CudaSelecti
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
               const int i = mt * 16 + g + 8 * r;
-              if (i < tq) sum += expf(acc[mt][nt][2 * r + e] * scale - stat_m[i]) / stat_d[i];
+              // The product rounded as pass 1 rounded it: the max's own term is exactly 1.
+              if (i < tq) sum += exp2f(__fmul_rn(acc[mt][nt][2 * r + e], scale_log2) - stat_m[i]) * stat_inv[i];
             }
           for (int offset = 4; offset < 32; offset *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
           const int j = key0 + nt * 8 + e;
@@ -264,7 +224,7 @@ void launch_window_scores_fp32(const CudaSelectionArgs& args, void* stream) {
   });
   const int group = args.n_heads / args.n_kv_heads;
   const dim3 grid(static_cast<unsigned>(args.n_layers * args.n_kv_heads * group), static_cast<unsigned>(args.n_rows));
-  window_means_tc_kernel<<<grid, kTcThreads, smem_bytes(args.head_dim), static_cast<cudaStream_t>(stream)>>>(
+  window_means_tc_kernel<<<grid, kTileThreads, smem_bytes(args.head_dim), static_cast<cudaStream_t>(stream)>>>(
       args);
   CUDA_CHECK_LAUNCH("window_means_tc_kernel");
 }
