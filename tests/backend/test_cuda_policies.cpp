@@ -502,9 +502,8 @@ TEST(CudaSignals, AttentionMassMatchesTheCpu) {
       {"prefill qwen3-4b", 32, 8, 128, {37, 5}, {0, 100}},
       {"prefill mixed hd16 mha", 4, 4, 16, {20, 1}, {3, 50}},
   };
-  // Enough (sequence, KV head) pairs to fill every SM (48 x 8 = 384 > 132): the decode kernel's four-warp
-  // CTAs add the mass, where the cases above take eight warps (and splits: one cluster for phi-4 and the
-  // last split to finish for qwen3-4b's 2,048 slots).
+  // Enough (sequence, KV head) pairs to fill every SM (48 x 8 = 384 > 132): the narrow launch of the
+  // logits' mass kernel, where the cases above take the wide one.
   Case many{"decode qwen3-4b batch 48", 32, 8, 128, std::vector<int>(48, 1), {}};
   for (int s = 0; s < 48; ++s) many.lengths.push_back(37 * s % 700);
   cases.push_back(many);

@@ -133,19 +133,9 @@ plant('sample-vocab-tail-past-131072', 'the sampler\'s chunks skip the last ids 
         '  const int size = vocab > 131072 ? vocab / n_chunks : (vocab + n_chunks - 1) / n_chunks;')])
 plant('attention-mass-heads-4-up', 'the attention mass of KV heads 4 and up is added to head - 4\'s slots (from a decode step\'s logits)',
       'CudaSignals.AttentionMassMatchesTheCpu',
-      [('src/backend/cuda/decode_attention.cu',
-        '                                   a.logits_ld, a.group, visible, pages, a.n_kv_heads, g, kPageSlots, a.mass,',
-        '                                   a.logits_ld, a.group, visible, pages, a.n_kv_heads, g >= 4 ? g - 4 : g, kPageSlots, a.mass,')])
-plant('decode-mass-last-split-skipped', 'the last split to finish merges the output but adds no attention mass from 8 splits up (more splits than a cluster)',
-      'CudaSignals.AttentionMassMatchesTheCpu',
-      [('src/backend/cuda/decode_attention.cu',
-        '  if (a.logits != nullptr) add_mass();  // every split\'s logits published by its fence before the count',
-        '  if (a.logits != nullptr && splits < 8) add_mass();  // every split\'s logits published by its fence before the count')])
-plant('decode-mass-cluster-long-skipped', 'split 0 of a cluster adds no attention mass past three splits',
-      'CudaSignals.AttentionMassMatchesTheCpu',
-      [('src/backend/cuda/decode_attention.cu',
-        '    if (split == 0 && a.logits != nullptr) add_mass();',
-        '    if (split == 0 && a.logits != nullptr && splits < 4) add_mass();')])
+      [('src/backend/cuda/attention_mass.cu',
+        '  const int64_t index = slot_index(a, pages, g, j);',
+        '  const int64_t index = slot_index(a, pages, g >= 4 ? g - 4 : g, j);')])
 plant('decode-logits-kv-heads-4-up', "the decode attention writes KV heads 4 and up's logits for H2O into head - 4's rows",
       'CudaSignals.AttentionMassMatchesTheCpu',
       [('src/backend/cuda/decode_attention.cu',
@@ -212,8 +202,6 @@ FILTERS = {
     'attention-mass-rows-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
     'attention-mass-appended-slot-stale': ('signals (attention mass)', 'CudaSignals.*:CudaOps.RopeAttention*'),
     'decode-logits-kv-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
-    'decode-mass-last-split-skipped': ('signals (attention mass)', 'CudaSignals.*:CudaOps.RopeAttention*'),
-    'decode-mass-cluster-long-skipped': ('signals (attention mass)', 'CudaSignals.*:CudaOps.RopeAttention*'),
     'value-range-kv-heads-8-up': ('signals (value range)', 'CudaSignals.*'),
     'query-ring-heads-32-up': ('signals (query ring)', 'CudaSignals.*'),
 }

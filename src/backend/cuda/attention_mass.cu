@@ -11,9 +11,12 @@
 // sequence, KV head), in two launches, each tile's statistics first, then every CTA merges the tiles'
 // statistics in tile order and adds its own slots' weights. (One CTA per (sequence, KV head) walking
 // ~2k slots made the op 6.8 ms of a 9.9 ms decode step of Qwen3-4B at batch 1.)
-// A decode step the tensor-core decode attention takes does not come here: that kernel adds the mass
-// itself from the logits it computes (mass_from_logits.cuh). These kernels serve the other steps
-// (prefill chunks, head dims it does not take, logits past CudaBackend's cap).
+// A decode step the tensor-core decode attention takes reads no key at all: that kernel writes every
+// query head's logits (launch_attention's mass_logits), and one CTA per (sequence, KV head) turns them
+// into weights: the group's maxima, the fp64 denominators of exp(l − max) (each thread's slots in
+// order, then down the warps and over them in warp order) and the weights added head by head. Reading
+// the keys again cost two launches of ~0.4 ms a layer at batch 128 (Qwen3-4B shape, H100, 7a6c8a4:
+// 37.9 ms decode steps against 11.2 without the signal); the logits are 1/16 of the keys' bytes there.
 #include <cuda_bf16.h>
 
 #include "core/cuda/cuda_check.h"
@@ -36,6 +39,8 @@ struct MassArgs {
   float* mass;
   int n_kv_heads, head_dim, page_slots, group;
   float scale;
+  const float* logits;  // the decode attention's, [n_seqs][n_heads][logits_ld]: mass_from_logits_kernel
+  int64_t logits_ld;
 };
 
 // Online softmax statistics (max m, denominator d = Σ exp(l − m)) merged with another pair.
@@ -242,6 +247,62 @@ __global__ void __launch_bounds__(kThreads) mass_tile_add_kernel(MassArgs a, con
                    qs, stat_m, stat_inv);
 }
 
+// One (sequence, KV head) of a decode step from the decode attention's logits (no key read), kT threads:
+// 1024 while the step's (sequence, KV head) pairs leave SMs idle (batch 1: 8 CTAs), else kThreads.
+template <int kT>
+__global__ void __launch_bounds__(kT) mass_from_logits_kernel(MassArgs a) {
+  constexpr int kW = kT / 32;
+  __shared__ float warp_m[kW][kMaxGroup];
+  __shared__ double warp_d[kW][kMaxGroup];
+  __shared__ float stat_m[kMaxGroup], stat_inv[kMaxGroup];
+  enter_dependent();
+  const int s = static_cast<int>(blockIdx.x) / a.n_kv_heads, g = static_cast<int>(blockIdx.x) % a.n_kv_heads;
+  if (a.batch.seq_row_begin[s + 1] == a.batch.seq_row_begin[s]) return;  // no row of this sequence
+  const int visible = a.batch.length[s] + 1;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const float* logits = a.logits + (static_cast<int64_t>(s) * a.n_kv_heads + g) * a.group * a.logits_ld;
+  auto logit = [&](int gh, int j) { return logits[gh * a.logits_ld + j]; };
+  // Per head: the max over the slots (exact in any order), then the sum of exp(l − max) in double; one
+  // head at a time (scalar accumulators keep the registers, and so the resident CTAs, of a small kernel).
+  for (int gh = 0; gh < a.group; ++gh) {
+    float m = -INFINITY;
+#pragma unroll 4
+    for (int j = threadIdx.x; j < visible; j += kT) m = fmaxf(m, logit(gh, j));
+    for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
+    if (lane == 0) warp_m[warp][gh] = m;
+  }
+  __syncthreads();
+  if (threadIdx.x < a.group) {
+    float top = warp_m[0][threadIdx.x];
+    for (int k = 1; k < kW; ++k) top = fmaxf(top, warp_m[k][threadIdx.x]);
+    stat_m[threadIdx.x] = top;
+  }
+  __syncthreads();
+  for (int gh = 0; gh < a.group; ++gh) {
+    const float top = stat_m[gh];
+    double d = 0.0;
+#pragma unroll 4
+    for (int j = threadIdx.x; j < visible; j += kT) d += static_cast<double>(expf(logit(gh, j) - top));
+    for (int offset = 16; offset > 0; offset /= 2) d += __shfl_down_sync(0xffffffffu, d, offset);
+    if (lane == 0) warp_d[warp][gh] = d;
+  }
+  __syncthreads();
+  if (threadIdx.x < a.group) {
+    double total = 0.0;
+    for (int k = 0; k < kW; ++k) total += warp_d[k][threadIdx.x];
+    stat_inv[threadIdx.x] = static_cast<float>(1.0 / total);
+  }
+  __syncthreads();
+  // The CPU's weights exp(l − max) · (1 / denominator), added head by head into each slot's sum.
+  const int32_t* pages = a.batch.page_table + static_cast<int64_t>(s) * a.batch.max_pages;
+  for (int j = threadIdx.x; j < visible; j += kT) {
+    const int64_t index = slot_index(a, pages, g, j);
+    float sum = a.mass[index];
+    for (int gh = 0; gh < a.group; ++gh) sum += expf(logit(gh, j) - stat_m[gh]) * stat_inv[gh];
+    a.mass[index] = sum;
+  }
+}
+
 int mass_tiles(const StepBatch& batch, const KvLayer& kv) {
   return (batch.max_pages * kv.page_slots + kThreads - 1) / kThreads;
 }
@@ -257,6 +318,26 @@ size_t attention_mass_scratch_bytes(const StepBatch& batch, const KvLayer& kv, i
 size_t attention_mass_logits_bytes(const StepBatch& batch, const KvLayer& kv, int n_heads) {
   return sizeof(float) * static_cast<size_t>(batch.n_seqs) * static_cast<size_t>(n_heads) *
          static_cast<size_t>(batch.max_pages) * static_cast<size_t>(kv.page_slots);
+}
+
+void launch_attention_mass_from_logits(const StepBatch& batch, const KvLayer& kv, int n_heads, const float* logits,
+                                       bool wide, cudaStream_t stream) {
+  if (batch.n_seqs == 0 || kv.n_kv_heads == 0) return;
+  MassArgs args{};
+  args.batch = batch;
+  args.mass = kv.attention_mass;
+  args.n_kv_heads = kv.n_kv_heads;
+  args.head_dim = kv.head_dim;
+  args.page_slots = kv.page_slots;
+  args.group = n_heads / kv.n_kv_heads;
+  args.logits = logits;
+  args.logits_ld = static_cast<int64_t>(batch.max_pages) * kv.page_slots;
+  const dim3 grid(static_cast<unsigned>(batch.n_seqs * kv.n_kv_heads));
+  if (wide) {
+    launch_dependent(mass_from_logits_kernel<1024>, grid, dim3(1024), 0, stream, args);
+  } else {
+    launch_dependent(mass_from_logits_kernel<kThreads>, grid, dim3(kThreads), 0, stream, args);
+  }
 }
 
 bool attention_mass_supports(int head_dim, int group) {
@@ -275,7 +356,9 @@ void launch_attention_mass(const StepBatch& batch, const View& q, const KvLayer&
                       kv.head_dim,
                       kv.page_slots,
                       n_heads / kv.n_kv_heads,
-                      scale};
+                      scale,
+                      nullptr,
+                      0};
   if (batch.max_rows_per_seq == 1) {
     const dim3 grid(static_cast<unsigned>(mass_tiles(batch, kv)),
                     static_cast<unsigned>(batch.n_seqs * kv.n_kv_heads));

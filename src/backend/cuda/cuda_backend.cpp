@@ -601,9 +601,9 @@ class CudaBackend final : public Backend {
     int* split_counters = static_cast<int*>(
         grow(split_counters_, sizeof(int) * static_cast<size_t>(batch.n_seqs) * kv.n_kv_heads,
              "attention split counters"));
-    // H2O's signal, only when the pool records it (the running policy asks for attention mass): added by
-    // the decode kernel from the logits it writes beside its output where it runs and they fit
-    // kMaxMassLogitBytes, else by the mass kernels reading the keys again.
+    // H2O's signal, only when the pool records it (the running policy asks for attention mass): from the
+    // logits the decode kernel writes beside its output where it runs and they fit kMaxMassLogitBytes,
+    // else by the mass kernels reading the keys again.
     float* mass_logits = nullptr;
     if (kv.attention_mass != nullptr) {
       if (!cuda::attention_mass_supports(kv.head_dim, group))
@@ -617,7 +617,9 @@ class CudaBackend final : public Backend {
     }
     cuda::launch_attention(batch, q, kv, out, n_heads, scale, plan, scratch, split_counters, stream_, rope,
                            mass_logits);
-    if (kv.attention_mass != nullptr && mass_logits == nullptr) {
+    if (mass_logits != nullptr) {
+      cuda::launch_attention_mass_from_logits(batch, kv, n_heads, mass_logits, plan.wide, stream_);
+    } else if (kv.attention_mass != nullptr) {
       void* mass_scratch = grow(mass_scratch_, cuda::attention_mass_scratch_bytes(batch, kv, n_heads),
                                 "attention mass tile statistics");
       cuda::launch_attention_mass(batch, q, kv, n_heads, scale, mass_scratch, stream_);

@@ -60,9 +60,8 @@ struct DecodeRope {
 };
 // split_counters: [n_seqs][n_kv_heads] ints, zero (a buffer of their own: every launch leaves them zero).
 // With `rope`, the step must be one decode_attention_supports takes. With `mass_logits` (a step the
-// decode kernel takes; attention_mass_logits_bytes), that kernel also writes every query head's logits
-// q·k·scale of the visible slots into it, [n_seqs][n_heads][batch.max_pages * page_slots] fp32, and
-// adds the step's softmax weights to kv.attention_mass from them (mass_from_logits.cuh).
+// decode kernel takes), that kernel also writes every query head's logits q·k·scale of the visible slots
+// into it, [n_seqs][n_heads][batch.max_pages * page_slots] fp32, for launch_attention_mass_from_logits.
 void launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
                       float scale, const AttentionPlan& plan, void* scratch, int* split_counters, cudaStream_t stream,
                       const DecodeRope* rope = nullptr, float* mass_logits = nullptr);
@@ -75,13 +74,12 @@ bool decode_attention_supports(const StepBatch& batch, const void* q, int64_t q_
                                int page_slots, int n_splits);
 // Writes out; with n_splits > 1 through the split partials (attention.cu's layout), merged by the
 // last split to finish, counted in split_counters ([n_seqs][n_kv_heads], zero before and after). `wide`:
-// eight warps a CTA instead of four (AttentionPlan::wide). With `logits`, also H2O's signal onto `mass`
-// (launch_attention's mass_logits).
+// eight warps a CTA instead of four (AttentionPlan::wide).
 void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld, const void* keys,
                              const void* values, int n_kv_heads, int head_dim, void* out, int64_t out_ld,
                              int n_heads, float scale, int n_splits, bool wide, float* partial_acc,
                              float* partial_ml, int* split_counters, const DecodeRope* rope, float* logits,
-                             float* mass, cudaStream_t stream);
+                             cudaStream_t stream);
 
 // ---- attention_mass.cu (H2O's signal; CpuBackend::accumulate_attention's twin) ----
 // Head dims (a multiple of 8, at most 256) and GQA groups (at most 16) the mass kernel takes.
@@ -92,8 +90,12 @@ bool attention_mass_supports(int head_dim, int group);
 size_t attention_mass_scratch_bytes(const StepBatch& batch, const KvLayer& kv, int n_heads);
 void launch_attention_mass(const StepBatch& batch, const View& q, const KvLayer& kv, int n_heads, float scale,
                            void* scratch, cudaStream_t stream);
-// The logits launch_attention's mass_logits needs, where the decode kernel adds the mass itself.
+// The same for a decode step whose attention wrote its logits (launch_attention's mass_logits, of
+// attention_mass_logits_bytes): no key is read again. `wide`: 1024 threads a CTA instead of 256, for
+// steps whose (sequence, KV head) pairs leave SMs idle (AttentionPlan::wide).
 size_t attention_mass_logits_bytes(const StepBatch& batch, const KvLayer& kv, int n_heads);
+void launch_attention_mass_from_logits(const StepBatch& batch, const KvLayer& kv, int n_heads, const float* logits,
+                                       bool wide, cudaStream_t stream);
 
 // ---- gemv.cu (small-M matmul; CudaBackend::matmul takes it over cuBLASLt where it applies) ----
 inline constexpr int kGemvMaxRows = 8;

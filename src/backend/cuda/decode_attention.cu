@@ -14,9 +14,8 @@
 // A sequence of up to kSingleSplitSlots visible slots takes one split whatever the launch's split
 // count: one CTA per KV head writes the output directly.
 // Slots past the split's range are zero-filled by cp.async (never read), and their scores masked.
-// With `logits` (H2O's signal), each lane also stores its S entries times the softmax scale, and the CTA
-// that completes a (sequence, KV head) turns them into the step's weights on the pool's attention mass
-// (mass_from_logits.cuh): no key is read again and no launch of its own.
+// With `logits` (H2O's signal), each lane also stores its S entries times the softmax scale: the logits
+// attention_mass.cu turns into the step's weights without reading the keys again.
 // kRope (CudaBackend::rope_attention): the launch also does qk_norm_rope_append's work for its step, so
 // that op's launch leaves the critical path. Each CTA norms and rotates its own query heads from the
 // fp32 qkv row into shared memory (rope.cuh, the same arithmetic and bf16 rounding as rope_append.cu),
@@ -44,7 +43,6 @@
 #include "core/cuda/warp_mma.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/dependent_launch.cuh"
-#include "backend/cuda/mass_from_logits.cuh"
 #include "backend/cuda/rope.cuh"
 
 namespace kvdice::backend::cuda {
@@ -67,8 +65,6 @@ struct DecodeShape {
   static constexpr int kMergeBytes = kWarps * kRows * (HD + 2) * 4;  // per warp: m, l, O rows
   static constexpr int kSharedBytes = kWarps * kWarpBytes > kMergeBytes ? kWarps * kWarpBytes : kMergeBytes;
   static_assert(kMergeBytes + kRows * (HD + 2) * 4 <= kSharedBytes, "a cluster split's result fits the stages");
-  static_assert(sizeof(MassFromLogitsShared<kWarps * 32>) <= kSharedBytes, "the mass statistics fit the stages");
-  static_assert(kRows <= kMassMaxGroup, "every query head of a group has its mass statistics");
 };
 
 struct DecodeArgs {
@@ -89,7 +85,6 @@ struct DecodeArgs {
   DecodeRope rope;      // kRope launches only
   float* logits;        // H2O's signal (nullptr: none): q·k·scale, [n_seqs][n_heads][logits_ld]
   int64_t logits_ld;
-  float* mass;          // with logits: the pool's attention mass, which the step's weights are added to
   float scale;
 };
 
@@ -424,17 +419,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeArg
     }
   }
 
-  // H2O's signal by the CTA that completes the (sequence, KV head): this one, split 0 of a cluster, or
-  // the last split to finish.
-  auto add_mass = [&] {
-    add_mass_from_logits<kThreads>(a.logits + (static_cast<int64_t>(s) * a.n_heads + g * a.group) * a.logits_ld,
-                                   a.logits_ld, a.group, visible, pages, a.n_kv_heads, g, kPageSlots, a.mass,
-                                   *reinterpret_cast<MassFromLogitsShared<kThreads>*>(shared_raw));
-  };
-  if (splits == 1) {
-    if (a.logits != nullptr) add_mass();
-    return;
-  }
+  if (splits == 1) return;
   if (a.cluster) {
     // The cluster's merge: split 0 (rank 0) combines every split's (max, sum, O) in rank order, reading
     // them from the other CTAs' shared memory; the others wait until it has read them.
@@ -462,8 +447,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeArg
             __float2bfloat16_rn(value / sum);
       }
     }
-    cluster.sync();  // (its release and acquire also publish every split's logits to split 0)
-    if (split == 0 && a.logits != nullptr) add_mass();
+    cluster.sync();
     return;
   }
   // Fused merge: publish this split, count it, and let the last one combine every split's partial.
@@ -510,7 +494,6 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeArg
         __float2bfloat16_rn(value / denominators[r]);
   }
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch (the next layer reuses the counters)
-  if (a.logits != nullptr) add_mass();  // every split's logits published by its fence before the count
 }
 
 template <int HD, bool kRope, int kWarps>
@@ -562,7 +545,7 @@ void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld
                              const void* values, int n_kv_heads, int head_dim, void* out, int64_t out_ld,
                              int n_heads, float scale, int n_splits, bool wide, float* partial_acc,
                              float* partial_ml, int* split_counters, const DecodeRope* rope, float* logits,
-                             float* mass, cudaStream_t stream) {
+                             cudaStream_t stream) {
   DecodeArgs a{};
   if (rope != nullptr) a.rope = *rope;
   a.batch = batch;
@@ -581,7 +564,6 @@ void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld
   a.scale_log2 = scale * 1.4426950408889634f;
   a.scale = scale;
   a.logits = logits;
-  a.mass = mass;
   a.logits_ld = static_cast<int64_t>(batch.max_pages) * kPageSlots;
   a.partial_acc = partial_acc;
   a.partial_ml = partial_ml;
