@@ -108,8 +108,8 @@ if [ "${GEMV:-0}" = 1 ]; then profile_one_launch gemv gemv_kernel "${GEMV_SKIP:-
 
 # EVICT=1: one launch each of what a batch-128 scoring round and H2O's signal spend their time in, under
 # the table9 preset's settings (docs/benchmarks.md, "Where a batch-128 round goes"): the fp32 windowed
-# attention (snapkv_pp), R-KV's and VaSE's selections, and the decode attention that adds H2O's mass. A
-# model round is six launches of each round kernel, so SKIP 6 takes the second round's.
+# attention (snapkv_pp), R-KV's and VaSE's selections, and H2O's mass from the decode attention's logits.
+# A model round is six launches of each round kernel, so SKIP 6 takes the second round's.
 if [ "${EVICT:-0}" = 1 ]; then
   EV=(.gpu-bin/kvdice bench evict --random-weights --config configs/shapes/$SHAPE.json --backend cuda --preset table9
       --batches 128 --repeats 2)
@@ -118,5 +118,5 @@ if [ "${EVICT:-0}" = 1 ]; then
     --policies "rkv_pp:lambda=0.1,pool=5,temperature=0.6,precision=fp32"
   profile_launch_of vase_selection scoring_selection_kernel 6 "${EV[@]}" \
     --policies "vase_pp:large=0.25,pool=5,temperature=0.6,precision=fp32"
-  profile_launch_of h2o_decode decode_attention_kernel 40 "${EV[@]}" --policies h2o_pp
+  profile_launch_of h2o_mass mass_from_logits_kernel 40 "${EV[@]}" --policies h2o_pp
 fi
