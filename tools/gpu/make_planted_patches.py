@@ -81,6 +81,16 @@ plant('vase-stream-heads-4-up', "VaSE's weighted draw uses KV head % 4 as its st
       [('src/policy/cuda/vase_select.cuh',
         '    const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer),\n                              static_cast<uint32_t>(h.kv_head)};',
         '    const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer),\n                              static_cast<uint32_t>(h.kv_head % 4)};')])
+plant('vase-tree-root-stale', "VaSE's draws leave the sum tree's root (the total weight left) as it was before each pick",
+      'Policies/CudaRealShape.*/vase',
+      [('src/policy/cuda/vase_select.cuh',
+        'for (int node = kSelectionThreads + pick / per_thread; node >= 1; node /= 2) tree[node] -= weight;',
+        'for (int node = kSelectionThreads + pick / per_thread; node > 1; node /= 2) tree[node] -= weight;')])
+plant('mma-tile-chunks-past-8', 'the tensor-core tiles (fp32 windowed attention, the spare search) leave the odd 16-byte chunks past the 8th of a row uncopied (head_dim 128)',
+      'Policies/CudaRealShape.Qwen3FourBKeepsWhatTheCpuKeeps/*fp32*',
+      [('src/policy/cuda/mma_tile.cuh',
+        '  for (int c = half; c < d / 8; c += 2) cuda_ptx::cp_async_16(to + 16 * c, valid ? from + 8 * c : any, valid);',
+        '  for (int c = half; c < (half ? min(d / 8, 8) : d / 8); c += 2) cuda_ptx::cp_async_16(to + 16 * c, valid ? from + 8 * c : any, valid);')])
 plant('rkv-redundancy-first-64-channels', "R-KV's key redundancy reads only the first 64 channels of each key",
       'Policies/CudaRealShape.Qwen3FourBKeepsWhatTheCpuKeeps/rkv',
       [('src/policy/cuda/rkv_select.cuh',
@@ -186,6 +196,9 @@ FILTERS = {
         'Policies/CudaScoringPolicy.*:Policies/CudaScoringPolicyQwen.*/0:' + real('snapkv') + ':' + real('vase')),
     'h2o-mass-heads-4-up': ('h2o_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('h2o') + ':' + real('h2o_pp')),
     'vase-stream-heads-4-up': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
+    'vase-tree-root-stale': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
+    'mma-tile-chunks-past-8': ('mma_tile.cuh (fp32 windowed attention, spare search)',
+        'Policies/CudaScoringPolicy.*:Policies/CudaRealShape.*/*fp32*:' + real('rkv_official')),
     'rkv-redundancy-first-64-channels': ('rkv_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('rkv')),
     'rkv_official-query-heads-4-up': ('rkv_official.cu', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
     'rkv_official-spare-rows-32-up': ('rkv_official.cu (spare search)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),

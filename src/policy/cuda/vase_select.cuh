@@ -6,9 +6,8 @@
 // the first remaining candidate in age order whose running weight sum exceeds mul_hi(u64, total left)
 // (the oldest remaining when no weight is left).
 //
-// The draws are sequential (each removes its pick); per draw the CTA scans the per-thread sums of the
-// remaining weights (each thread owns a contiguous run of the age-ordered pool) and one thread walks
-// its run. The fp64 attention differs from the CPU's by ~1e-16 relative, so a weight can differ by one
+// The draws are sequential (each removes its pick): one thread descends a sum tree over the runs of
+// the age-ordered pool (one run a thread of the CTA) and walks the run it lands in. The fp64 attention differs from the CPU's by ~1e-16 relative, so a weight can differ by one
 // unit in 2^40 in rare cases; a pick changes only if a target lands within that of a boundary.
 #pragma once
 
@@ -31,13 +30,10 @@ struct VaseDevice {
   __device__ static void select(const CudaSelectionArgs& args, const HeadSelect& h, int s, char* scratch,
                                 uint8_t* keep) {
     const VaseParams& p = args.params.as<VaseParams>();
-    using Scan = cub::BlockScan<unsigned long long, kSelectionThreads>;
     using IntScan = cub::BlockScan<int, kSelectionThreads>;
-    __shared__ union {
-      typename Scan::TempStorage scan;
-      typename IntScan::TempStorage int_scan;
-    } temp;
-    __shared__ int shared_kept, shared_sinks_outside, shared_pick, shared_pool;
+    __shared__ typename IntScan::TempStorage int_scan;
+    __shared__ int shared_kept, shared_sinks_outside;
+    __shared__ unsigned long long tree[2 * kSelectionThreads];
     const int n = h.n_candidates;
     HeadScratch w(scratch, args.capacity);
     age_order(h, w);
@@ -91,7 +87,7 @@ struct VaseDevice {
       const int a = a0 + threadIdx.x;
       const int flag = (a < n && !keep[w.slot_of_age[a]]) ? 1 : 0;
       int rank, chunk_total;
-      IntScan(temp.int_scan).ExclusiveSum(flag, rank, chunk_total);
+      IntScan(int_scan).ExclusiveSum(flag, rank, chunk_total);
       if (flag) {
         const uint64_t weight =
             w_max > 0.0 ? static_cast<uint64_t>(floor(w.b[a] / w_max * 1099511627776.0)) : 0;
@@ -101,62 +97,71 @@ struct VaseDevice {
       __syncthreads();
     }
     const int m = base;
-    const int per_thread = (m + blockDim.x - 1) / blockDim.x;
-    const int begin = min(m, static_cast<int>(threadIdx.x) * per_thread), end = min(m, begin + per_thread);
-    unsigned long long local = 0;
-    for (int j = begin; j < end; ++j) local += w.sort[j].key;
-    unsigned long long total = 0;
+    // Each thread's run of the pool is a leaf of a sum tree in shared memory (node i's children 2i and
+    // 2i + 1, the root tree[1] the total weight left).
+    const int per_thread = (m + kSelectionThreads - 1) / kSelectionThreads;
+    auto run_begin = [&](int t) { return min(m, t * per_thread); };
     {
-      unsigned long long prefix;
-      Scan(temp.scan).ExclusiveSum(local, prefix, total);
+      unsigned long long local = 0;
+      for (int j = run_begin(threadIdx.x); j < run_begin(threadIdx.x + 1); ++j) local += w.sort[j].key;
+      tree[kSelectionThreads + threadIdx.x] = local;
       __syncthreads();
+      for (int size = kSelectionThreads / 2; size >= 1; size /= 2) {
+        if (static_cast<int>(threadIdx.x) < size) {
+          const int node = size + static_cast<int>(threadIdx.x);
+          tree[node] = tree[2 * node] + tree[2 * node + 1];
+        }
+        __syncthreads();
+      }
     }
+    // The draws, by one thread: each descends the tree to the run holding the target (the left
+    // subtree's sum when the target is below it, else the right with the target less that sum), walks
+    // the run to the first remaining candidate whose running weight exceeds what is left of the target,
+    // and takes the pick's weight off the run's path to the root. Integer sums: the same pick as
+    // vase.cpp's walk over the whole pool. (A block scan and four barriers a draw made this loop 41 ms
+    // of a batch-128 model round; H100, 2026-12-06.)
+    if (threadIdx.x != 0) return;
     const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer),
                               static_cast<uint32_t>(h.kv_head)};
+    int oldest_left = 0;  // no candidate before it remains
     for (int draw = 0; kept < h.keep; ++draw, ++kept) {
-      if (threadIdx.x == 0) shared_pick = -1;
-      __syncthreads();
+      int pick = -1;
+      const unsigned long long total = tree[1];
       if (total == 0) {
         // No weight left: the oldest remaining (the lowest untaken index).
-        if (threadIdx.x == 0) shared_pool = m;
-        __syncthreads();
-        int first = m;
-        for (int j = begin; j < end && first == m; ++j)
-          if (!w.sort[j].unused) first = j;
-        if (first < m) atomicMin(&shared_pool, first);
-        __syncthreads();
-        if (threadIdx.x == 0) shared_pick = shared_pool < m ? shared_pool : -1;
+        while (oldest_left < m && w.sort[oldest_left].unused) ++oldest_left;
+        if (oldest_left < m) pick = oldest_left;
       } else {
-        const unsigned long long target = mul_hi_u64(stream.draw_u64(static_cast<uint32_t>(draw)), total);
-        unsigned long long prefix, sum;
-        Scan(temp.scan).ExclusiveSum(local, prefix, sum);
-        if (local > 0 && prefix <= target && target < prefix + local) {
-          unsigned long long running = prefix;
-          for (int j = begin; j < end; ++j) {
-            if (w.sort[j].unused) continue;
-            running += w.sort[j].key;
-            if (running > target) {
-              shared_pick = j;
-              break;
-            }
+        unsigned long long target = mul_hi_u64(stream.draw_u64(static_cast<uint32_t>(draw)), total);
+        int node = 1;
+        while (node < kSelectionThreads) {
+          const unsigned long long left = tree[2 * node];
+          if (target < left) {
+            node = 2 * node;
+          } else {
+            target -= left;
+            node = 2 * node + 1;
+          }
+        }
+        const int run = node - kSelectionThreads;
+        unsigned long long running = 0;
+        for (int j = run_begin(run); j < run_begin(run + 1); ++j) {
+          if (w.sort[j].unused) continue;
+          running += w.sort[j].key;
+          if (running > target) {
+            pick = j;
+            break;
           }
         }
       }
-      __syncthreads();
-      const int pick = shared_pick;
       if (pick < 0) {  // cannot happen with consistent sums; flag rather than loop on
-        if (threadIdx.x == 0) atomicExch(args.error, 1);
+        atomicExch(args.error, 1);
         return;
       }
       const uint64_t weight = w.sort[pick].key;
-      if (pick >= begin && pick < end) local -= weight;
-      total -= weight;
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        w.sort[pick].unused = 1;
-        keep[w.slot_of_age[w.sort[pick].index]] = 1;
-      }
-      __syncthreads();
+      for (int node = kSelectionThreads + pick / per_thread; node >= 1; node /= 2) tree[node] -= weight;
+      w.sort[pick].unused = 1;
+      keep[w.slot_of_age[w.sort[pick].index]] = 1;
     }
   }
 };

@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kTileThreads) window_means_tc_kernel(CudaSelec
   const int n = it.h.n_candidates, nq = it.nq;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   auto* qs = reinterpret_cast<__nv_bfloat16*>(tc_smem);
-  __nv_bfloat16* stages[2] = {qs + kQueryChunk * row, qs + (kQueryChunk + kKeyTile) * row};
+  auto stage = [&](int k) { return qs + (kQueryChunk + k * kKeyTile) * row; };  // key stage 0 or 1
   const auto* keys = static_cast<const __nv_bfloat16*>(it.layer.keys);
   // The CPU's scale 1 / (sqrt(D) · temperature), times log2 e, in double, rounded once to fp32.
   const float scale_log2 =
@@ -91,12 +91,12 @@ __global__ void __launch_bounds__(kTileThreads) window_means_tc_kernel(CudaSelec
   if (dp > d)
     for (int idx = threadIdx.x; idx < 2 * kKeyTile * (dp - d); idx += blockDim.x) {
       const int k = idx / (dp - d), c = d + idx % (dp - d);
-      stages[k / kKeyTile][(k % kKeyTile) * row + c] = __float2bfloat16_rn(0.0f);
+      stage(k / kKeyTile)[(k % kKeyTile) * row + c] = __float2bfloat16_rn(0.0f);
     }
 
   const int n_tiles = (n + kKeyTile - 1) / kKeyTile, n_chunks = (nq + kQueryChunk - 1) / kQueryChunk;
   const int steps = n_chunks * 2 * n_tiles;  // per chunk: pass 1 over the tiles, then pass 2
-  issue_key_tile(it, keys, d, row, 0, stages[0]);
+  issue_key_tile(it, keys, d, row, 0, stage(0));
   cp_async_commit();
   float m[kMTiles][2], den[kMTiles][2];
   for (int step = 0; step < steps; ++step) {
@@ -105,15 +105,27 @@ __global__ void __launch_bounds__(kTileThreads) window_means_tc_kernel(CudaSelec
     const int tq = min(kQueryChunk, nq - first_query);
     if (within == 0) {
       // The chunk's queries as the ring holds them (bf16 bits, copied as they are), zero past the window
-      // and past head_dim. Query i (newest first) sits in ring slot (appended - 1 - i) % r.
-      for (int idx = threadIdx.x; idx < kQueryChunk * dp; idx += blockDim.x) {
-        const int i = idx / dp, c = idx % dp;
-        unsigned short q = 0;  // +0.0
-        if (i < tq && c < d) {
-          const int ring_slot = static_cast<int>((it.appended - 1 - (first_query + i)) % it.window);
-          q = it.layer.query_ring[ring_index(args, it.h, it.qh, ring_slot) + c];
+      // and past head_dim: two threads a query, 16 bytes at a time (ring rows of head_dim, a multiple of
+      // 8, from an aligned base). Query i (newest first) sits in ring slot (appended - 1 - i) % r.
+      static_assert(kTileThreads == 2 * kQueryChunk, "two threads a query");
+      const int i = static_cast<int>(threadIdx.x) / 2, half = static_cast<int>(threadIdx.x) % 2;
+      const uint16_t* ring = nullptr;
+      if (i < tq) {
+        const int ring_slot = static_cast<int>((it.appended - 1 - (first_query + i)) % it.window);
+        ring = it.layer.query_ring + ring_index(args, it.h, it.qh, ring_slot);
+      }
+      const bool aligned = reinterpret_cast<uintptr_t>(it.layer.query_ring) % 16 == 0;
+      for (int c = 8 * half; c < dp; c += 16) {
+        uint4 bits = make_uint4(0, 0, 0, 0);  // +0.0
+        if (ring != nullptr && c < d) {
+          if (aligned) {
+            bits = *reinterpret_cast<const uint4*>(ring + c);
+          } else {
+            auto pair = [&](int e) { return uint32_t{ring[c + e]} | uint32_t{ring[c + e + 1]} << 16; };
+            bits = make_uint4(pair(0), pair(2), pair(4), pair(6));
+          }
         }
-        qs[i * row + c] = __ushort_as_bfloat16(q);
+        *reinterpret_cast<uint4*>(qs + i * row + c) = bits;
       }
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
@@ -124,7 +136,7 @@ __global__ void __launch_bounds__(kTileThreads) window_means_tc_kernel(CudaSelec
         }
     }
     if (step + 1 < steps) {
-      issue_key_tile(it, keys, d, row, ((step + 1) % n_tiles) * kKeyTile, stages[(step + 1) % 2]);
+      issue_key_tile(it, keys, d, row, ((step + 1) % n_tiles) * kKeyTile, stage((step + 1) % 2));
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -133,7 +145,7 @@ __global__ void __launch_bounds__(kTileThreads) window_means_tc_kernel(CudaSelec
     __syncthreads();  // the stage and the queries are visible
 
     float acc[kMTiles][kNTiles][4];
-    tile_dots(qs, stages[step % 2], dp, row, acc);
+    tile_dots(qs, stage(step % 2), dp, row, acc);
     const int key0 = tile * kKeyTile + warp * kNTiles * 8 + 2 * t;
     if (pass == 0) {
       // Per query row: the tile's max over the thread's keys, one rescale of the running sum, then the
@@ -185,6 +197,18 @@ __global__ void __launch_bounds__(kTileThreads) window_means_tc_kernel(CudaSelec
         }
       }
     } else {
+      if (tile == 0) {
+        // The chunk's statistics into the registers pass 1 used: each thread's 8 rows' max and
+        // reciprocal denominator, +inf and 0 past the window (their weights are 2^-inf · 0 = 0).
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int i = mt * 16 + g + 8 * r;
+            m[mt][r] = i < tq ? stat_m[i] : INFINITY;
+            den[mt][r] = i < tq ? stat_inv[i] : 0.0f;
+          }
+      }
       // Each key's weights summed over the chunk's queries: the thread's 8 rows in order, then the
       // eight row groups by a butterfly (the same sum in every lane of a column).
 #pragma unroll
@@ -195,11 +219,8 @@ __global__ void __launch_bounds__(kTileThreads) window_means_tc_kernel(CudaSelec
 #pragma unroll
           for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int i = mt * 16 + g + 8 * r;
-              // The product rounded as pass 1 rounded it: the max's own term is exactly 1.
-              if (i < tq) sum += exp2f(__fmul_rn(acc[mt][nt][2 * r + e], scale_log2) - stat_m[i]) * stat_inv[i];
-            }
+            for (int r = 0; r < 2; ++r)  // the product rounded as pass 1 rounded it: the max's term is 1
+              sum += exp2f(__fmul_rn(acc[mt][nt][2 * r + e], scale_log2) - m[mt][r]) * den[mt][r];
           for (int offset = 4; offset < 32; offset *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
           const int j = key0 + nt * 8 + e;
           if (g == 0 && j < n) {
