@@ -86,11 +86,6 @@ plant('vase-tree-root-stale', "VaSE's draws leave the sum tree's root (the total
       [('src/policy/cuda/vase_select.cuh',
         'for (int node = kSelectionThreads + pick / per_thread; node >= 1; node /= 2) tree[node] -= weight;',
         'for (int node = kSelectionThreads + pick / per_thread; node > 1; node /= 2) tree[node] -= weight;')])
-plant('vase-walk-taken-weight', "VaSE's draws keep a taken candidate's weight in the pool the walks read (the tree drops it)",
-      'Policies/CudaRealShape.*/vase',
-      [('src/policy/cuda/vase_select.cuh',
-        '      w.sort[pick].key = 0;',
-        '      w.sort[pick].key += 0;')])
 plant('mma-tile-chunks-past-8', 'the tensor-core tiles (fp32 windowed attention, the spare search) leave the odd 16-byte chunks past the 8th of a row uncopied (head_dim 128)',
       'Policies/CudaRealShape.Qwen3FourBKeepsWhatTheCpuKeeps/*fp32*',
       [('src/policy/cuda/mma_tile.cuh',
@@ -202,7 +197,6 @@ FILTERS = {
     'h2o-mass-heads-4-up': ('h2o_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('h2o') + ':' + real('h2o_pp')),
     'vase-stream-heads-4-up': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
     'vase-tree-root-stale': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
-    'vase-walk-taken-weight': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
     'mma-tile-chunks-past-8': ('mma_tile.cuh (fp32 windowed attention, spare search)',
         'Policies/CudaScoringPolicy.*:Policies/CudaRealShape.*/*fp32*:' + real('rkv_official')),
     'rkv-redundancy-first-64-channels': ('rkv_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('rkv')),
