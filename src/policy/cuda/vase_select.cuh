@@ -26,8 +26,6 @@ struct VaseParams {
   bool window_fp32 = false;  // precision=fp32
 };
 
-inline constexpr int kWalkBatch = 8;  // pool weights a draw's walk loads at once
-
 struct VaseDevice {
   __device__ static void select(const CudaSelectionArgs& args, const HeadSelect& h, int s, char* scratch,
                                 uint8_t* keep) {
@@ -145,18 +143,14 @@ struct VaseDevice {
             node = 2 * node + 1;
           }
         }
-        // The run's weights 8 at a time, loaded together (one L2 round trip, not one a candidate: the
-        // scratch this CTA just wrote misses L1); a taken candidate's weight is 0.
-        const int run = node - kSelectionThreads, end = run_begin(run + 1);
+        const int run = node - kSelectionThreads;
         unsigned long long running = 0;
-        for (int j0 = run_begin(run); j0 < end && pick < 0; j0 += kWalkBatch) {
-          unsigned long long weight[kWalkBatch];
-#pragma unroll
-          for (int k = 0; k < kWalkBatch; ++k) weight[k] = j0 + k < end ? w.sort[j0 + k].key : 0;
-#pragma unroll
-          for (int k = 0; k < kWalkBatch; ++k) {
-            running += weight[k];
-            if (pick < 0 && running > target) pick = j0 + k;
+        for (int j = run_begin(run); j < run_begin(run + 1); ++j) {
+          if (w.sort[j].unused) continue;
+          running += w.sort[j].key;
+          if (running > target) {
+            pick = j;
+            break;
           }
         }
       }
@@ -166,7 +160,6 @@ struct VaseDevice {
       }
       const uint64_t weight = w.sort[pick].key;
       for (int node = kSelectionThreads + pick / per_thread; node >= 1; node /= 2) tree[node] -= weight;
-      w.sort[pick].key = 0;
       w.sort[pick].unused = 1;
       keep[w.slot_of_age[w.sort[pick].index]] = 1;
     }
