@@ -7,8 +7,9 @@
 // (the oldest remaining when no weight is left).
 //
 // The draws are sequential (each removes its pick): one thread descends a sum tree over the runs of
-// the age-ordered pool (one run a thread of the CTA) and walks the run it lands in. The fp64 attention differs from the CPU's by ~1e-16 relative, so a weight can differ by one
-// unit in 2^40 in rare cases; a pick changes only if a target lands within that of a boundary.
+// the age-ordered pool (one run a thread of the CTA) and walks the run it lands in. The fp64 attention
+// differs from the CPU's by ~1e-16 relative, so a weight can differ by one unit in 2^40 in rare cases;
+// a pick changes only if a target lands within that of a boundary.
 #pragma once
 
 #include <cub/block/block_scan.cuh>
@@ -118,8 +119,9 @@ struct VaseDevice {
     // subtree's sum when the target is below it, else the right with the target less that sum), walks
     // the run to the first remaining candidate whose running weight exceeds what is left of the target,
     // and takes the pick's weight off the run's path to the root. Integer sums: the same pick as
-    // vase.cpp's walk over the whole pool. (A block scan and four barriers a draw made this loop 41 ms
-    // of a batch-128 model round; H100, 2026-12-06.)
+    // vase.cpp's walk over the whole pool. (With a block scan and four barriers a draw, vase_pp took
+    // 3.25 ms a batch-128 layer call, 2.35 with the tree; at batch 1, 0.565 against the tree's 0.606:
+    // H200, 2026-12-06.)
     if (threadIdx.x != 0) return;
     const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer),
                               static_cast<uint32_t>(h.kv_head)};
