@@ -33,6 +33,12 @@ constexpr size_t kScoreScratchBytes = size_t{512} << 20;
 // needs more takes the mass kernels that read the keys again.
 constexpr size_t kMaxMassLogitBytes = size_t{256} << 20;
 
+// Whether a decode step's attention mass may come from the decode attention's logits (where that kernel
+// takes the step): they fit kMaxMassLogitBytes.
+bool mass_logits_fit(const StepBatch& batch, const KvLayer& kv, int n_heads) {
+  return cuda::attention_mass_logits_bytes(batch, kv, n_heads) <= kMaxMassLogitBytes;
+}
+
 void require_dtype(const View& v, DType dtype, const char* op, const char* what) {
   if (v.dtype != dtype)
     fail("CUDA {}: {} must be {}, got {}", op, what, dtype_name(dtype), dtype_name(v.dtype));
@@ -346,8 +352,7 @@ class CudaBackend final : public Backend {
     const bool norms_f32 =
         (q_norm.empty() || q_norm.dtype == DType::F32) && (k_norm.empty() || k_norm.dtype == DType::F32);
     const cuda::AttentionPlan plan = cuda::attention_plan(batch, kv, properties_.multiProcessorCount);
-    const bool mass_from_logits = kv.attention_mass == nullptr ||
-                                  cuda::attention_mass_logits_bytes(batch, kv, n_heads) <= kMaxMassLogitBytes;
+    const bool mass_from_logits = kv.attention_mass == nullptr || mass_logits_fit(batch, kv, n_heads);
     const bool fusable = kv.query_ring == nullptr && kv.value_range == nullptr && mass_from_logits && norms_f32 &&
                          qkv.dtype == DType::F32 &&
                          q.dtype == DType::BF16 && kv.dtype == DType::BF16 && kv.n_kv_heads > 0 &&
@@ -610,10 +615,10 @@ class CudaBackend final : public Backend {
         fail("CUDA attention: attention mass takes head_dim a multiple of 8 up to 256 and GQA groups up to 16, "
              "got {} and {}",
              kv.head_dim, group);
-      const size_t logit_bytes = cuda::attention_mass_logits_bytes(batch, kv, n_heads);
-      if (logit_bytes <= kMaxMassLogitBytes &&
+      if (mass_logits_fit(batch, kv, n_heads) &&
           cuda::decode_attention_supports(batch, q.data, q.ld, kv.head_dim, group, kv.page_slots, plan.n_splits))
-        mass_logits = static_cast<float*>(grow(mass_logits_, logit_bytes, "attention mass logits"));
+        mass_logits = static_cast<float*>(
+            grow(mass_logits_, cuda::attention_mass_logits_bytes(batch, kv, n_heads), "attention mass logits"));
     }
     cuda::launch_attention(batch, q, kv, out, n_heads, scale, plan, scratch, split_counters, stream_, rope,
                            mass_logits);
@@ -735,6 +740,12 @@ class CudaBackend final : public Backend {
         fail("CUDA evict: policy '{}' needs value ranges but the KV pool records none", policy.name());
       if (needs.accumulated_attention && layer.attention_mass == nullptr)
         fail("CUDA evict: policy '{}' needs attention mass but the KV pool records none", policy.name());
+      // The selections copy key rows and window-query rows 16 bytes at a time (cp.async, uint4 loads).
+      if (reinterpret_cast<uintptr_t>(layer.keys) % 16 != 0 ||
+          reinterpret_cast<uintptr_t>(layer.query_ring) % 16 != 0)
+        fail("CUDA evict: policy '{}' reads key and query-ring rows 16 bytes at a time; the KV pool's arrays "
+             "are not 16-byte aligned",
+             policy.name());
     }
     const policy::DeviceTable& p = cached.shape;
     if (p.heads > 0) {

@@ -22,6 +22,14 @@ static_assert(kTileRowsB == kTileWarps * kNTiles * 8, "the B stage splits evenly
 // A shared row for head_dim d, in bf16 elements: d rounded up to 16 plus the pad.
 constexpr int tile_smem_row(int d) { return (d + 15) / 16 * 16 + kTileSmemPad; }
 
+// Columns [d, d rounded up to 16) of n_rows consecutive shared rows set to zero: tile_dots reads them, and
+// issue_row_tile copies only the first d. Collective; the caller's barrier publishes them.
+__device__ inline void zero_tile_pad_columns(__nv_bfloat16* rows, int n_rows, int d, int row) {
+  const int pad = (d + 15) / 16 * 16 - d;
+  for (int idx = threadIdx.x; idx < n_rows * pad; idx += blockDim.x)
+    rows[(idx / pad) * row + d + idx % pad] = __float2bfloat16_rn(0.0f);
+}
+
 // Rows [first, first + kTileRowsB) of a sequence of `count` bf16 rows of d elements into a stage by
 // cp.async (d a multiple of 8): src(i) is row i in global memory; rows past `count` are zero-filled
 // (their copy reads nothing; `any` is some readable address). Columns [d, row) are the caller's.

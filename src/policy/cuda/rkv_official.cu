@@ -9,9 +9,9 @@
 // threshold, else the oldest) is the CPU's decision bit for bit, and its entry is subtracted from the
 // spare's column. The search is O(n² · D) per head, as on the CPU, but on tensor cores: the cosines of a
 // tile of 64 rows with 64 candidates come from the raw bf16 keys (mma.sync, fp32 accumulation) times the
-// fp32 reciprocals of the fp64 norms, and only a pair whose cosine lies within kSpareBand of the threshold, or passes it, is
-// computed again with the CPU's own arithmetic (unit keys by division, products and sums rounded one by
-// one, no FMA) to decide it and to give the spared entry. The band is safe: every product of two bf16
+// fp32 reciprocals of the fp64 norms, and only a pair whose cosine lies within kSpareBand of the
+// threshold, or passes it, is computed again with the CPU's own arithmetic (unit keys by division,
+// products and sums rounded one by one, no FMA) to decide it and to give the spared entry. The band is safe: every product of two bf16
 // values is exact in fp32, so the fp32 sum of D of them is within D · 2^-22 · Σ|k_i,c · k_j,c| ≤
 // D · 2^-22 · |k_i| · |k_j| of the exact dot product (Cauchy–Schwarz), and the cosine within D · 2^-22
 // (6.1e-5 at D = 256) plus three fp32 roundings of the CPU's value, far inside the band.
@@ -209,16 +209,14 @@ __global__ void __launch_bounds__(cuda::kTileThreads) spare_kernel(CudaSelection
   const double threshold = args.params.as<RkvOfficialParams>().threshold;
   auto index_of = [&](int a) { return cuda::pool_index(h, w.slot_of_age[a]); };
   auto* rows = reinterpret_cast<__nv_bfloat16*>(spare_smem);
-  __nv_bfloat16* stages[2] = {rows + cuda::kTileRowsA * row, rows + (cuda::kTileRowsA + cuda::kTileRowsB) * row};
+  auto stage = [&](int k) { return rows + (cuda::kTileRowsA + k * cuda::kTileRowsB) * row; };  // stage 0 or 1
   auto* approx = reinterpret_cast<float*>(rows + (cuda::kTileRowsA + 2 * cuda::kTileRowsB) * row);
-  if (dp > d)  // the columns past head_dim stay zero
-    for (int idx = threadIdx.x; idx < (cuda::kTileRowsA + 2 * cuda::kTileRowsB) * (dp - d); idx += blockDim.x)
-      rows[(idx / (dp - d)) * row + d + idx % (dp - d)] = __float2bfloat16_rn(0.0f);
+  cuda::zero_tile_pad_columns(rows, cuda::kTileRowsA + 2 * cuda::kTileRowsB, d, row);  // the rows and both stages
   // The CTA's rows (age ranks first_row + r), and the candidates newest first: stage item m is age n - 1 - m.
   cuda::issue_row_tile([&](int a) { return keys + index_of(a) * d; }, n, keys, d, row, first_row, rows);
   auto issue_candidates = [&](int tile) {
     cuda::issue_row_tile([&](int m) { return keys + index_of(n - 1 - m) * d; }, n, keys, d, row,
-                         tile * cuda::kTileRowsB, stages[tile % 2]);
+                         tile * cuda::kTileRowsB, stage(tile % 2));
   };
   issue_candidates(0);
   cuda_ptx::cp_async_commit();
@@ -251,7 +249,7 @@ __global__ void __launch_bounds__(cuda::kTileThreads) spare_kernel(CudaSelection
     }
     __syncthreads();  // the rows, the stage and the reciprocals are visible
     float acc[cuda::kMTiles][cuda::kNTiles][4];
-    cuda::tile_dots(rows, stages[tile % 2], dp, row, acc);
+    cuda::tile_dots(rows, stage(tile % 2), dp, row, acc);
     // The cosines: the fp32 dot products times the reciprocals of the CPU's norms (|k| + 1e-8).
 #pragma unroll
     for (int mt = 0; mt < cuda::kMTiles; ++mt)

@@ -88,11 +88,7 @@ __global__ void __launch_bounds__(kTileThreads) window_means_tc_kernel(CudaSelec
   const float scale_log2 =
       static_cast<float>(1.4426950408889634 / (sqrt(static_cast<double>(d)) * args.temperature));
   float* mean = it.means(args);
-  if (dp > d)
-    for (int idx = threadIdx.x; idx < 2 * kKeyTile * (dp - d); idx += blockDim.x) {
-      const int k = idx / (dp - d), c = d + idx % (dp - d);
-      stage(k / kKeyTile)[(k % kKeyTile) * row + c] = __float2bfloat16_rn(0.0f);
-    }
+  zero_tile_pad_columns(stage(0), 2 * kKeyTile, d, row);  // both stages (the queries' are written below)
 
   const int n_tiles = (n + kKeyTile - 1) / kKeyTile, n_chunks = (nq + kQueryChunk - 1) / kQueryChunk;
   const int steps = n_chunks * 2 * n_tiles;  // per chunk: pass 1 over the tiles, then pass 2
@@ -106,7 +102,8 @@ __global__ void __launch_bounds__(kTileThreads) window_means_tc_kernel(CudaSelec
     if (within == 0) {
       // The chunk's queries as the ring holds them (bf16 bits, copied as they are), zero past the window
       // and past head_dim: two threads a query, 16 bytes at a time (ring rows of head_dim, a multiple of
-      // 8, from an aligned base). Query i (newest first) sits in ring slot (appended - 1 - i) % r.
+      // 8, from a 16-byte aligned base: the backend's check_scoring_inputs). Query i (newest first) sits
+      // in ring slot (appended - 1 - i) % r.
       static_assert(kTileThreads == 2 * kQueryChunk, "two threads a query");
       const int i = static_cast<int>(threadIdx.x) / 2, half = static_cast<int>(threadIdx.x) % 2;
       const uint16_t* ring = nullptr;
@@ -114,19 +111,9 @@ __global__ void __launch_bounds__(kTileThreads) window_means_tc_kernel(CudaSelec
         const int ring_slot = static_cast<int>((it.appended - 1 - (first_query + i)) % it.window);
         ring = it.layer.query_ring + ring_index(args, it.h, it.qh, ring_slot);
       }
-      const bool aligned = reinterpret_cast<uintptr_t>(it.layer.query_ring) % 16 == 0;
-      for (int c = 8 * half; c < dp; c += 16) {
-        uint4 bits = make_uint4(0, 0, 0, 0);  // +0.0
-        if (ring != nullptr && c < d) {
-          if (aligned) {
-            bits = *reinterpret_cast<const uint4*>(ring + c);
-          } else {
-            auto pair = [&](int e) { return uint32_t{ring[c + e]} | uint32_t{ring[c + e + 1]} << 16; };
-            bits = make_uint4(pair(0), pair(2), pair(4), pair(6));
-          }
-        }
-        *reinterpret_cast<uint4*>(qs + i * row + c) = bits;
-      }
+      for (int c = 8 * half; c < dp; c += 16)
+        *reinterpret_cast<uint4*>(qs + i * row + c) =
+            ring != nullptr && c < d ? *reinterpret_cast<const uint4*>(ring + c) : make_uint4(0, 0, 0, 0);
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
