@@ -49,10 +49,17 @@ CudaParams bind_rkv_official(PolicyOptions& options) {
 // Approximate cosines this close to the threshold (or above it) are decided by the CPU's arithmetic.
 constexpr float kSpareBand = 1.0f / 256;
 
-// w.b[a] = the importance of the a-th oldest candidate (needs w.slot_of_age; uses w.a and w.c).
+// The (query, group head) dot products one read of a candidate's key row feeds: the group heads of two
+// queries when they fit (a key row is read nq / 2 times, not nq · group, and each element is widened to
+// fp64 once for all of them), else of one query. At most kImportanceDots at a time, and as many as the
+// queries' fp64 copy (kImportanceQueryElements, 8 KiB) holds: 8 at head_dim 128, 4 at 256.
+constexpr int kImportanceDots = 8, kImportanceQueryElements = 4 * cuda::kMaxScoringHeadDim;
+
+// w.b[a] = the importance of the a-th oldest candidate (needs w.slot_of_age; uses w.a and w.c, and w.b for
+// a second query's weights before the pool writes it).
 __device__ void importance_device(const CudaSelectionArgs& args, const cuda::HeadSelect& h, int s,
-                                  cuda::HeadScratch& w) {
-  __shared__ double qs[cuda::kMaxScoringHeadDim];
+                                  cuda::HeadScratch& w, double* qs /* kImportanceQueryElements, shared */) {
+  // qs[c * dots + dot]: element c of the pass's dot-th query head, in fp64
   const backend::StepBatch& batch = args.batch;
   const int n = h.n_candidates, d = args.head_dim;
   const int group = args.n_heads / args.n_kv_heads;
@@ -64,33 +71,56 @@ __device__ void importance_device(const CudaSelectionArgs& args, const cuda::Hea
   const SelectionLayer layer = args.layers[h.layer];
   const auto* keys = static_cast<const __nv_bfloat16*>(layer.keys);
   const double scale = 1.0 / sqrt(static_cast<double>(d));
+  const int dots = min(kImportanceDots, kImportanceQueryElements / d);
+  const int queries_a_pass = 2 * group <= dots ? 2 : 1;
+  const int heads_a_pass = min(group, dots / queries_a_pass);
   double* mean = w.a;
-  double* weight = w.c;
+  double* weight_first = w.c;  // the max over the group of the first query's logits, then its softmax
+  double* weight_second = w.b;
   for (int a = threadIdx.x; a < n; a += blockDim.x) mean[a] = 0.0;
-  for (int i = 0; i < nq; ++i) {
-    // Query i (newest first) sits in ring slot (appended - 1 - i) % r.
-    const int ring_slot = static_cast<int>((appended - 1 - i) % window);
-    for (int a = threadIdx.x; a < n; a += blockDim.x) weight[a] = -INFINITY;
-    for (int gh = 0; gh < group; ++gh) {
-      const int64_t qh = static_cast<int64_t>(h.kv_head) * group + gh;
-      __syncthreads();  // the previous head's readers are done with qs
-      for (int c = threadIdx.x; c < d; c += blockDim.x)
-        qs[c] = bf16_to_f32(layer.query_ring[cuda::ring_index(args, h, qh, ring_slot) + c]);
+  for (int i0 = 0; i0 < nq; i0 += queries_a_pass) {  // query i (newest first) sits in ring slot (appended - 1 - i) % r
+    const int n_pass_queries = min(queries_a_pass, nq - i0);
+    for (int a = threadIdx.x; a < n; a += blockDim.x) weight_first[a] = weight_second[a] = -INFINITY;
+    for (int h0 = 0; h0 < group; h0 += heads_a_pass) {
+      const int n_heads = min(heads_a_pass, group - h0), n_dots = n_pass_queries * n_heads;
+      __syncthreads();  // the previous pass's readers are done with qs
+      for (int e = threadIdx.x; e < n_dots * d; e += blockDim.x) {
+        const int dot = e / d, c = e % d;
+        const int ring_slot = static_cast<int>((appended - 1 - (i0 + dot / n_heads)) % window);
+        const int64_t qh = static_cast<int64_t>(h.kv_head) * group + h0 + dot % n_heads;
+        qs[c * dots + dot] = bf16_to_f32(layer.query_ring[cuda::ring_index(args, h, qh, ring_slot) + c]);
+      }
       __syncthreads();
       for (int a = threadIdx.x; a < n; a += blockDim.x) {
-        const int64_t index = cuda::pool_index(h, w.slot_of_age[a]);
-        double dot = 0.0;
-        for (int c = 0; c < d; ++c) dot += qs[c] * cuda::key_element(keys, index, d, c);
-        weight[a] = fmax(weight[a], dot * scale);
+        double acc[kImportanceDots];
+#pragma unroll
+        for (int t = 0; t < kImportanceDots; ++t) acc[t] = 0.0;
+        // In dimension order per dot product, as the CPU sums (each fp32 × bf16 product is exact in fp64).
+        cuda::for_each_key_element(keys, cuda::pool_index(h, w.slot_of_age[a]), d, [&](int c, float k) {
+          const double kd = k;
+          const double* q = qs + c * dots;
+#pragma unroll
+          for (int t = 0; t < kImportanceDots; ++t)
+            if (t < n_dots) acc[t] += q[t] * kd;
+        });
+#pragma unroll
+        for (int t = 0; t < kImportanceDots; ++t) {
+          if (t >= n_dots) continue;
+          double* weight = t < n_heads ? weight_first : weight_second;
+          weight[a] = fmax(weight[a], acc[t] * scale);
+        }
       }
     }
-    double local_max = -INFINITY;
-    for (int a = threadIdx.x; a < n; a += blockDim.x) local_max = fmax(local_max, weight[a]);
-    const double top = cuda::block_max(local_max);
-    double part = 0.0;
-    for (int a = threadIdx.x; a < n; a += blockDim.x) part += (weight[a] = exp(weight[a] - top));
-    const double denom = cuda::block_sum(part);
-    for (int a = threadIdx.x; a < n; a += blockDim.x) mean[a] += weight[a] / denom / nq;
+    for (int qq = 0; qq < n_pass_queries; ++qq) {
+      double* weight = qq == 0 ? weight_first : weight_second;
+      double local_max = -INFINITY;
+      for (int a = threadIdx.x; a < n; a += blockDim.x) local_max = fmax(local_max, weight[a]);
+      const double top = cuda::block_max(local_max);
+      double part = 0.0;
+      for (int a = threadIdx.x; a < n; a += blockDim.x) part += (weight[a] = exp(weight[a] - top));
+      const double denom = cuda::block_sum(part);
+      for (int a = threadIdx.x; a < n; a += blockDim.x) mean[a] += weight[a] / denom / nq;
+    }
   }
   __syncthreads();
   // Max pool along age order; the padding never wins (torch's max_pool1d).
@@ -110,10 +140,9 @@ __device__ void key_norms_device(const CudaSelectionArgs& args, const cuda::Head
   for (int a = threadIdx.x; a < n; a += blockDim.x) {
     const int64_t index = cuda::pool_index(h, w.slot_of_age[a]);
     double sq = 0.0;
-    for (int c = 0; c < d; ++c) {
-      const double k = cuda::key_element(keys, index, d, c);
-      sq += k * k;  // exact products: fma or not, same sum
-    }
+    cuda::for_each_key_element(keys, index, d, [&](int, float k) {
+      sq += static_cast<double>(k) * k;  // exact products: fma or not, same sum
+    });
     w.c[a] = sqrt(sq) + 1e-8;
   }
   __syncthreads();
@@ -123,30 +152,58 @@ __device__ void key_norms_device(const CudaSelectionArgs& args, const cuda::Head
 __device__ inline double add_product(double acc, double x, double y) { return __dadd_rn(acc, __dmul_rn(x, y)); }
 
 // w.a[a] = the spared key redundancy of the a-th oldest candidate (needs w.slot_of_age and the spares
-// spare_kernel left in w.sort; uses w.c; leaves w.b alone). Collective.
+// spare_kernel left in w.sort; uses w.c and `buffer`, kImportanceQueryElements doubles of shared memory;
+// leaves w.b alone). Collective.
 __device__ void spared_redundancy_device(const CudaSelectionArgs& args, const cuda::HeadSelect& h,
-                                         cuda::HeadScratch& w) {
+                                         cuda::HeadScratch& w, double* buffer) {
   __shared__ double sum_unit[cuda::kMaxScoringHeadDim];
   const int n = h.n_candidates, d = args.head_dim;
   const auto* keys = static_cast<const __nv_bfloat16*>(args.layers[h.layer].keys);
   double* norm = w.c;
   double* column = w.a;
   key_norms_device(args, h, w);  // the importance pass used w.c
-  // Plain column sums u_a · (S − u_a), S = Σ u_i (rkv_select.cuh), u = k / norm as the CPU divides.
+  // Plain column sums u_a · (S − u_a), S = Σ u_i (rkv_select.cuh), u = k times the inverse norm: the
+  // Σ-trick's sums differ from the CPU's n x n sum by rounding already, so the CPU's division is not kept.
   auto to_unit = [&](int a, double (&row)[cuda::kRowPerLane]) {
-    const double na = norm[a];
+    const double inv = 1.0 / norm[a];
 #pragma unroll
-    for (int k = 0; k < cuda::kRowPerLane; ++k) row[k] /= na;
+    for (int k = 0; k < cuda::kRowPerLane; ++k) row[k] *= inv;
   };
   cuda::sum_unit_keys_device(keys, h, w, n, d, to_unit, sum_unit);
   cuda::unit_key_columns_device(keys, h, w, n, d, to_unit, sum_unit, 1.0, column);
+  // Each row's spared entry comes off its spare's column, summed in row order as on the CPU (exact
+  // entries, so the spare rule's share is the CPU's). A thread sweeps the rows once for kSweepColumns of
+  // its candidates (a, a + kThreads, ...), the rows' spares staged in shared memory kStaged at a time.
+  constexpr int kThreads = cuda::kSelectionThreads, kSweepColumns = 8;
+  constexpr int kStaged = 2 * kImportanceQueryElements;
+  uint32_t* spare_of_row = reinterpret_cast<uint32_t*>(buffer);
   double local_max = -INFINITY;
-  for (int a = threadIdx.x; a < n; a += blockDim.x) {
-    double spared = 0.0;
-    for (int i = 0; i < n; ++i)
-      if (w.sort[i].index == static_cast<uint32_t>(a)) spared += __longlong_as_double(static_cast<long long>(w.sort[i].key));
-    column[a] = (column[a] - spared) / n;
-    local_max = fmax(local_max, column[a]);
+  for (int base = 0; base < n; base += kSweepColumns * kThreads) {
+    const int a0 = base + static_cast<int>(threadIdx.x);
+    double spared[kSweepColumns];
+#pragma unroll
+    for (int t = 0; t < kSweepColumns; ++t) spared[t] = 0.0;
+    for (int first = 0; first < n; first += kStaged) {
+      const int staged = min(kStaged, n - first);
+      __syncthreads();  // the previous chunk's readers are done
+      for (int i = threadIdx.x; i < staged; i += kThreads) spare_of_row[i] = w.sort[first + i].index;
+      __syncthreads();
+      for (int i = 0; i < staged; ++i) {
+        const int column_of_row = static_cast<int>(spare_of_row[i]) - a0;  // the row's spare, relative to a0
+        if (column_of_row < 0 || column_of_row % kThreads != 0) continue;
+#pragma unroll
+        for (int t = 0; t < kSweepColumns; ++t)
+          if (column_of_row == t * kThreads)
+            spared[t] += __longlong_as_double(static_cast<long long>(w.sort[first + i].key));
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kSweepColumns; ++t) {
+      const int a = a0 + t * kThreads;
+      if (a >= n) continue;
+      column[a] = (column[a] - spared[t]) / n;
+      local_max = fmax(local_max, column[a]);
+    }
   }
   const double top = cuda::block_max(local_max);
   double part = 0.0;
@@ -288,8 +345,10 @@ struct RkvOfficialDevice {
                                 uint8_t* keep) {
     const double lambda = args.params.as<RkvOfficialParams>().lambda;
     cuda::HeadScratch w(scratch, args.capacity);  // age order and spares from launches 1 and 2
-    importance_device(args, h, s, w);       // w.b
-    spared_redundancy_device(args, h, w);   // w.a
+    __shared__ double buffer[kImportanceQueryElements];  // the importance's queries, then staged spares
+    importance_device(args, h, s, w, buffer);    // w.b
+    __syncthreads();                             // the importance's last readers are done with buffer
+    spared_redundancy_device(args, h, w, buffer);  // w.a
     for (int a = threadIdx.x; a < h.n_candidates; a += blockDim.x)
       w.b[a] = lambda * w.b[a] - (1.0 - lambda) * w.a[a];
     __syncthreads();

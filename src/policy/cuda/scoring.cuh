@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cub/block/block_reduce.cuh>
+#include <cuda_bf16.h>
 
 #include "policy/cuda/selection_kernel.cuh"
 
@@ -170,6 +171,24 @@ __device__ inline double block_max(double x) {
 __device__ inline int64_t pool_index(const HeadSelect& h, int slot) {
   const int64_t page = h.page_table[slot / h.page_slots];
   return (page * h.n_kv_heads + h.kv_head) * h.page_slots + slot % h.page_slots;
+}
+
+// f(c, k_c) for the elements of pool row `index` in dimension order, read 16 bytes at a time (head_dim
+// a multiple of 8; rows start 16-byte aligned). For a thread walking a row of its own: element by element,
+// the 32 lanes of a warp touch 32 rows a load, 32 L1 wavefronts for 2 bytes each.
+template <class F>
+__device__ inline void for_each_key_element(const __nv_bfloat16* keys, int64_t index, int head_dim, F f) {
+  const uint4* row = reinterpret_cast<const uint4*>(keys + index * head_dim);
+  for (int c8 = 0; c8 < head_dim / 8; ++c8) {
+    const uint4 raw = row[c8];
+    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 k = __bfloat1622float2(pairs[e]);
+      f(8 * c8 + 2 * e, k.x);
+      f(8 * c8 + 2 * e + 1, k.y);
+    }
+  }
 }
 
 // A scoring selection: one CTA per (row, layer of the launch, KV head) like selection_kernel, but the

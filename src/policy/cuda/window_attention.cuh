@@ -74,27 +74,16 @@ __device__ inline void tile_logits(const __nv_bfloat16* keys, int64_t index, int
                                    double (&acc)[kQueryTile]) {
 #pragma unroll
   for (int t = 0; t < kQueryTile; ++t) acc[t] = 0.0;
-  const uint4* row = reinterpret_cast<const uint4*>(keys + index * head_dim);
-  for (int c8 = 0; c8 < head_dim / 8; ++c8) {
-    const uint4 raw = row[c8];
-    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+  for_each_key_element(keys, index, head_dim, [&](int c, float k) {
+    const double kc = k;
+    const double2* q = reinterpret_cast<const double2*>(qs + c * kQueryTile);
 #pragma unroll
-    for (int e2 = 0; e2 < 4; ++e2) {
-      const float2 kf = __bfloat1622float2(pairs[e2]);
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int c = c8 * 8 + e2 * 2 + half;
-        const double kc = half == 0 ? kf.x : kf.y;
-        const double2* q = reinterpret_cast<const double2*>(qs + c * kQueryTile);
-#pragma unroll
-        for (int t2 = 0; t2 < kQueryTile / 2; ++t2) {
-          const double2 qv = q[t2];
-          acc[2 * t2] = fma(qv.x, kc, acc[2 * t2]);
-          acc[2 * t2 + 1] = fma(qv.y, kc, acc[2 * t2 + 1]);
-        }
-      }
+    for (int t2 = 0; t2 < kQueryTile / 2; ++t2) {
+      const double2 qv = q[t2];
+      acc[2 * t2] = fma(qv.x, kc, acc[2 * t2]);
+      acc[2 * t2 + 1] = fma(qv.y, kc, acc[2 * t2 + 1]);
     }
-  }
+  });
 }
 
 // Online softmax statistics (max m, denominator d = sum exp(l - m)) merged with another pair.
