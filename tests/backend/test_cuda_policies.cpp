@@ -286,7 +286,10 @@ INSTANTIATE_TEST_SUITE_P(Policies, CudaScoringPolicy,
                                          // The tensor-core windowed attention (near-ties allowed).
                                          "snapkv:precision=fp32", "snapkv_pp:pool=7,temperature=2,precision=fp32",
                                          "rkv:precision=fp32", "rkv_pp:lambda=0.1,pool=3,precision=fp32",
-                                         "vase:precision=fp32", "vase_pp:large=0,sinks=0,pool=1,precision=fp32"));
+                                         "vase:precision=fp32", "vase_pp:large=0,sinks=0,pool=1,precision=fp32",
+                                         // Attention so sharp that most weights are 0: VaSE's draws go on
+                                         // past the last weight (the oldest remaining, vase.cpp's rule).
+                                         "vase_pp:large=0,sinks=0,pool=1,temperature=0.001"));
 
 #ifdef KVDICE_WITH_CUDA
 // Each CUDA file binds every option its device rule reads into its own parameter type (host code, no GPU

@@ -27,6 +27,11 @@ struct VaseParams {
   bool window_fp32 = false;  // precision=fp32
 };
 
+// The draws' sum tree has a leaf per thread's run: levels from a leaf to the root, and the run entries a
+// draw reads at a time.
+inline constexpr int kTreeLevels = 9, kWalkBatch = 8;
+static_assert((kSelectionThreads >> (kTreeLevels - 1)) == 1, "kTreeLevels: a leaf's path to the root");
+
 struct VaseDevice {
   __device__ static void select(const CudaSelectionArgs& args, const HeadSelect& h, int s, char* scratch,
                                 uint8_t* keep) {
@@ -145,14 +150,24 @@ struct VaseDevice {
             node = 2 * node + 1;
           }
         }
-        const int run = node - kSelectionThreads;
+        const int run = node - kSelectionThreads, run_end = run_begin(run + 1);
+        // The run kWalkBatch entries at a time: their reads in flight together, then the running sum
+        // (a taken entry weighs 0, so it is never the one that passes the target).
         unsigned long long running = 0;
-        for (int j = run_begin(run); j < run_begin(run + 1); ++j) {
-          if (w.sort[j].unused) continue;
-          running += w.sort[j].key;
-          if (running > target) {
-            pick = j;
-            break;
+        for (int j0 = run_begin(run); j0 < run_end && pick < 0; j0 += kWalkBatch) {
+          unsigned long long weight_of[kWalkBatch];
+#pragma unroll
+          for (int e = 0; e < kWalkBatch; ++e) {
+            weight_of[e] = 0;
+            if (j0 + e < run_end) {
+              const SortPair entry = w.sort[j0 + e];
+              weight_of[e] = entry.unused ? 0 : entry.key;
+            }
+          }
+#pragma unroll
+          for (int e = 0; e < kWalkBatch; ++e) {
+            running += weight_of[e];
+            if (pick < 0 && running > target) pick = j0 + e;
           }
         }
       }
@@ -160,8 +175,15 @@ struct VaseDevice {
         atomicExch(args.error, 1);
         return;
       }
+      // The pick's path to the root, read whole and then written: shared-memory stores may alias the
+      // next level's read, so a read-modify-write a level would wait on each level in turn.
       const uint64_t weight = w.sort[pick].key;
-      for (int node = kSelectionThreads + pick / per_thread; node >= 1; node /= 2) tree[node] -= weight;
+      const int leaf = kSelectionThreads + pick / per_thread;
+      unsigned long long path[kTreeLevels];
+#pragma unroll
+      for (int l = 0; l < kTreeLevels; ++l) path[l] = tree[leaf >> l];
+#pragma unroll
+      for (int l = 0; l < kTreeLevels; ++l) tree[leaf >> l] = path[l] - weight;
       w.sort[pick].unused = 1;
       keep[w.slot_of_age[w.sort[pick].index]] = 1;
     }
