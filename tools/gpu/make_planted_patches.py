@@ -84,8 +84,18 @@ plant('vase-stream-heads-4-up', "VaSE's weighted draw uses KV head % 4 as its st
 plant('vase-tree-root-stale', "VaSE's draws leave the sum tree's root (the total weight left) as it was before each pick",
       'Policies/CudaRealShape.*/vase',
       [('src/policy/cuda/vase_select.cuh',
-        'for (int node = kSelectionThreads + pick / per_thread; node >= 1; node /= 2) tree[node] -= weight;',
-        'for (int node = kSelectionThreads + pick / per_thread; node > 1; node /= 2) tree[node] -= weight;')])
+        '      for (int l = 0; l < kTreeLevels; ++l) tree[leaf >> l] = path[l] - weight;',
+        '      for (int l = 0; l < kTreeLevels - 1; ++l) tree[leaf >> l] = path[l] - weight;')])
+plant('vase-walk-run-tail', "VaSE's draws read the last entry of each run as weighing nothing (it is never picked by weight)",
+      'Policies/CudaRealShape.*/vase',
+      [('src/policy/cuda/vase_select.cuh',
+        '            if (j0 + e < run_end) {',
+        '            if (j0 + e < run_end - 1) {')])
+plant('vase-zero-weight-newest', "VaSE's draws past the last weight read the taken flags from the wrong end of the pool (a taken candidate can be picked again)",
+      'Policies/CudaScoringPolicy.SmallShapesKeepWhatTheCpuKeeps/* (temperature=0.001)',
+      [('src/policy/cuda/vase_select.cuh',
+        '        while (oldest_left < m && w.sort[oldest_left].unused) ++oldest_left;',
+        '        while (oldest_left < m && w.sort[m - 1 - oldest_left].unused) ++oldest_left;')])
 plant('mma-tile-chunks-past-8', 'the tensor-core tiles (fp32 windowed attention, the spare search) leave the odd 16-byte chunks past the 8th of a row uncopied (head_dim 128)',
       'Policies/CudaRealShape.Qwen3FourBKeepsWhatTheCpuKeeps/*fp32*',
       [('src/policy/cuda/mma_tile.cuh',
@@ -99,8 +109,23 @@ plant('rkv-redundancy-first-64-channels', "R-KV's key redundancy reads only the 
 plant('rkv_official-query-heads-4-up', "R-KV (official) scores KV heads 4 and up with the query heads of head % 4",
       'Policies/CudaRealShape.*/rkv_official',
       [('src/policy/cuda/rkv_official.cu',
-        '      const int64_t qh = static_cast<int64_t>(h.kv_head) * group + gh;',
-        '      const int64_t qh = static_cast<int64_t>(h.kv_head % 4) * group + gh;')])
+        '        const int64_t qh = static_cast<int64_t>(h.kv_head) * group + h0 + dot % n_heads;',
+        '        const int64_t qh = static_cast<int64_t>(h.kv_head % 4) * group + h0 + dot % n_heads;')])
+plant('rkv_official-importance-second-query', "R-KV (official)'s importance counts the last group head of a pass's first query as the second query's",
+      'Policies/CudaRealShape.*/rkv_official',
+      [('src/policy/cuda/rkv_official.cu',
+        '          double* weight = t < n_heads ? weight_first : weight_second;',
+        '          double* weight = t < n_heads - 1 ? weight_first : weight_second;')])
+plant('rkv_official-spared-first-columns', "R-KV (official) leaves the spared entries on the columns of its 256 oldest candidates",
+      'Policies/CudaRealShape.*/rkv_official',
+      [('src/policy/cuda/rkv_official.cu',
+        '        if (column_of_row < 0 || column_of_row % kThreads != 0) continue;',
+        '        if (column_of_row <= 0 || column_of_row % kThreads != 0) continue;')])
+plant('key-row-reads-last-chunk', "rows a thread reads 16 bytes at a time (the fp64 windowed attention, rkv_official's importance and key norms) skip their last 8 elements at head_dim 128 and up",
+      'Policies/CudaRealShape.Qwen3FourBKeepsWhatTheCpuKeeps/{snapkv,rkv_official}',
+      [('src/policy/cuda/scoring.cuh',
+        '  for (int c8 = 0; c8 < head_dim / 8; ++c8) {',
+        '  for (int c8 = 0; c8 < (head_dim >= 128 ? head_dim / 8 - 1 : head_dim / 8); ++c8) {')])
 plant('rkv_official-spare-rows-32-up', "R-KV (official)'s spare search leaves rows 32-63 of each tile unsearched (spare: the oldest, entry 0)",
       'Policies/CudaScoringPolicy.*rkv_official*',
       [('src/policy/cuda/rkv_official.cu',
@@ -197,11 +222,16 @@ FILTERS = {
     'h2o-mass-heads-4-up': ('h2o_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('h2o') + ':' + real('h2o_pp')),
     'vase-stream-heads-4-up': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
     'vase-tree-root-stale': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
+    'vase-zero-weight-newest': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*'),
+    'vase-walk-run-tail': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
     'mma-tile-chunks-past-8': ('mma_tile.cuh (fp32 windowed attention, spare search)',
         'Policies/CudaScoringPolicy.*:Policies/CudaRealShape.*/*fp32*:' + real('rkv_official')),
     'rkv-redundancy-first-64-channels': ('rkv_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('rkv')),
     'rkv_official-query-heads-4-up': ('rkv_official.cu', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
+    'key-row-reads-last-chunk': ('scoring.cuh (rows a thread reads)', 'Policies/CudaScoringPolicy.*:' + real('snapkv') + ':' + real('rkv_official')),
     'rkv_official-spare-rows-32-up': ('rkv_official.cu (spare search)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
+    'rkv_official-importance-second-query': ('rkv_official.cu (importance)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
+    'rkv_official-spared-first-columns': ('rkv_official.cu (spared redundancy)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
     'triattention-group-max-3': ('triattention.cu', 'CudaTriAttention.*:' + real('triattention')),
     'compaction-first-tile-only': ('compaction (evict.cu)', RANDOM + ':' + real('random') + ':' + real('recency')),
     'decode-attention-kv-heads-8-up': ('decode attention',

@@ -106,17 +106,25 @@ if [ "${SAMPLER:-0}" = 1 ]; then profile_one_launch sampler sample_finish 20; fi
 # 43 is layer 14's O, 44 its gate/up). GEMV_SKIP=42 took a down projection (grid 1,280, 20 us; 2026-12-03).
 if [ "${GEMV:-0}" = 1 ]; then profile_one_launch gemv gemv_kernel "${GEMV_SKIP:-43}"; fi
 
-# EVICT=1: one launch each of what a batch-128 scoring round and H2O's signal spend their time in, under
-# the table9 preset's settings (docs/benchmarks.md, "Where a batch-128 round goes"): the fp32 windowed
-# attention (snapkv_pp), R-KV's and VaSE's selections, and H2O's mass from the decode attention's logits.
-# A model round is six launches of each round kernel, so SKIP 6 takes the second round's.
+# EVICT=1: one launch each of what a scoring round and H2O's signal spend their time in, under the table9
+# preset's settings (docs/benchmarks.md, "Where a batch-128 round goes"): the fp32 windowed attention
+# (snapkv_pp), SnapKV's, R-KV's, VaSE's and rkv_official's selections, rkv_official's spare search, and
+# H2O's mass from the decode attention's logits. A model round is six launches of each round kernel, so
+# SKIP 6 takes the second round's (batch 1 runs fewer launches: EVICT_SKIP=1). EVICT_BATCH (default
+# 128) is the batch; EVICT_ONLY="tag ..." runs only those.
 if [ "${EVICT:-0}" = 1 ]; then
   EV=(.gpu-bin/kvdice bench evict --random-weights --config configs/shapes/$SHAPE.json --backend cuda --preset table9
-      --batches 128 --repeats 2)
-  profile_launch_of window_tc window_means_tc_kernel 6 "${EV[@]}" --policies "snapkv_pp:pool=5,temperature=0.6,precision=fp32"
-  profile_launch_of rkv_selection scoring_selection_kernel 6 "${EV[@]}" \
-    --policies "rkv_pp:lambda=0.1,pool=5,temperature=0.6,precision=fp32"
-  profile_launch_of vase_selection scoring_selection_kernel 6 "${EV[@]}" \
-    --policies "vase_pp:large=0.25,pool=5,temperature=0.6,precision=fp32"
-  profile_launch_of h2o_mass mass_from_logits_kernel 40 "${EV[@]}" --policies h2o_pp
+      --batches "${EVICT_BATCH:-128}" --repeats 2)
+  evict_profile() {  # tag, kernel regex, skip, policy spec
+    case " ${EVICT_ONLY:-$1} " in *" $1 "*) profile_launch_of "$1" "$2" "${EVICT_SKIP:-$3}" "${EV[@]}" --policies "$4" ;; esac
+  }
+  evict_profile window_tc window_means_tc_kernel 6 "snapkv_pp:pool=5,temperature=0.6,precision=fp32"
+  evict_profile snapkv_selection scoring_selection_kernel 6 "snapkv_pp:pool=5,temperature=0.6,precision=fp32"
+  evict_profile rkv_selection scoring_selection_kernel 6 "rkv_pp:lambda=0.1,pool=5,temperature=0.6,precision=fp32"
+  evict_profile vase_selection scoring_selection_kernel 6 "vase_pp:large=0.25,pool=5,temperature=0.6,precision=fp32"
+  # rkv_official's prepare and selection launches alternate under this name (ncu drops template arguments).
+  evict_profile rkv_official_prepare scoring_selection_kernel 6 rkv_official
+  evict_profile rkv_official_selection scoring_selection_kernel 7 rkv_official
+  evict_profile rkv_official_spare spare_kernel 6 rkv_official
+  evict_profile h2o_mass mass_from_logits_kernel 40 h2o_pp
 fi
