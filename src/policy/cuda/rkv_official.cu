@@ -5,9 +5,10 @@
 // of the logits q·k/√D (fp64, bit-identical to the CPU's: every fp32 × bf16 product is exact in fp64),
 // softmax over the candidates; mean over those queries; max pool of kernel `pool` along age order.
 // redundancy: key_redundancy.cpp with the spare-the-newest rule. The plain column sums come from
-// rkv_select.cuh's Σ-trick; each row's spare (the newest candidate whose cosine similarity exceeds the
-// threshold, else the oldest) is the CPU's decision bit for bit, and its entry is subtracted from the
-// spare's column. The search is O(n² · D) per head, as on the CPU, but on tensor cores: the cosines of a
+// rkv_select.cuh's Σ-trick (unit keys as the key times the inverse norm: the trick's sums differ from
+// the CPU's n x n sum by rounding already); each row's spare (the newest candidate whose cosine
+// similarity exceeds the threshold, else the oldest) is the CPU's decision bit for bit, and its entry is
+// subtracted from the spare's column. The search is O(n² · D) per head, as on the CPU, but on tensor cores: the cosines of a
 // tile of 64 rows with 64 candidates come from the raw bf16 keys (mma.sync, fp32 accumulation) times the
 // fp32 reciprocals of the fp64 norms, and only a pair whose cosine lies within kSpareBand of the
 // threshold, or passes it, is computed again with the CPU's own arithmetic (unit keys by division,

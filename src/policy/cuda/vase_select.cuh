@@ -125,8 +125,8 @@ struct VaseDevice {
     // the run to the first remaining candidate whose running weight exceeds what is left of the target,
     // and takes the pick's weight off the run's path to the root. Integer sums: the same pick as
     // vase.cpp's walk over the whole pool. (With a block scan and four barriers a draw, vase_pp took
-    // 3.25 ms a batch-128 layer call, 2.35 with the tree; at batch 1, 0.565 against the tree's 0.606:
-    // H200, 2026-12-06.)
+    // 3.25 ms a batch-128 layer call and 0.565 at batch 1; the tree with a level-by-level update 2.35
+    // and 0.606 (H200), with the path read whole 2.16 and 0.534 (H100, 2026-12-06).)
     if (threadIdx.x != 0) return;
     const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer),
                               static_cast<uint32_t>(h.kv_head)};
