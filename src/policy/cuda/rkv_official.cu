@@ -8,14 +8,15 @@
 // rkv_select.cuh's Σ-trick (unit keys as the key times the inverse norm: the trick's sums differ from
 // the CPU's n x n sum by rounding already); each row's spare (the newest candidate whose cosine
 // similarity exceeds the threshold, else the oldest) is the CPU's decision bit for bit, and its entry is
-// subtracted from the spare's column. The search is O(n² · D) per head, as on the CPU, but on tensor cores: the cosines of a
-// tile of 64 rows with 64 candidates come from the raw bf16 keys (mma.sync, fp32 accumulation) times the
-// fp32 reciprocals of the fp64 norms, and only a pair whose cosine lies within kSpareBand of the
-// threshold, or passes it, is computed again with the CPU's own arithmetic (unit keys by division,
-// products and sums rounded one by one, no FMA) to decide it and to give the spared entry. The band is safe: every product of two bf16
-// values is exact in fp32, so the fp32 sum of D of them is within D · 2^-22 · Σ|k_i,c · k_j,c| ≤
-// D · 2^-22 · |k_i| · |k_j| of the exact dot product (Cauchy–Schwarz), and the cosine within D · 2^-22
-// (6.1e-5 at D = 256) plus three fp32 roundings of the CPU's value, far inside the band.
+// subtracted from the spare's column. The search is O(n² · D) per head, as on the CPU, but on tensor
+// cores: the cosines of a tile of 64 rows with 64 candidates come from the raw bf16 keys (mma.sync, fp32
+// accumulation) times the fp32 reciprocals of the fp64 norms, and only a pair whose cosine lies within
+// kSpareBand of the threshold, or passes it, is computed again with the CPU's own arithmetic (unit keys
+// by division, products and sums rounded one by one, no FMA) to decide it and to give the spared entry.
+// The band is safe: every product of two bf16 values is exact in fp32, so the fp32 sum of D of them is
+// within D · 2^-22 · Σ|k_i,c · k_j,c| ≤ D · 2^-22 · |k_i| · |k_j| of the exact dot product
+// (Cauchy–Schwarz), and the cosine within D · 2^-22 (6.1e-5 at D = 256) plus three fp32 roundings of the
+// CPU's value, far inside the band.
 //
 // Three launches, so the spare search is not one CTA's serial work per head (8 CTAs per layer call at
 // batch 1): a per-head pass puts the age order and the key norms in the head scratch; spare_kernel
@@ -79,7 +80,8 @@ __device__ void importance_device(const CudaSelectionArgs& args, const cuda::Hea
   double* weight_first = w.c;  // the max over the group of the first query's logits, then its softmax
   double* weight_second = w.b;
   for (int a = threadIdx.x; a < n; a += blockDim.x) mean[a] = 0.0;
-  for (int i0 = 0; i0 < nq; i0 += queries_a_pass) {  // query i (newest first) sits in ring slot (appended - 1 - i) % r
+  // Query i (newest first) sits in ring slot (appended - 1 - i) % r.
+  for (int i0 = 0; i0 < nq; i0 += queries_a_pass) {
     const int n_pass_queries = min(queries_a_pass, nq - i0);
     for (int a = threadIdx.x; a < n; a += blockDim.x) weight_first[a] = weight_second[a] = -INFINITY;
     for (int h0 = 0; h0 < group; h0 += heads_a_pass) {
