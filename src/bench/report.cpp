@@ -7,9 +7,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 
-#ifndef KVDICE_GIT_COMMIT
-#define KVDICE_GIT_COMMIT "unknown"
-#endif
+#include "kvdice_git_commit.h"  // KVDICE_GIT_COMMIT, written at build time (cmake/git_commit.cmake)
 
 namespace kvdice::bench {
 namespace fs = std::filesystem;

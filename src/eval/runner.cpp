@@ -21,9 +21,7 @@
 #include "eval/results_store.h"
 #include "policy/eviction_policy.h"
 
-#ifndef KVDICE_GIT_COMMIT
-#define KVDICE_GIT_COMMIT "unknown"
-#endif
+#include "kvdice_git_commit.h"  // KVDICE_GIT_COMMIT, written at build time (cmake/git_commit.cmake)
 
 namespace kvdice::eval {
 namespace {

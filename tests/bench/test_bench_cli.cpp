@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -41,6 +44,25 @@ class BenchCli : public ::testing::Test {
 
 Json read_runs(const std::string& file) { return read_json_file(file)["runs"]; }
 
+// What a shell command prints (its trailing newline dropped), and its exit status.
+std::pair<std::string, int> shell(const std::string& command) {
+  FILE* pipe = ::popen(command.c_str(), "r");
+  std::string out;
+  char buffer[256];
+  while (pipe != nullptr && std::fgets(buffer, sizeof buffer, pipe) != nullptr) out += buffer;
+  const int status = pipe != nullptr ? ::pclose(pipe) : -1;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return {out, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
+}
+
+// The commit the source tree is at now, as cmake/git_commit.cmake names it.
+std::string source_commit() {
+  const std::string git = fmt::format("git -C '{}' ", KVDICE_SOURCE_DIR);
+  const auto [commit, failed] = shell(git + "rev-parse --short=12 HEAD 2>/dev/null");
+  if (failed != 0 || commit.empty()) return "unknown";
+  return shell(git + "diff --quiet HEAD -- 2>/dev/null").second == 1 ? commit + "-dirty" : commit;
+}
+
 TEST_F(BenchCli, ThroughputOnTheFixtureRecordsEverything) {
   const std::string json = path("bench.json"), md = path("bench.md");
   const std::vector<std::string> args =
@@ -55,6 +77,8 @@ TEST_F(BenchCli, ThroughputOnTheFixtureRecordsEverything) {
                           "parameters", "results", "validation", "peak_memory_bytes", "prompts"})
     EXPECT_TRUE(run.contains(key)) << key;
   EXPECT_NE(run["command"].get<std::string>().find("--budget 32"), std::string::npos);
+  // The commit the binary was compiled from, not the one its build directory was configured at.
+  EXPECT_EQ(run["git_commit"], source_commit());
   EXPECT_GT(run["bandwidth_gb_s"].get<double>(), 0.0);
   EXPECT_GT(run["peak_memory_bytes"].get<int64_t>(), 0);
   EXPECT_EQ(run["parameters"]["budget_convention"], "reference");
