@@ -55,6 +55,11 @@ plant('recency_pp-protection-heads-4-up', 'recency_pp protects one prompt slot t
         '    for (int slot = threadIdx.x; slot < h.n_protected; slot += blockDim.x) keep[slot] = 1;\n',
         '    const int pinned = h.kv_head >= 4 && h.n_protected > 0 ? h.n_protected - 1 : h.n_protected;\n'
         '    for (int slot = threadIdx.x; slot < pinned; slot += blockDim.x) keep[slot] = 1;\n')])
+plant('take-first-pairs-one-tie-more', "the top-r selection without a sort (scoring.cuh's take_first_pairs) takes one pair more of those tied at the r-th key",
+      'Policies/CudaEvict.RoundsMatchTheCpuBitForBit/random_block_pp*, Policies/CudaRealShape.*/{random_block_pp,snapkv_pp}',
+      [('src/policy/cuda/scoring.cuh',
+        '    if (i < len && (key < prefix || (tie && ties_before + tie_rank < rank))) take(v[i].index);',
+        '    if (i < len && (key < prefix || (tie && ties_before + tie_rank <= rank))) take(v[i].index);')])
 plant('random_block_pp-stream-heads-4-up', 'random_block_pp draws KV heads 4-7 from the streams of heads 0-3',
       'Policies/CudaRealShape.Qwen3FourBKeepsWhatTheCpuKeeps/random_block_pp',
       [('src/policy/cuda/random_block_pp.cu',
@@ -215,6 +220,8 @@ FILTERS = {
     'streaming-sinks-heads-2-up': ('streaming.cu', RANDOM + ':' + real('streaming')),
     'recency_pp-protection-heads-4-up': ('recency.cu (recency_pp)', RANDOM + ':' + real('recency_pp')),
     'random_block_pp-stream-heads-4-up': ('random_block_pp.cu', RANDOM + ':' + real('random_block_pp*')),
+    'take-first-pairs-one-tie-more': ('scoring.cuh (top-r without a sort)',
+        RANDOM + ':Policies/CudaScoringPolicy.*:' + real('random_block_pp*') + ':' + real('snapkv*') + ':' + real('h2o*')),
     'random_pp_rec-stream-heads-5-up': ('random_subset.cuh (the random rest)', RANDOM + ':' + real('random_pp_rec*')),
     # CudaScoringPolicyQwen's parameters: snapkv 0, snapkv_pp 1, rkv_pp 2, vase 3, vase_pp 4, h2o 5, h2o_pp 6.
     'window-attention-group-past-4': ('window_attention.cuh (snapkv, vase)',

@@ -40,10 +40,8 @@ struct RandomBlockPpDevice {
       w.sort[i] = p;
     }
     __syncthreads();
-    cuda::block_sort(w.sort, len);
     for (int slot = threadIdx.x; slot < first; slot += blockDim.x) keep[slot] = 1;
-    for (int r = threadIdx.x; r < h.keep - first; r += blockDim.x) keep[w.slot_of_age[w.sort[r].index]] = 1;
-    __syncthreads();
+    cuda::take_first_pairs(w.sort, len, h.keep - first, [&](uint32_t age) { keep[w.slot_of_age[age]] = 1; });
   }
 };
 

@@ -41,9 +41,7 @@ struct RandomVrangePpDevice {
       w.sort[i] = p;
     }
     __syncthreads();
-    cuda::block_sort(w.sort, len);
-    for (int r = threadIdx.x; r < n_tag; r += blockDim.x) keep[w.slot_of_age[w.sort[r].index]] = 1;
-    __syncthreads();
+    cuda::take_first_pairs(w.sort, len, n_tag, [&](uint32_t age) { keep[w.slot_of_age[age]] = 1; });
     // The draw over the unkept candidates in slot order (w.slot_of_age is free again).
     cuda::keep_random_rest_device(h, first, count - n_tag, count - free, w.slot_of_age, keep);
   }

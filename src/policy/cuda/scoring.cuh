@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
 #include <cuda_bf16.h>
 
 #include "policy/cuda/selection_kernel.cuh"
@@ -92,6 +93,58 @@ __device__ inline void block_sort(SortPair* v, int n) {
   }
 }
 
+// take(v[i].index) for each of the r pairs of v[0, len) that come first in ascending (key, index) order,
+// in no particular order: the set block_sort's first r would give, without sorting. A radix select on
+// the keys (eight passes of eight bits: a histogram of the pairs still matching the key's high bits, and
+// the bin holding the r-th) finds the r-th key T; the pairs below T are taken, and of those equal to it
+// the first in position order. The index must ascend with the position for every pair that can be
+// taken (every caller fills v[i] with index i, and its padding sorts last). r <= len. Collective.
+template <class Take>
+__device__ inline void take_first_pairs(const SortPair* v, int len, int r, Take take) {
+  static_assert(kSelectionThreads == 256, "a thread per bin of an eight-bit digit");
+  using Scan = cub::BlockScan<int, kSelectionThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ unsigned int bins[256];
+  __shared__ int shared_digit, shared_rank;
+  if (r <= 0) return;
+  uint64_t prefix = 0, mask = 0;
+  int rank = r;  // 1-based, among the pairs whose key matches prefix under mask
+#pragma unroll 1
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    bins[threadIdx.x] = 0;  // this thread read its bin before the last pass's final barrier
+    __syncthreads();
+    for (int i = threadIdx.x; i < len; i += blockDim.x) {
+      const uint64_t key = v[i].key;
+      if ((key & mask) == prefix) atomicAdd(&bins[(key >> shift) & 0xff], 1u);
+    }
+    __syncthreads();
+    const int count = static_cast<int>(bins[threadIdx.x]);
+    int through;  // pairs in bins 0..this one
+    Scan(scan).InclusiveSum(count, through);
+    if (through - count < rank && rank <= through) {
+      shared_digit = static_cast<int>(threadIdx.x);
+      shared_rank = rank - (through - count);
+    }
+    __syncthreads();
+    prefix |= static_cast<uint64_t>(shared_digit) << shift;
+    mask |= uint64_t{0xff} << shift;
+    rank = shared_rank;
+  }
+  // prefix is the r-th key; rank of the pairs equal to it are taken, the first in position order.
+  int ties_before = 0;
+  for (int base = 0; base < len; base += blockDim.x) {
+    const int i = base + static_cast<int>(threadIdx.x);
+    const uint64_t key = i < len ? v[i].key : ~uint64_t{0};
+    const int tie = i < len && key == prefix ? 1 : 0;
+    int tie_rank, ties;
+    __syncthreads();  // the scan storage's last readers are done
+    Scan(scan).ExclusiveSum(tie, tie_rank, ties);
+    if (i < len && (key < prefix || (tie && ties_before + tie_rank < rank))) take(v[i].index);
+    ties_before += ties;
+  }
+  __syncthreads();
+}
+
 // A key whose unsigned order is the numeric order of d (-0 and +0 equal, as the CPU's comparison).
 __device__ inline uint64_t orderable(double d) {
   const uint64_t bits = static_cast<uint64_t>(__double_as_longlong(d + 0.0));
@@ -130,11 +183,8 @@ __device__ inline void keep_prompt_and_highest_device(const HeadSelect& h, HeadS
     w.sort[i] = p;
   }
   __syncthreads();
-  block_sort(w.sort, len);
   for (int slot = threadIdx.x; slot < h.n_protected; slot += blockDim.x) keep[slot] = 1;
-  for (int r = threadIdx.x; r < h.keep - h.n_protected; r += blockDim.x)
-    keep[w.slot_of_age[w.sort[r].index]] = 1;
-  __syncthreads();
+  take_first_pairs(w.sort, len, h.keep - h.n_protected, [&](uint32_t age) { keep[w.slot_of_age[age]] = 1; });
 }
 
 // Deterministic CTA sum (CUB's fixed reduction tree); the result is broadcast to every thread.

@@ -77,9 +77,7 @@ struct VaseDevice {
       w.sort[i] = p;
     }
     __syncthreads();
-    block_sort(w.sort, len);
-    for (int r = threadIdx.x; r < n_range; r += blockDim.x) keep[w.slot_of_age[w.sort[r].index]] = 1;
-    __syncthreads();
+    take_first_pairs(w.sort, len, n_range, [&](uint32_t age) { keep[w.slot_of_age[age]] = 1; });
     kept += n_range;
 
     windowed_attention_device(args, h, w, scratch);  // w.b[a]: attention of the a-th oldest
