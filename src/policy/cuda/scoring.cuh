@@ -1,9 +1,12 @@
 // Device functions of the scoring selections (snapkv, triattention, ...): the per-head scratch, an exact
-// block-wide sort of (key, index) pairs, candidates in age order and the top-n rule of
-// policy/ranking.h (prompt pinned, then the highest scores, equal scores keeping the smaller absolute
-// position first). Sorting whole keys instead of comparing floating-point scores with a tolerance makes
-// the kept set a pure function of the scores and positions, as std::sort's is on the CPU.
+// block-wide sort of (key, index) pairs and the first r of them without a sort, candidates in age order
+// and the top-n rule of policy/ranking.h (prompt pinned, then the highest scores, equal scores keeping
+// the smaller absolute position first). Ordering whole keys instead of comparing floating-point scores
+// with a tolerance makes the kept set a pure function of the scores and positions, as std::sort's is on
+// the CPU.
 #pragma once
+
+#include <climits>
 
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
@@ -151,11 +154,64 @@ __device__ inline uint64_t orderable(double d) {
   return (bits >> 63) != 0 ? ~bits : (bits | (uint64_t{1} << 63));
 }
 
+struct IntMinMax {
+  __device__ int2 operator()(int2 a, int2 b) const { return {min(a.x, b.x), max(a.y, b.y)}; }
+};
+
 // w.slot_of_age[a] = the slot of the a-th oldest candidate of [first, n_candidates), a < n_candidates -
 // first (positions are unique per head, so this is policy/ranking.h's chronological(input, first)).
-// Collective.
+// Unique positions need no sort: a bitmap of their span, in the sort buffer, gives each its rank (the
+// set bits below it: a scan of the words' counts, then the bits of its own word), O(n + span / 32)
+// instead of a bitonic sort's O(n log² n). A span past what the buffer holds (positions far more spread
+// than 64 a candidate slot) is sorted as before. Collective.
 __device__ inline void age_order(const HeadSelect& h, HeadScratch& w, int first = 0) {
   const int count = h.n_candidates - first;
+  using Reduce = cub::BlockReduce<int2, kSelectionThreads>;
+  using Scan = cub::BlockScan<int, kSelectionThreads>;
+  __shared__ union {
+    typename Reduce::TempStorage reduce;
+    typename Scan::TempStorage scan;
+  } temp;
+  __shared__ int2 span_ends;
+  int2 ends{INT_MAX, INT_MIN};
+  for (int i = threadIdx.x; i < count; i += blockDim.x) {
+    const int p = h.position(first + i);
+    ends = {min(ends.x, p), max(ends.y, p)};
+  }
+  const int2 block_ends = Reduce(temp.reduce).Reduce(ends, IntMinMax{});
+  if (threadIdx.x == 0) span_ends = block_ends;
+  __syncthreads();
+  const int lo = span_ends.x;
+  const int64_t words = count > 0 ? (static_cast<int64_t>(span_ends.y) - lo) / 32 + 1 : 0;
+  // The bitmap and each word's count of set bits before it, uint32 each, in the 16-byte sort pairs.
+  if (words <= 2 * static_cast<int64_t>(w.sort_n)) {
+    uint32_t* bits = reinterpret_cast<uint32_t*>(w.sort);
+    uint32_t* before = bits + words;
+    for (int k = threadIdx.x; k < words; k += blockDim.x) bits[k] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < count; i += blockDim.x) {
+      const int off = h.position(first + i) - lo;
+      atomicOr(&bits[off / 32], 1u << (off % 32));
+    }
+    __syncthreads();
+    int running = 0;
+    for (int base = 0; base < words; base += blockDim.x) {
+      const int k = base + static_cast<int>(threadIdx.x);
+      const int set = k < words ? __popc(bits[k]) : 0;
+      int set_before, set_total;
+      Scan(temp.scan).ExclusiveSum(set, set_before, set_total);
+      if (k < words) before[k] = static_cast<uint32_t>(running + set_before);
+      running += set_total;
+      __syncthreads();  // the scan storage is used again
+    }
+    for (int i = threadIdx.x; i < count; i += blockDim.x) {
+      const int off = h.position(first + i) - lo;
+      const int rank = static_cast<int>(before[off / 32]) + __popc(bits[off / 32] & ((1u << (off % 32)) - 1u));
+      w.slot_of_age[rank] = first + i;
+    }
+    __syncthreads();
+    return;
+  }
   const int len = HeadScratch::sort_len(count);
   for (int i = threadIdx.x; i < len; i += blockDim.x) {
     SortPair p{~uint64_t{0}, ~0u, 0};
