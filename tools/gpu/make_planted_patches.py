@@ -56,7 +56,7 @@ plant('recency_pp-protection-heads-4-up', 'recency_pp protects one prompt slot t
         '    const int pinned = h.kv_head >= 4 && h.n_protected > 0 ? h.n_protected - 1 : h.n_protected;\n'
         '    for (int slot = threadIdx.x; slot < pinned; slot += blockDim.x) keep[slot] = 1;\n')])
 plant('age-order-bitmap-words-past-256', "the age order from a bitmap of the positions' span counts the set bits before a word only within its chunk of 256 words (spans past 8,192 positions rank wrong)",
-      'Policies/CudaRealShape.* with positions spread past 8,192 (if none: a test to write)',
+      'a case whose positions spread past 8,192 (if none does: a test to write)',
       [('src/policy/cuda/scoring.cuh',
         '      running += set_total;',
         '      running = 0;')])
@@ -230,7 +230,8 @@ FILTERS = {
     'streaming-sinks-heads-2-up': ('streaming.cu', RANDOM + ':' + real('streaming')),
     'recency_pp-protection-heads-4-up': ('recency.cu (recency_pp)', RANDOM + ':' + real('recency_pp')),
     'random_block_pp-stream-heads-4-up': ('random_block_pp.cu', RANDOM + ':' + real('random_block_pp*')),
-    'age-order-bitmap-words-past-256': ('scoring.cuh (age order)', RANDOM + ':Policies/CudaScoringPolicy.*:Policies/CudaRealShape.*'),
+    'age-order-bitmap-words-past-256': ('scoring.cuh (age order)',
+        RANDOM + ':Policies/CudaScoringPolicy.*:' + real('snapkv*') + ':' + real('h2o*') + ':' + real('random_block_pp*')),
     'age-order-bitmap-own-bit': ('scoring.cuh (age order)', 'Policies/CudaScoringPolicy.*:' + real('snapkv*') + ':' + real('random_block_pp*')),
     'take-first-pairs-one-tie-more': ('scoring.cuh (top-r without a sort)',
         RANDOM + ':Policies/CudaScoringPolicy.*:' + real('random_block_pp*') + ':' + real('snapkv*') + ':' + real('h2o*')),
