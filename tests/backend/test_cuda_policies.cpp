@@ -241,6 +241,7 @@ std::vector<Row> small_rows(int pl) {
       {100, 4, 200, 300, pl ? 3 : 0},  // due with 100 victims (a long prompt's first round)
       {40, 20, 60, 1000, pl},          // due, the window is a third of the budget
       {160, 80, 240, 400, pl},         // due, more window queries than the CUDA scratch keeps logits of
+      {48, 16, 64, 20000, pl},         // due, positions spread past 8,192 (a long generation's round)
   };
 }
 

@@ -56,7 +56,7 @@ plant('recency_pp-protection-heads-4-up', 'recency_pp protects one prompt slot t
         '    const int pinned = h.kv_head >= 4 && h.n_protected > 0 ? h.n_protected - 1 : h.n_protected;\n'
         '    for (int slot = threadIdx.x; slot < pinned; slot += blockDim.x) keep[slot] = 1;\n')])
 plant('age-order-bitmap-words-past-256', "the age order from a bitmap of the positions' span counts the set bits before a word only within its chunk of 256 words (spans past 8,192 positions rank wrong)",
-      'a case whose positions spread past 8,192 (if none does: a test to write)',
+      'Policies/CudaScoringPolicy.SmallShapesKeepWhatTheCpuKeeps/* (the row whose positions spread past 8,192)',
       [('src/policy/cuda/scoring.cuh',
         '      running += set_total;',
         '      running = 0;')])
