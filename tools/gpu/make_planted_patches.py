@@ -131,6 +131,11 @@ plant('rkv_official-importance-second-query', "R-KV (official)'s importance coun
       [('src/policy/cuda/rkv_official.cu',
         '          double* weight = t < n_heads ? weight_first : weight_second;',
         '          double* weight = t < n_heads - 1 ? weight_first : weight_second;')])
+plant('rkv_official-importance-last-query-pair', "R-KV (official)'s importance reads its queries in pairs but skips the last pair of a pass (two dot products stay 0)",
+      'Policies/CudaRealShape.*/rkv_official',
+      [('src/policy/cuda/rkv_official.cu',
+        '            if (2 * t2 >= dots) continue;',
+        '            if (2 * t2 + 2 >= dots) continue;')])
 plant('rkv_official-spared-first-columns', "R-KV (official) leaves the spared entries on the columns of its 256 oldest candidates",
       'Policies/CudaRealShape.*/rkv_official',
       [('src/policy/cuda/rkv_official.cu',
@@ -251,6 +256,7 @@ FILTERS = {
     'key-row-reads-last-chunk': ('scoring.cuh (rows a thread reads)', 'Policies/CudaScoringPolicy.*:' + real('snapkv') + ':' + real('rkv_official')),
     'rkv_official-spare-rows-32-up': ('rkv_official.cu (spare search)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
     'rkv_official-importance-second-query': ('rkv_official.cu (importance)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
+    'rkv_official-importance-last-query-pair': ('rkv_official.cu (importance)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
     'rkv_official-spared-first-columns': ('rkv_official.cu (spared redundancy)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
     'triattention-group-max-3': ('triattention.cu', 'CudaTriAttention.*:' + real('triattention')),
     'compaction-first-tile-only': ('compaction (evict.cu)', RANDOM + ':' + real('random') + ':' + real('recency')),

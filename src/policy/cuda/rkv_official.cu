@@ -54,7 +54,8 @@ constexpr float kSpareBand = 1.0f / 256;
 // The (query, group head) dot products one read of a candidate's key row feeds: the group heads of two
 // queries when they fit (a key row is read nq / 2 times, not nq · group, and each element is widened to
 // fp64 once for all of them), else of one query. At most kImportanceDots at a time, and as many as the
-// queries' fp64 copy (kImportanceQueryElements, 8 KiB) holds: 8 at head_dim 128, 4 at 256.
+// queries' fp64 copy (kImportanceQueryElements, 8 KiB) holds, rounded down to even: 8 at head_dim 128, 4
+// at 256.
 constexpr int kImportanceDots = 8, kImportanceQueryElements = 4 * cuda::kMaxScoringHeadDim;
 
 // w.b[a] = the importance of the a-th oldest candidate (needs w.slot_of_age; uses w.a and w.c, and w.b for
@@ -73,7 +74,7 @@ __device__ void importance_device(const CudaSelectionArgs& args, const cuda::Hea
   const SelectionLayer layer = args.layers[h.layer];
   const auto* keys = static_cast<const __nv_bfloat16*>(layer.keys);
   const double scale = 1.0 / sqrt(static_cast<double>(d));
-  const int dots = min(kImportanceDots, kImportanceQueryElements / d);
+  const int dots = min(kImportanceDots, kImportanceQueryElements / d) & ~1;  // even: 16-byte query pairs
   const int queries_a_pass = 2 * group <= dots ? 2 : 1;
   const int heads_a_pass = min(group, dots / queries_a_pass);
   double* mean = w.a;
@@ -99,12 +100,18 @@ __device__ void importance_device(const CudaSelectionArgs& args, const cuda::Hea
 #pragma unroll
         for (int t = 0; t < kImportanceDots; ++t) acc[t] = 0.0;
         // In dimension order per dot product, as the CPU sums (each fp32 × bf16 product is exact in fp64).
+        // The queries two at a time (16-byte reads, dots even): an accumulator past n_dots takes a stale
+        // query and is never read.
         cuda::for_each_key_element(keys, cuda::pool_index(h, w.slot_of_age[a]), d, [&](int c, float k) {
           const double kd = k;
-          const double* q = qs + c * dots;
+          const double2* q = reinterpret_cast<const double2*>(qs + c * dots);
 #pragma unroll
-          for (int t = 0; t < kImportanceDots; ++t)
-            if (t < n_dots) acc[t] += q[t] * kd;
+          for (int t2 = 0; t2 < kImportanceDots / 2; ++t2) {
+            if (2 * t2 >= dots) continue;
+            const double2 pair = q[t2];
+            acc[2 * t2] += pair.x * kd;
+            acc[2 * t2 + 1] += pair.y * kd;
+          }
         });
 #pragma unroll
         for (int t = 0; t < kImportanceDots; ++t) {
@@ -348,7 +355,7 @@ struct RkvOfficialDevice {
                                 uint8_t* keep) {
     const double lambda = args.params.as<RkvOfficialParams>().lambda;
     cuda::HeadScratch w(scratch, args.capacity);  // age order and spares from launches 1 and 2
-    __shared__ double buffer[kImportanceQueryElements];  // the importance's queries, then staged spares
+    __shared__ __align__(16) double buffer[kImportanceQueryElements];  // the importance's queries, then staged spares
     importance_device(args, h, s, w, buffer);    // w.b
     __syncthreads();                             // the importance's last readers are done with buffer
     spared_redundancy_device(args, h, w, buffer);  // w.a
