@@ -161,14 +161,15 @@ using CudaParamBinder = CudaParams (*)(PolicyOptions& options);
 
 // Whether a windowed-attention file's bound parameters ask for the fp32 windowed attention
 // (precision=fp32), whose window scratch holds only the fp32 means (cuda_window_fp32_bytes): the
-// backend sizes the scratch before the launcher runs.
+// backend sizes the scratch before the launcher runs, and only for the files that give one.
 using CudaWindowPrecision = bool (*)(const CudaParams& params);
 
 // What one CUDA file (src/policy/cuda/<file>.cu) gives the registry: its selection launcher, the binder
 // of its parameters (nullptr: it reads none), whether it needs the per-head scratch of the scoring
 // launches although its policy reads no signals (an age order, a sort: random_block_pp, random_pp_rec),
 // its whole-model scorer (nullptr for per-layer policies) and, for a file scoring by windowed attention
-// with a precision option (snapkv, rkv, vase), what its parameters say of it (nullptr: always fp64).
+// (snapkv, rkv, vase), what its parameters say of its precision (nullptr: the file runs no windowed
+// attention and gets no window scratch, as rkv_official, which reads the window queries itself).
 struct CudaSelection {
   CudaSelectionLauncher select = nullptr;
   CudaParamBinder bind = nullptr;

@@ -319,7 +319,8 @@ TEST(CudaPolicyParams, EveryOptionReachesItsCudaFile) {
   EXPECT_EQ(bound("snapkv_pp:pool=3"), bound("snapkv:pool=3"));
   EXPECT_EQ(bound("vase_pp:sinks=2"), bound("vase:sinks=2"));
   // The windowed attention's precision: stated only when fp32, and the file answers it to the backend
-  // (which sizes the fp32 window scratch from it); files without the option always run fp64.
+  // (which sizes the fp32 window scratch from it); files that give no answer run no windowed attention
+  // and get no window scratch (rkv_official reads the window queries itself).
   for (const char* name : {"snapkv", "snapkv_pp", "rkv", "rkv_pp", "vase", "vase_pp"}) {
     const policy::CudaSelection* cuda = policy::cuda_selection(name);
     ASSERT_NE(cuda, nullptr) << name;

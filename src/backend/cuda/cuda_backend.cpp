@@ -455,15 +455,17 @@ class CudaBackend final : public Backend {
       if (reads_pool) check_scoring_inputs(layers, policy, needs, *params);
       if (params->shape.heads > 0) n_heads = params->shape.heads;
       head_scratch = policy::cuda_head_scratch_bytes(capacity);
-      // Windowed-attention policies also keep per-query-head means, tile statistics and, when one row
-      // and layer of them fits a quarter of the cap (a launch still spans >= 4 row-layers), the logits
-      // of up to kCudaStoredLogitQueries window queries. Whether the policy's options run the windowed
-      // attention in fp32 its CUDA file answers (CudaSelection::window_fp32).
-      const bool window_fp32 = cuda->window_fp32 != nullptr && cuda->window_fp32(params->params);
-      if (needs.window_queries && window_fp32) {
+      // Windowed-attention policies (their CUDA file answers CudaSelection::window_fp32: snapkv, rkv,
+      // vase) also keep per-query-head means, tile statistics and, when one row and layer of them fits a
+      // quarter of the cap (a launch still spans >= 4 row-layers), the logits of up to
+      // kCudaStoredLogitQueries window queries; rkv_official reads the window queries itself and keeps
+      // none of it (with it, a batch-128 round ran in launches of 28 row-layers instead of 1,024).
+      const bool windowed = needs.window_queries && cuda->window_fp32 != nullptr;
+      const bool window_fp32 = windowed && cuda->window_fp32(params->params);
+      if (window_fp32) {
         // The tensor-core path keeps only the fp32 means.
         head_scratch += policy::cuda_window_fp32_bytes(capacity, n_heads / first.n_kv_heads);
-      } else if (needs.window_queries) {
+      } else if (windowed) {
         const int group = n_heads / first.n_kv_heads;
         const int64_t stored = policy::cuda_window_scratch_bytes(capacity, group, policy::kCudaStoredLogitQueries);
         if (static_cast<size_t>(first.n_kv_heads) * (head_scratch + stored) <= kScoreScratchBytes / 4) {
