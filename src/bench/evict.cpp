@@ -83,20 +83,19 @@ class FilledPool {
     }
     const std::vector<std::vector<int32_t>>& pages = pages_;
     // Every slot holds its absolute position (slot i of a sequence = token i); K and V are zero.
-    const kv::KvShape shape = ctx.model.kv_shape();
+    shape_ = ctx.model.kv_shape();
+    const kv::KvShape& shape = shape_;
     const int64_t n_pages = pool_->n_pages();
-    std::vector<int32_t> positions(static_cast<size_t>(n_pages * shape.n_kv_heads * page_slots), 0);
+    positions_.assign(static_cast<size_t>(n_pages * shape.n_kv_heads * page_slots), 0);
     for (int s = 0; s < batch; ++s)
       for (size_t j = 0; j < pages[static_cast<size_t>(s)].size(); ++j)
         for (int h = 0; h < shape.n_kv_heads; ++h)
           for (int o = 0; o < page_slots; ++o)
-            positions[static_cast<size_t>(
-                (int64_t{pages[static_cast<size_t>(s)][j]} * shape.n_kv_heads + h) * page_slots + o)] =
+            positions_[slot_index(s, h, static_cast<int>(j) * page_slots + o)] =
                 static_cast<int32_t>(j * page_slots + o);
     const size_t kv_bytes = static_cast<size_t>(n_pages) * shape.n_kv_heads * page_slots * shape.head_dim *
                             dtype_size(pool_->dtype());
     for (const backend::KvLayer& layer : pool_->layers()) {
-      backend_.upload(layer.positions, positions.data(), positions.size() * sizeof(int32_t));
       backend_.fill_zero(layer.keys, kv_bytes);
       backend_.fill_zero(layer.values, kv_bytes);
       if (layer.query_ring != nullptr)
@@ -108,9 +107,13 @@ class FilledPool {
     reset();
   }
 
-  // Every sequence back at `length` slots (T + r: due again), appended as many.
+  // Every sequence back at `length` slots (T + r: due again), appended as many, each slot at its
+  // own position again: a round compacts the kept slots' positions to the front, so without this the
+  // next round would see positions twice, which a sequence never holds.
   void reset(int length = -1) {
     if (length < 0) length = len_;
+    for (const backend::KvLayer& layer : pool_->layers())
+      backend_.upload(layer.positions, positions_.data(), positions_.size() * sizeof(int32_t));
     backend::StepBatch& b = storage_->host();
     for (int s = 0; s < batch_; ++s) {
       backend::SeqRow& row = rows_[static_cast<size_t>(s)];
@@ -164,8 +167,9 @@ class FilledPool {
     return std::accumulate(ms.begin(), ms.end(), 0.0) / static_cast<double>(ms.size());
   }
 
-  // After a round every sequence must hold exactly T slots and have counted the round (reset() puts
-  // the counter back at 0).
+  // After a round every sequence must hold exactly T slots, each (layer, KV head) T distinct
+  // positions (checked in the first and last layer), and have counted the round (reset() puts the
+  // counter back at 0).
   void check(std::vector<std::string>& problems) {
     const int rounds_done = 1;
     std::vector<int32_t> length(static_cast<size_t>(batch_)), round(static_cast<size_t>(batch_));
@@ -178,6 +182,22 @@ class FilledPool {
             length[static_cast<size_t>(s)], round[static_cast<size_t>(s)], rounds_done, budget_.budget));
         return;
       }
+    }
+    const std::vector<backend::KvLayer>& layers = pool_->layers();
+    std::vector<int32_t> positions(positions_.size()), kept(static_cast<size_t>(budget_.budget));
+    for (const backend::KvLayer* layer : {&layers.front(), &layers.back()}) {
+      backend_.download(positions.data(), layer->positions, positions.size() * sizeof(int32_t));
+      for (int s = 0; s < batch_; ++s)
+        for (int h = 0; h < shape_.n_kv_heads; ++h) {
+          for (int i = 0; i < budget_.budget; ++i)
+            kept[static_cast<size_t>(i)] = positions[slot_index(s, h, i)];
+          std::sort(kept.begin(), kept.end());
+          if (std::adjacent_find(kept.begin(), kept.end()) != kept.end()) {
+            problems.push_back(fmt::format("sequence {}, layer {}, KV head {}: a position kept twice after a "
+                                           "round", s, layer - layers.data(), h));
+            return;
+          }
+        }
     }
   }
 
@@ -215,6 +235,13 @@ class FilledPool {
   const std::vector<backend::KvLayer>& layers() const { return pool_->layers(); }
 
  private:
+  // Index of sequence s's slot `slot` of KV head h in a layer's positions.
+  size_t slot_index(int s, int h, int slot) const {
+    const int page_slots = kv::KvPool::kDefaultPageSlots;
+    const int64_t page = pages_[static_cast<size_t>(s)][static_cast<size_t>(slot / page_slots)];
+    return static_cast<size_t>((page * shape_.n_kv_heads + h) * page_slots + slot % page_slots);
+  }
+
   backend::Backend& backend_;
   int batch_;
   kv::BudgetSpec budget_;
@@ -224,6 +251,8 @@ class FilledPool {
   backend::StepBatch view_;
   static constexpr int32_t kToken[1] = {0};  // every row's input token
   std::vector<std::vector<int32_t>> pages_;  // each sequence's pages
+  kv::KvShape shape_;
+  std::vector<int32_t> positions_;  // every layer's positions as filled (slot i of a sequence = token i)
   std::vector<backend::SeqRow> rows_;         // each sequence's row (reset() rewrites length and round)
 };
 

@@ -204,13 +204,18 @@ __device__ inline void age_order(const HeadSelect& h, HeadScratch& w, int first 
       running += set_total;
       __syncthreads();  // the scan storage is used again
     }
-    for (int i = threadIdx.x; i < count; i += blockDim.x) {
-      const int off = h.position(first + i) - lo;
-      const int rank = static_cast<int>(before[off / 32]) + __popc(bits[off / 32] & ((1u << (off % 32)) - 1u));
-      w.slot_of_age[rank] = first + i;
+    // Fewer set bits than candidates: a position held twice, which a sequence never has; sorted below
+    // (as the CPU's sort), never a rank given twice.
+    if (running == count) {
+      for (int i = threadIdx.x; i < count; i += blockDim.x) {
+        const int off = h.position(first + i) - lo;
+        const uint32_t below = bits[off / 32] & ((1u << (off % 32)) - 1u);  // older, in its word
+        const int rank = static_cast<int>(before[off / 32]) + __popc(below);
+        w.slot_of_age[rank] = first + i;
+      }
+      __syncthreads();
+      return;
     }
-    __syncthreads();
-    return;
   }
   const int len = HeadScratch::sort_len(count);
   for (int i = threadIdx.x; i < len; i += blockDim.x) {
