@@ -63,8 +63,8 @@ plant('age-order-bitmap-words-past-256', "the age order from a bitmap of the pos
 plant('age-order-bitmap-own-bit', "the age order from a bitmap counts a candidate's own bit among those below it (every rank one too high)",
       'Policies/CudaScoringPolicy.*, Policies/CudaRealShape.*/snapkv',
       [('src/policy/cuda/scoring.cuh',
-        '      const int rank = static_cast<int>(before[off / 32]) + __popc(bits[off / 32] & ((1u << (off % 32)) - 1u));',
-        '      const int rank = static_cast<int>(before[off / 32]) + __popc(bits[off / 32] & ((2u << (off % 32)) - 1u));')])
+        '        const uint32_t below = bits[off / 32] & ((1u << (off % 32)) - 1u);  // older, in its word',
+        '        const uint32_t below = bits[off / 32] & ((2u << (off % 32)) - 1u);  // older, in its word')])
 plant('take-first-pairs-one-tie-more', "the top-r selection without a sort (scoring.cuh's take_first_pairs) takes one pair more of those tied at the r-th key",
       'Policies/CudaEvict.RoundsMatchTheCpuBitForBit/random_block_pp*, Policies/CudaRealShape.*/{random_block_pp,snapkv_pp}',
       [('src/policy/cuda/scoring.cuh',
