@@ -134,8 +134,8 @@ struct CudaSelectionArgs {
   // Windowed attention: the window scratch holds the logits of up to this many window queries (0: none;
   // rows with more queries recompute them). Set with the scratch by the backend.
   int logit_queries = 0;
-  // cuda_head_scratch_bytes(capacity) bytes (plus cuda_window_scratch_bytes for policies that need
-  // window queries) per (row, layer of the launch, KV head), at
+  // cuda_head_scratch_bytes(capacity) bytes (plus cuda_window_scratch_bytes for policies that score
+  // by windowed attention, or CudaSelection::extra_scratch) per (row, layer of the launch, KV head), at
   // scratch + (((s - row_begin) * n_layers + l) * n_kv_heads + h) * head_scratch; a round scorer uses
   // cuda_round_scratch_bytes per (row, KV head) instead.
   char* scratch = nullptr;
@@ -164,18 +164,26 @@ using CudaParamBinder = CudaParams (*)(PolicyOptions& options);
 // backend sizes the scratch before the launcher runs, and only for the files that give one.
 using CudaWindowPrecision = bool (*)(const CudaParams& params);
 
+// Bytes a CUDA file's selection keeps per (row, layer of the launch, KV head) right after the head
+// scratch (cuda_head_scratch_bytes), for rows of at most `ring_window` window queries: rkv_official's
+// logits of its importance queries, written by one launch and read by the next. A file with extra
+// scratch runs no windowed attention (the window scratch would sit at the same place).
+using CudaExtraScratch = int64_t (*)(const CudaParams& params, int capacity, int ring_window);
+
 // What one CUDA file (src/policy/cuda/<file>.cu) gives the registry: its selection launcher, the binder
 // of its parameters (nullptr: it reads none), whether it needs the per-head scratch of the scoring
 // launches although its policy reads no signals (an age order, a sort: random_block_pp, random_pp_rec),
 // its whole-model scorer (nullptr for per-layer policies) and, for a file scoring by windowed attention
 // (snapkv, rkv, vase), what its parameters say of its precision (nullptr: the file runs no windowed
-// attention and gets no window scratch, as rkv_official, which reads the window queries itself).
+// attention and gets no window scratch, as rkv_official, which reads the window queries itself), and
+// the extra per-head scratch it needs, if any.
 struct CudaSelection {
   CudaSelectionLauncher select = nullptr;
   CudaParamBinder bind = nullptr;
   bool head_scratch = false;
   CudaRoundScorer round = nullptr;
   CudaWindowPrecision window_fp32 = nullptr;
+  CudaExtraScratch extra_scratch = nullptr;
 };
 
 // The CUDA file registered for policy `name` (a spec's options are ignored): "snapkv" for snapkv and

@@ -335,6 +335,20 @@ TEST(CudaPolicyParams, EveryOptionReachesItsCudaFile) {
   }
   EXPECT_EQ(policy::cuda_selection("rkv_official")->window_fp32, nullptr);
   EXPECT_EQ(policy::cuda_selection("h2o")->window_fp32, nullptr);
+  // rkv_official keeps its importance logits after the head scratch: fp64, an array of the capacity per
+  // query, its queries capped by the ring's window, in multiples of 256 bytes. The windowed files, whose
+  // window scratch sits there, have none.
+  const policy::CudaSelection* official = policy::cuda_selection("rkv_official");
+  ASSERT_NE(official->extra_scratch, nullptr);
+  auto extra = [&](const std::string& spec, int capacity, int ring_window) {
+    const policy::CudaParams params = policy::bind_cuda_params(*policy::make_policy(spec));
+    return official->extra_scratch(params, capacity, ring_window);
+  };
+  EXPECT_EQ(extra("rkv_official", 1088, 64), 8 * 8 * 1088);
+  EXPECT_EQ(extra("rkv_official:queries=3", 1000, 64), (8 * 3 * 1000 + 255) / 256 * 256);
+  EXPECT_EQ(extra("rkv_official:queries=16", 1000, 8), 8 * 8 * 1000);
+  for (const char* name : {"snapkv", "rkv", "vase"})
+    EXPECT_EQ(policy::cuda_selection(name)->extra_scratch, nullptr) << name;
   // Files without options bind an empty block.
   EXPECT_EQ(bound("random_pp"), std::vector<unsigned char>(policy::kCudaParamBytes, 0));
   EXPECT_EQ(bound("h2o_pp"), std::vector<unsigned char>(policy::kCudaParamBytes, 0));

@@ -124,24 +124,34 @@ plant('rkv-redundancy-first-64-channels', "R-KV's key redundancy reads only the 
 plant('rkv_official-query-heads-4-up', "R-KV (official) scores KV heads 4 and up with the query heads of head % 4",
       'Policies/CudaRealShape.*/rkv_official',
       [('src/policy/cuda/rkv_official.cu',
-        '        const int64_t qh = static_cast<int64_t>(h.kv_head) * group + h0 + dot % n_heads;',
-        '        const int64_t qh = static_cast<int64_t>(h.kv_head % 4) * group + h0 + dot % n_heads;')])
-plant('rkv_official-importance-second-query', "R-KV (official)'s importance counts the last group head of a pass's first query as the second query's",
+        '          const int64_t qh = static_cast<int64_t>(h.kv_head) * group + h0 + head;',
+        '          const int64_t qh = static_cast<int64_t>(h.kv_head % 4) * group + h0 + head;')])
+plant('rkv_official-importance-second-half', "R-KV (official)'s importance: the second thread half of a row writes its logits over the first half's queries (the other queries' logits stay stale)",
       'Policies/CudaRealShape.*/rkv_official',
       [('src/policy/cuda/rkv_official.cu',
-        '          double* weight = t < n_heads ? weight_first : weight_second;',
-        '          double* weight = t < n_heads - 1 ? weight_first : weight_second;')])
-plant('rkv_official-importance-last-query-pair', "R-KV (official)'s importance reads its queries in pairs but skips the last pair of a pass (two dot products stay 0)",
+        '        const int q = q0 + half * queries_a_half + j;',
+        '        const int q = q0 + j;')])
+plant('rkv_official-importance-group-max', "R-KV (official)'s importance logit is the GQA group's last head's, not the max over the group",
       'Policies/CudaRealShape.*/rkv_official',
       [('src/policy/cuda/rkv_official.cu',
-        '            if (2 * t2 >= dots) continue;',
-        '            if (2 * t2 + 2 >= dots) continue;')])
+        '        *out = fmax(h0 + head == 0 ? -INFINITY : *out, acc[k] * scale);',
+        '        *out = acc[k] * scale;')])
+plant('rkv_official-spare-mask-quad', "R-KV (official)'s spare search ORs each row's passing candidates over lane pairs only (candidates 4-7 of every eight never searched)",
+      'Policies/CudaScoringPolicy.*rkv_official*',
+      [('src/policy/cuda/rkv_official.cu',
+        '        bits |= __shfl_xor_sync(0xffffffffu, bits, 2);',
+        '        bits |= 0u;')])
+plant('rkv_official-exact-other-stage', "R-KV (official)'s spare search decides a pair with the candidate row of the other stage",
+      'Policies/CudaScoringPolicy.*rkv_official*',
+      [('src/policy/cuda/rkv_official.cu',
+        '        const double dot = exact_cosine(rows + r * row, norm_i, stage(tile % 2) + m * row, norm[j], d);',
+        '        const double dot = exact_cosine(rows + r * row, norm_i, stage((tile + 1) % 2) + m * row, norm[j], d);')])
 plant('rkv_official-spared-first-columns', "R-KV (official) leaves the spared entries on the columns of its 256 oldest candidates",
       'Policies/CudaRealShape.*/rkv_official',
       [('src/policy/cuda/rkv_official.cu',
         '        if (column_of_row < 0 || column_of_row % kThreads != 0) continue;',
         '        if (column_of_row <= 0 || column_of_row % kThreads != 0) continue;')])
-plant('key-row-reads-last-chunk', "rows a thread reads 16 bytes at a time (the fp64 windowed attention, rkv_official's importance and key norms) skip their last 8 elements at head_dim 128 and up",
+plant('key-row-reads-last-chunk', "rows a thread reads 16 bytes at a time (the fp64 windowed attention, rkv_official's key norms) skip their last 8 elements at head_dim 128 and up",
       'Policies/CudaRealShape.Qwen3FourBKeepsWhatTheCpuKeeps/{snapkv,rkv_official}',
       [('src/policy/cuda/scoring.cuh',
         '  for (int c8 = 0; c8 < head_dim / 8; ++c8) {',
@@ -255,8 +265,10 @@ FILTERS = {
     'rkv_official-query-heads-4-up': ('rkv_official.cu', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
     'key-row-reads-last-chunk': ('scoring.cuh (rows a thread reads)', 'Policies/CudaScoringPolicy.*:' + real('snapkv') + ':' + real('rkv_official')),
     'rkv_official-spare-rows-32-up': ('rkv_official.cu (spare search)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
-    'rkv_official-importance-second-query': ('rkv_official.cu (importance)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
-    'rkv_official-importance-last-query-pair': ('rkv_official.cu (importance)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
+    'rkv_official-importance-second-half': ('rkv_official.cu (importance logits)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
+    'rkv_official-importance-group-max': ('rkv_official.cu (importance logits)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
+    'rkv_official-spare-mask-quad': ('rkv_official.cu (spare search)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
+    'rkv_official-exact-other-stage': ('rkv_official.cu (spare search)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
     'rkv_official-spared-first-columns': ('rkv_official.cu (spared redundancy)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
     'triattention-group-max-3': ('triattention.cu', 'CudaTriAttention.*:' + real('triattention')),
     'compaction-first-tile-only': ('compaction (evict.cu)', RANDOM + ':' + real('random') + ':' + real('recency')),

@@ -475,6 +475,10 @@ class CudaBackend final : public Backend {
           head_scratch += policy::cuda_window_scratch_bytes(capacity, group, 0);
         }
       }
+      if (cuda->extra_scratch != nullptr) {
+        KVDICE_CHECK(!windowed, "a CUDA file with extra scratch runs no windowed attention");
+        head_scratch += cuda->extra_scratch(params->params, capacity, first.ring_window);
+      }
       const size_t per_row_layer = static_cast<size_t>(first.n_kv_heads) * head_scratch;
       chunk = std::min(
           chunk, static_cast<int>(std::clamp<size_t>(kScoreScratchBytes / (per_row_layer * batch.n_seqs), 1,

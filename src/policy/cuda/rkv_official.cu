@@ -18,10 +18,13 @@
 // (Cauchy–Schwarz), and the cosine within D · 2^-22 (6.1e-5 at D = 256) plus three fp32 roundings of the
 // CPU's value, far inside the band.
 //
-// Three launches, so the spare search is not one CTA's serial work per head (8 CTAs per layer call at
-// batch 1): a per-head pass puts the age order and the key norms in the head scratch; spare_kernel
-// searches the spares over (tiles of kTileRowsA rows, layer x KV head, row) CTAs into w.sort; the
-// per-head selection then scores and ranks (its importance pass reuses w.c once the spares are found).
+// Three launches, so the O(n² · D) search and the importance's dot products are not one CTA's serial
+// work per head (8 CTAs per layer call at batch 1): a per-head pass puts the age order and the key norms
+// in the head scratch; spare_kernel, over (tiles of kTileRowsA rows, layer x KV head, row) CTAs, searches
+// its rows' spares into w.sort and, from the same rows in shared memory, writes their importance logits
+// to the file's extra head scratch; the per-head selection then does the softmaxes, the redundancy's
+// column sums and the ranking.
+#include <algorithm>
 #include <mutex>
 
 #include "policy/cuda/mma_tile.cuh"
@@ -51,86 +54,43 @@ CudaParams bind_rkv_official(PolicyOptions& options) {
 // Approximate cosines this close to the threshold (or above it) are decided by the CPU's arithmetic.
 constexpr float kSpareBand = 1.0f / 256;
 
-// The (query, group head) dot products one read of a candidate's key row feeds: the group heads of two
-// queries when they fit (a key row is read nq / 2 times, not nq · group, and each element is widened to
-// fp64 once for all of them), else of one query. At most kImportanceDots at a time, and as many as the
-// queries' fp64 copy (kImportanceQueryElements, 8 KiB) holds, rounded down to even: 8 at head_dim 128, 4
-// at 256.
-constexpr int kImportanceDots = 8, kImportanceQueryElements = 4 * cuda::kMaxScoringHeadDim;
-
-// w.b[a] = the importance of the a-th oldest candidate (needs w.slot_of_age; uses w.a and w.c, and w.b for
-// a second query's weights before the pool writes it).
-__device__ void importance_device(const CudaSelectionArgs& args, const cuda::HeadSelect& h, int s,
-                                  cuda::HeadScratch& w, double* qs /* kImportanceQueryElements, shared */) {
-  // qs[c * dots + dot]: element c of the pass's dot-th query head, in fp64
-  const backend::StepBatch& batch = args.batch;
-  const int n = h.n_candidates, d = args.head_dim;
-  const int group = args.n_heads / args.n_kv_heads;
-  const int window = batch.window[s];
-  const int64_t appended = batch.appended[s];
+// The importance's queries: the newest min(queries, r, appended) ring queries of the row.
+__device__ inline int importance_queries(const CudaSelectionArgs& args, int s) {
+  const int64_t appended = args.batch.appended[s];
+  const int window = args.batch.window[s];
   const int n_queries = static_cast<int>(appended < window ? appended : window);
   const int queries = args.params.as<RkvOfficialParams>().queries;
-  const int nq = queries < n_queries ? queries : n_queries;
-  const SelectionLayer layer = args.layers[h.layer];
-  const auto* keys = static_cast<const __nv_bfloat16*>(layer.keys);
-  const double scale = 1.0 / sqrt(static_cast<double>(d));
-  const int dots = min(kImportanceDots, kImportanceQueryElements / d) & ~1;  // even: 16-byte query pairs
-  const int queries_a_pass = 2 * group <= dots ? 2 : 1;
-  const int heads_a_pass = min(group, dots / queries_a_pass);
+  return queries < n_queries ? queries : n_queries;
+}
+
+// The extra head scratch: logits[q][a], the max over the GQA group of query q's scaled logits with the
+// a-th oldest candidate (fp64), q < importance_queries.
+int64_t rkv_official_extra_scratch(const CudaParams& params, int capacity, int ring_window) {
+  const int queries = std::min(params.as<RkvOfficialParams>().queries, ring_window);
+  return (8 * int64_t{std::max(queries, 0)} * capacity + 255) / 256 * 256;
+}
+
+__device__ inline double* importance_logits(char* head_scratch, int capacity) {
+  return reinterpret_cast<double*>(head_scratch + cuda_head_scratch_bytes(capacity));
+}
+
+// w.b[a] = the importance of the a-th oldest candidate from the logits spare_kernel left (softmax over
+// the candidates per query, in place; mean over the queries; max pool of kernel `pool` along age order).
+// Uses w.a. Collective.
+__device__ void importance_device(const CudaSelectionArgs& args, const cuda::HeadSelect& h, int s,
+                                  cuda::HeadScratch& w, double* logits) {
+  const int n = h.n_candidates, nq = importance_queries(args, s);
   double* mean = w.a;
-  double* weight_first = w.c;  // the max over the group of the first query's logits, then its softmax
-  double* weight_second = w.b;
   for (int a = threadIdx.x; a < n; a += blockDim.x) mean[a] = 0.0;
-  // Query i (newest first) sits in ring slot (appended - 1 - i) % r.
-  for (int i0 = 0; i0 < nq; i0 += queries_a_pass) {
-    const int n_pass_queries = min(queries_a_pass, nq - i0);
-    for (int a = threadIdx.x; a < n; a += blockDim.x) weight_first[a] = weight_second[a] = -INFINITY;
-    for (int h0 = 0; h0 < group; h0 += heads_a_pass) {
-      const int n_heads = min(heads_a_pass, group - h0), n_dots = n_pass_queries * n_heads;
-      __syncthreads();  // the previous pass's readers are done with qs
-      for (int e = threadIdx.x; e < n_dots * d; e += blockDim.x) {
-        const int dot = e / d, c = e % d;
-        const int ring_slot = static_cast<int>((appended - 1 - (i0 + dot / n_heads)) % window);
-        const int64_t qh = static_cast<int64_t>(h.kv_head) * group + h0 + dot % n_heads;
-        qs[c * dots + dot] = bf16_to_f32(layer.query_ring[cuda::ring_index(args, h, qh, ring_slot) + c]);
-      }
-      __syncthreads();
-      for (int a = threadIdx.x; a < n; a += blockDim.x) {
-        double acc[kImportanceDots];
-#pragma unroll
-        for (int t = 0; t < kImportanceDots; ++t) acc[t] = 0.0;
-        // In dimension order per dot product, as the CPU sums (each fp32 × bf16 product is exact in fp64).
-        // The queries two at a time (16-byte reads, dots even): an accumulator past n_dots takes a stale
-        // query and is never read.
-        cuda::for_each_key_element(keys, cuda::pool_index(h, w.slot_of_age[a]), d, [&](int c, float k) {
-          const double kd = k;
-          const double2* q = reinterpret_cast<const double2*>(qs + c * dots);
-#pragma unroll
-          for (int t2 = 0; t2 < kImportanceDots / 2; ++t2) {
-            if (2 * t2 >= dots) continue;
-            const double2 pair = q[t2];
-            acc[2 * t2] += pair.x * kd;
-            acc[2 * t2 + 1] += pair.y * kd;
-          }
-        });
-#pragma unroll
-        for (int t = 0; t < kImportanceDots; ++t) {
-          if (t >= n_dots) continue;
-          double* weight = t < n_heads ? weight_first : weight_second;
-          weight[a] = fmax(weight[a], acc[t] * scale);
-        }
-      }
-    }
-    for (int qq = 0; qq < n_pass_queries; ++qq) {
-      double* weight = qq == 0 ? weight_first : weight_second;
-      double local_max = -INFINITY;
-      for (int a = threadIdx.x; a < n; a += blockDim.x) local_max = fmax(local_max, weight[a]);
-      const double top = cuda::block_max(local_max);
-      double part = 0.0;
-      for (int a = threadIdx.x; a < n; a += blockDim.x) part += (weight[a] = exp(weight[a] - top));
-      const double denom = cuda::block_sum(part);
-      for (int a = threadIdx.x; a < n; a += blockDim.x) mean[a] += weight[a] / denom / nq;
-    }
+  for (int q = 0; q < nq; ++q) {
+    double* weight = logits + static_cast<int64_t>(q) * args.capacity;
+    double local_max = -INFINITY;
+    for (int a = threadIdx.x; a < n; a += blockDim.x) local_max = fmax(local_max, weight[a]);
+    const double top = cuda::block_max(local_max);
+    double part = 0.0;
+    for (int a = threadIdx.x; a < n; a += blockDim.x) part += (weight[a] = exp(weight[a] - top));
+    const double denom = cuda::block_sum(part);
+    for (int a = threadIdx.x; a < n; a += blockDim.x) mean[a] += weight[a] / denom / nq;
   }
   __syncthreads();
   // Max pool along age order; the padding never wins (torch's max_pool1d).
@@ -161,17 +121,15 @@ __device__ void key_norms_device(const CudaSelectionArgs& args, const cuda::Head
 // The CPU's cosine entry of unit keys: products and sums rounded one at a time, in dimension order.
 __device__ inline double add_product(double acc, double x, double y) { return __dadd_rn(acc, __dmul_rn(x, y)); }
 
-// w.a[a] = the spared key redundancy of the a-th oldest candidate (needs w.slot_of_age and the spares
-// spare_kernel left in w.sort; uses w.c and `buffer`, kImportanceQueryElements doubles of shared memory;
-// leaves w.b alone). Collective.
+// w.a[a] = the spared key redundancy of the a-th oldest candidate (needs w.slot_of_age, the norms of
+// launch 1 in w.c and the spares spare_kernel left in w.sort; leaves w.b alone). Collective.
 __device__ void spared_redundancy_device(const CudaSelectionArgs& args, const cuda::HeadSelect& h,
-                                         cuda::HeadScratch& w, double* buffer) {
+                                         cuda::HeadScratch& w) {
   __shared__ double sum_unit[cuda::kMaxScoringHeadDim];
   const int n = h.n_candidates, d = args.head_dim;
   const auto* keys = static_cast<const __nv_bfloat16*>(args.layers[h.layer].keys);
-  double* norm = w.c;
+  const double* norm = w.c;
   double* column = w.a;
-  key_norms_device(args, h, w);  // the importance pass used w.c
   // Plain column sums u_a · (S − u_a), S = Σ u_i (rkv_select.cuh), u = k times the inverse norm: the
   // Σ-trick's sums differ from the CPU's n x n sum by rounding already, so the CPU's division is not kept.
   auto to_unit = [&](int a, double (&row)[cuda::kRowPerLane]) {
@@ -184,9 +142,8 @@ __device__ void spared_redundancy_device(const CudaSelectionArgs& args, const cu
   // Each row's spared entry comes off its spare's column, summed in row order as on the CPU (exact
   // entries, so the spare rule's share is the CPU's). A thread sweeps the rows once for kSweepColumns of
   // its candidates (a, a + kThreads, ...), the rows' spares staged in shared memory kStaged at a time.
-  constexpr int kThreads = cuda::kSelectionThreads, kSweepColumns = 8;
-  constexpr int kStaged = 2 * kImportanceQueryElements;
-  uint32_t* spare_of_row = reinterpret_cast<uint32_t*>(buffer);
+  constexpr int kThreads = cuda::kSelectionThreads, kSweepColumns = 8, kStaged = 2048;
+  __shared__ uint32_t spare_of_row[kStaged];
   double local_max = -INFINITY;
   for (int base = 0; base < n; base += kSweepColumns * kThreads) {
     const int a0 = base + static_cast<int>(threadIdx.x);
@@ -223,7 +180,7 @@ __device__ void spared_redundancy_device(const CudaSelectionArgs& args, const cu
   __syncthreads();
 }
 
-// Launch 1, per head: the age order and the norms the spare search reads.
+// Launch 1, per head: the age order and the norms the spare search and the redundancy read.
 struct RkvOfficialPrepare {
   __device__ static void select(const CudaSelectionArgs& args, const cuda::HeadSelect& h, int, char* scratch,
                                 uint8_t*) {
@@ -233,31 +190,107 @@ struct RkvOfficialPrepare {
   }
 };
 
-// The CPU's cosine of the unit keys of age ranks i and j (unit keys by division, products and sums
-// rounded one at a time in dimension order).
-__device__ inline double exact_cosine(const __nv_bfloat16* keys, int64_t index_i, double norm_i, int64_t index_j,
+// The CPU's cosine of two bf16 key rows in shared memory with norms norm_i, norm_j (unit keys by
+// division, products and sums rounded one at a time in dimension order).
+__device__ inline double exact_cosine(const __nv_bfloat16* row_i, double norm_i, const __nv_bfloat16* row_j,
                                       double norm_j, int d) {
   double dot = 0.0;
   for (int c = 0; c < d; ++c) {
-    const double ui = static_cast<double>(cuda::key_element(keys, index_i, d, c)) / norm_i;
-    const double uj = static_cast<double>(cuda::key_element(keys, index_j, d, c)) / norm_j;
+    const double ui = static_cast<double>(__bfloat162float(row_i[c])) / norm_i;
+    const double uj = static_cast<double>(__bfloat162float(row_j[c])) / norm_j;
     dot = add_product(dot, ui, uj);
   }
   return dot;
 }
 
-// Dynamic shared memory of spare_kernel for head_dim d: the CTA's rows, two candidate stages, and the
-// approximate cosines of one stage (a pad column keeps a row's reads off one bank).
+// Dynamic shared memory of spare_kernel for head_dim d: the CTA's rows and two candidate stages; after
+// the search the stages hold the importance's queries (kImportanceDots fp64 vectors a thread half).
+constexpr int kImportanceDots = 8;  // dot products a thread accumulates at once
 constexpr int spare_smem_bytes(int d) {
-  return (cuda::kTileRowsA + 2 * cuda::kTileRowsB) * cuda::tile_smem_row(d) * 2 +
-         cuda::kTileRowsA * (cuda::kTileRowsB + 1) * 4;
+  return (cuda::kTileRowsA + 2 * cuda::kTileRowsB) * cuda::tile_smem_row(d) * 2;
+}
+static_assert(2 * cuda::kTileRowsB * cuda::tile_smem_row(cuda::kMaxScoringHeadDim) * 2 >=
+                  2 * kImportanceDots * cuda::kMaxScoringHeadDim * 8,
+              "the stages hold the importance's queries");
+
+// The importance's logits of the CTA's rows (bf16 in shared memory, `rows`) into logits[q][age]:
+// for each query q, the max over the GQA group of q·k/√D in fp64 (bit-identical to the CPU's: every
+// fp32 × bf16 product is exact in fp64, summed in dimension order). Two threads a row, each taking whole
+// groups of its share of the queries, kImportanceDots dot products at a time from one read of the row;
+// a group larger than that goes in passes of heads, the max carried in the logits. `qs` is shared
+// memory of 2 · kImportanceDots · d doubles. Collective.
+__device__ void importance_logits_of_rows(const CudaSelectionArgs& args, const cuda::HeadSelect& h, int s,
+                                          const __nv_bfloat16* rows, int first_row, double* qs, double* logits) {
+  constexpr int kVectors = 2 * kImportanceDots;  // staged query vectors: kImportanceDots a thread half
+  const int n = h.n_candidates, d = args.head_dim, row = cuda::tile_smem_row(d);
+  const int group = args.n_heads / args.n_kv_heads, nq = importance_queries(args, s);
+  const int64_t appended = args.batch.appended[s];
+  const int window = args.batch.window[s];
+  const SelectionLayer layer = args.layers[h.layer];
+  const double scale = 1.0 / sqrt(static_cast<double>(d));
+  const int heads_a_pass = min(group, kImportanceDots);
+  const int queries_a_half = max(1, kImportanceDots / group);  // whole groups of this many queries a thread
+  const int r = static_cast<int>(threadIdx.x) % cuda::kTileRowsA;
+  const int half = static_cast<int>(threadIdx.x) / cuda::kTileRowsA;
+  const int i = first_row + r;
+  for (int q0 = 0; q0 < nq; q0 += 2 * queries_a_half) {
+    for (int h0 = 0; h0 < group; h0 += heads_a_pass) {
+      const int n_heads = min(heads_a_pass, group - h0);
+      __syncthreads();  // the previous pass's readers (or the search's) are done with the stages
+      // qs[c * kVectors + v]: vector v = (thread half, k), k = j · heads_a_pass + head, query q0 + half ·
+      // queries_a_half + j; vectors without a query are 0 (their dot products are never read).
+      for (int e = threadIdx.x; e < d * kVectors; e += blockDim.x) {
+        const int c = e / kVectors, v = e % kVectors, k = v % kImportanceDots;
+        const int j = k / heads_a_pass, head = k % heads_a_pass;
+        const int q = q0 + (v / kImportanceDots) * queries_a_half + j;
+        double value = 0.0;
+        if (j < queries_a_half && head < n_heads && q < nq) {
+          const int ring_slot = static_cast<int>((appended - 1 - q) % window);  // query q, newest first
+          const int64_t qh = static_cast<int64_t>(h.kv_head) * group + h0 + head;
+          value = bf16_to_f32(layer.query_ring[cuda::ring_index(args, h, qh, ring_slot) + c]);
+        }
+        qs[e] = value;
+      }
+      __syncthreads();
+      if (i >= n) continue;
+      double acc[kImportanceDots];
+#pragma unroll
+      for (int k = 0; k < kImportanceDots; ++k) acc[k] = 0.0;
+      const uint4* key = reinterpret_cast<const uint4*>(rows + r * row);
+      for (int c8 = 0; c8 < d / 8; ++c8) {
+        const uint4 raw = key[c8];
+        const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float2 kk = __bfloat1622float2(pairs[e / 2]);
+          const double kd = e % 2 == 0 ? kk.x : kk.y;
+          const double2* q = reinterpret_cast<const double2*>(qs + (8 * c8 + e) * kVectors + half * kImportanceDots);
+#pragma unroll
+          for (int t2 = 0; t2 < kImportanceDots / 2; ++t2) {
+            const double2 pair = q[t2];
+            acc[2 * t2] += pair.x * kd;
+            acc[2 * t2 + 1] += pair.y * kd;
+          }
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kImportanceDots; ++k) {
+        const int j = k / heads_a_pass, head = k % heads_a_pass;
+        const int q = q0 + half * queries_a_half + j;
+        if (j >= queries_a_half || head >= n_heads || q >= nq) continue;
+        double* out = logits + static_cast<int64_t>(q) * args.capacity + i;
+        *out = fmax(h0 + head == 0 ? -INFINITY : *out, acc[k] * scale);
+      }
+    }
+  }
 }
 
-// Launch 2: each row's spare (age rank i; kTileRowsA rows per CTA, one per thread of the first ones) into
-// w.sort[i] = (bits of the spared entry, spare). The candidates stream through two stages newest first,
-// kTileRowsB at a time; each stage's approximate cosines go to shared memory, and each row not yet
-// decided walks its stage newest first, deciding a pair by the CPU's arithmetic only where the
-// approximation does not already rule it out; rows that find none spare the oldest (age 0).
+// Launch 2, over (tiles of kTileRowsA rows, layer x KV head, row) CTAs: each row's spare (age rank i; one
+// per thread of the first ones) into w.sort[i] = (bits of the spared entry, spare), then the rows'
+// importance logits. The candidates stream through two stages newest first, kTileRowsB at a time; each
+// row's mask of the stage's candidates whose approximate cosine passes threshold − kSpareBand (from the
+// mma fragments, OR-ed over each quad of lanes) is walked newest first, deciding a pair by the CPU's
+// arithmetic (both rows already in shared memory); rows that find none spare the oldest (age 0).
 __global__ void __launch_bounds__(cuda::kTileThreads) spare_kernel(CudaSelectionArgs args) {
   extern __shared__ __align__(16) unsigned char spare_smem[];
   const int s = args.row_begin + static_cast<int>(blockIdx.z);
@@ -270,14 +303,14 @@ __global__ void __launch_bounds__(cuda::kTileThreads) spare_kernel(CudaSelection
   const int first_row = static_cast<int>(blockIdx.x) * cuda::kTileRowsA;
   if (first_row >= n) return;  // the whole CTA
   const int64_t item = (static_cast<int64_t>(s - args.row_begin) * args.n_layers + local_layer) * args.n_kv_heads + head;
-  cuda::HeadScratch w(args.scratch + item * args.head_scratch, args.capacity);
+  char* head_scratch = args.scratch + item * args.head_scratch;
+  cuda::HeadScratch w(head_scratch, args.capacity);
   const auto* keys = static_cast<const __nv_bfloat16*>(args.layers[h.layer].keys);
   const double* norm = w.c;
   const double threshold = args.params.as<RkvOfficialParams>().threshold;
   auto index_of = [&](int a) { return cuda::pool_index(h, w.slot_of_age[a]); };
   auto* rows = reinterpret_cast<__nv_bfloat16*>(spare_smem);
   auto stage = [&](int k) { return rows + (cuda::kTileRowsA + k * cuda::kTileRowsB) * row; };  // stage 0 or 1
-  auto* approx = reinterpret_cast<float*>(rows + (cuda::kTileRowsA + 2 * cuda::kTileRowsB) * row);
   cuda::zero_tile_pad_columns(rows, cuda::kTileRowsA + 2 * cuda::kTileRowsB, d, row);  // the rows and both stages
   // The CTA's rows (age ranks first_row + r), and the candidates newest first: stage item m is age n - 1 - m.
   cuda::issue_row_tile([&](int a) { return keys + index_of(a) * d; }, n, keys, d, row, first_row, rows);
@@ -287,21 +320,23 @@ __global__ void __launch_bounds__(cuda::kTileThreads) spare_kernel(CudaSelection
   };
   issue_candidates(0);
   cuda_ptx::cp_async_commit();
-  // The fp32 reciprocals of the rows' norms, and below of each stage's candidates'.
+  // The fp32 reciprocals of the rows' norms, and below of each stage's candidates'; each row's mask of
+  // the stage's candidates that pass, 16 bits a warp (warp w holds candidates [16w, 16w + 16)).
   __shared__ float inv_row[cuda::kTileRowsA], inv_candidate[cuda::kTileRowsB];
+  __shared__ uint16_t passing[cuda::kTileRowsA][cuda::kTileWarps];
   if (threadIdx.x < cuda::kTileRowsA) {
     const int a = first_row + static_cast<int>(threadIdx.x);
     inv_row[threadIdx.x] = a < n ? static_cast<float>(1.0 / norm[a]) : 0.0f;
   }
   const int r = static_cast<int>(threadIdx.x), i = first_row + r;
   const bool owns_row = r < cuda::kTileRowsA && i < n;
-  const int64_t index_i = owns_row ? index_of(i) : 0;
   const double norm_i = owns_row ? norm[i] : 1.0;
   bool found = !owns_row;
   int spare = 0;
   double spare_dot = 0.0;
   const int n_tiles = (n + cuda::kTileRowsB - 1) / cuda::kTileRowsB;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const float bar = static_cast<float>(threshold) - kSpareBand;
   for (int tile = 0; tile < n_tiles; ++tile) {
     if (threadIdx.x < cuda::kTileRowsB) {  // the last stage's readers passed the barrier that ended it
       const int j = n - 1 - (tile * cuda::kTileRowsB + static_cast<int>(threadIdx.x));
@@ -317,23 +352,38 @@ __global__ void __launch_bounds__(cuda::kTileThreads) spare_kernel(CudaSelection
     __syncthreads();  // the rows, the stage and the reciprocals are visible
     float acc[cuda::kMTiles][cuda::kNTiles][4];
     cuda::tile_dots(rows, stage(tile % 2), dp, row, acc);
-    // The cosines: the fp32 dot products times the reciprocals of the CPU's norms (|k| + 1e-8).
+    // The cosines: the fp32 dot products times the reciprocals of the CPU's norms (|k| + 1e-8); a pair
+    // passes unless its cosine is below the bar (a NaN passes, and the CPU's arithmetic decides it).
 #pragma unroll
     for (int mt = 0; mt < cuda::kMTiles; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < cuda::kNTiles; ++nt)
+      for (int rh = 0; rh < 2; ++rh) {
+        const int a_row = mt * 16 + g + 8 * rh;
+        uint32_t bits = 0;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int a_row = mt * 16 + g + 8 * (e / 2), m = warp * cuda::kNTiles * 8 + nt * 8 + 2 * t + e % 2;
-          approx[a_row * (cuda::kTileRowsB + 1) + m] = acc[mt][nt][e] * inv_row[a_row] * inv_candidate[m];
-        }
-    __syncthreads();  // the cosines are visible; every warp is done with the stage
+        for (int nt = 0; nt < cuda::kNTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int m = warp * cuda::kNTiles * 8 + nt * 8 + 2 * t + e;
+            const bool below = acc[mt][nt][2 * rh + e] * inv_row[a_row] * inv_candidate[m] < bar;
+            bits |= (below ? 0u : 1u) << (nt * 8 + 2 * t + e);
+          }
+        bits |= __shfl_xor_sync(0xffffffffu, bits, 1);
+        bits |= __shfl_xor_sync(0xffffffffu, bits, 2);
+        if (t == 0) passing[a_row][warp] = static_cast<uint16_t>(bits);
+      }
+    __syncthreads();  // the masks are visible; every warp is done with the stage's fragments
     if (!found) {
-      for (int m = 0; m < cuda::kTileRowsB && !found; ++m) {
+      uint64_t mask = 0;
+#pragma unroll
+      for (int k = 0; k < cuda::kTileWarps; ++k) mask |= static_cast<uint64_t>(passing[r][k]) << (16 * k);
+      while (mask != 0 && !found) {
+        const int m = __ffsll(static_cast<long long>(mask)) - 1;  // the newest passing candidate left
+        mask &= mask - 1;
         const int j = n - 1 - (tile * cuda::kTileRowsB + m);
         if (j < 0) break;
-        if (j == i || approx[r * (cuda::kTileRowsB + 1) + m] < static_cast<float>(threshold) - kSpareBand) continue;
-        const double dot = exact_cosine(keys, index_i, norm_i, index_of(j), norm[j], d);
+        if (j == i) continue;
+        const double dot = exact_cosine(rows + r * row, norm_i, stage(tile % 2) + m * row, norm[j], d);
         if (dot > threshold) {
           found = true;
           spare = j;
@@ -341,24 +391,34 @@ __global__ void __launch_bounds__(cuda::kTileThreads) spare_kernel(CudaSelection
         }
       }
     }
-    if (!__syncthreads_or(!found)) break;  // also: every row is done with the cosines before the next stage
+    if (!__syncthreads_or(!found)) break;  // also: every row is done with the stage before the next one
   }
   cuda_ptx::cp_async_wait<0>();  // a stage still in flight after an early stop
+  __syncthreads();               // and every thread's copies landed: the stages are free
+  // Rows that found none spare the oldest: its unit key once, by the CPU's division.
+  __shared__ double oldest_unit[cuda::kMaxScoringHeadDim];
+  for (int c = threadIdx.x; c < d; c += blockDim.x)
+    oldest_unit[c] = static_cast<double>(cuda::key_element(keys, index_of(0), d, c)) / norm[0];
+  __syncthreads();
   if (owns_row) {
-    if (!found && i != 0) spare_dot = exact_cosine(keys, index_i, norm_i, index_of(0), norm[0], d);  // the oldest
+    if (!found && i != 0) {
+      const __nv_bfloat16* row_i = rows + r * row;
+      for (int c = 0; c < d; ++c)
+        spare_dot = add_product(spare_dot, static_cast<double>(__bfloat162float(row_i[c])) / norm_i, oldest_unit[c]);
+    }
     w.sort[i] = {static_cast<uint64_t>(__double_as_longlong(spare_dot)), static_cast<uint32_t>(spare), 0};
   }
+  importance_logits_of_rows(args, h, s, rows, first_row, reinterpret_cast<double*>(stage(0)),
+                            importance_logits(head_scratch, args.capacity));
 }
 
 struct RkvOfficialDevice {
   __device__ static void select(const CudaSelectionArgs& args, const cuda::HeadSelect& h, int s, char* scratch,
                                 uint8_t* keep) {
     const double lambda = args.params.as<RkvOfficialParams>().lambda;
-    cuda::HeadScratch w(scratch, args.capacity);  // age order and spares from launches 1 and 2
-    __shared__ __align__(16) double buffer[kImportanceQueryElements];  // the importance's queries, then staged spares
-    importance_device(args, h, s, w, buffer);    // w.b
-    __syncthreads();                             // the importance's last readers are done with buffer
-    spared_redundancy_device(args, h, w, buffer);  // w.a
+    cuda::HeadScratch w(scratch, args.capacity);  // age order, norms, spares and logits from launches 1, 2
+    importance_device(args, h, s, w, importance_logits(scratch, args.capacity));  // w.b
+    spared_redundancy_device(args, h, w);                                          // w.a
     for (int a = threadIdx.x; a < h.n_candidates; a += blockDim.x)
       w.b[a] = lambda * w.b[a] - (1.0 - lambda) * w.a[a];
     __syncthreads();
@@ -385,6 +445,7 @@ void cuda_select_rkv_official(const CudaSelectionArgs& args, void* stream) {
 
 }  // namespace
 
-const CudaSelection cuda_file_rkv_official{.select = cuda_select_rkv_official, .bind = bind_rkv_official};
+const CudaSelection cuda_file_rkv_official{
+    .select = cuda_select_rkv_official, .bind = bind_rkv_official, .extra_scratch = rkv_official_extra_scratch};
 
 }  // namespace kvdice::policy
