@@ -305,8 +305,20 @@ __device__ inline void for_each_key_element(const __nv_bfloat16* keys, int64_t i
 // A scoring selection: one CTA per (row, layer of the launch, KV head) like selection_kernel, but the
 // policy also gets the launch's arguments, the row and its scratch:
 //   Policy::select(args, h, s, scratch, keep)
+// Resident CTAs an SM a policy's selection asks the compiler to allow for (__launch_bounds__' second
+// argument): Policy::kMinBlocks where the policy states it, else 1. rkv states 4, which caps it at 64
+// registers a thread: with the sort-free top-r and age order inlined it took 80, one CTA an SM fewer.
 template <class Policy>
-__global__ void __launch_bounds__(kSelectionThreads) scoring_selection_kernel(CudaSelectionArgs args) {
+constexpr int selection_min_blocks() {
+  if constexpr (requires { Policy::kMinBlocks; })
+    return Policy::kMinBlocks;
+  else
+    return 1;
+}
+
+template <class Policy>
+__global__ void __launch_bounds__(kSelectionThreads, selection_min_blocks<Policy>())
+    scoring_selection_kernel(CudaSelectionArgs args) {
   const int s = args.row_begin + static_cast<int>(blockIdx.y);
   const int local_layer = static_cast<int>(blockIdx.x) / args.n_kv_heads;
   const int head = static_cast<int>(blockIdx.x) % args.n_kv_heads;
