@@ -256,23 +256,17 @@ __device__ void importance_logits_of_rows(const CudaSelectionArgs& args, const c
       double acc[kImportanceDots];
 #pragma unroll
       for (int k = 0; k < kImportanceDots; ++k) acc[k] = 0.0;
-      const uint4* key = reinterpret_cast<const uint4*>(rows + r * row);
-      for (int c8 = 0; c8 < d / 8; ++c8) {
-        const uint4 raw = key[c8];
-        const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+      // The row from shared memory, 16 bytes at a time (index 0 of the row's own address).
+      cuda::for_each_key_element(rows + r * row, 0, d, [&](int c, float k) {
+        const double kd = k;
+        const double2* q = reinterpret_cast<const double2*>(qs + c * kVectors + half * kImportanceDots);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const float2 kk = __bfloat1622float2(pairs[e / 2]);
-          const double kd = e % 2 == 0 ? kk.x : kk.y;
-          const double2* q = reinterpret_cast<const double2*>(qs + (8 * c8 + e) * kVectors + half * kImportanceDots);
-#pragma unroll
-          for (int t2 = 0; t2 < kImportanceDots / 2; ++t2) {
-            const double2 pair = q[t2];
-            acc[2 * t2] += pair.x * kd;
-            acc[2 * t2 + 1] += pair.y * kd;
-          }
+        for (int t2 = 0; t2 < kImportanceDots / 2; ++t2) {
+          const double2 pair = q[t2];
+          acc[2 * t2] += pair.x * kd;
+          acc[2 * t2 + 1] += pair.y * kd;
         }
-      }
+      });
 #pragma unroll
       for (int k = 0; k < kImportanceDots; ++k) {
         const int j = k / heads_a_pass, head = k % heads_a_pass;
