@@ -3,7 +3,7 @@
 // candidate otherwise), block b gets draw_u64(b) of the (round, layer, KV head)
 // stream, and the K_sel - pl candidates first in (draw descending, age ascending) order are kept. Equal
 // draws keep the older block first and a block's candidates share its draw, so that order is the CPU's
-// (score descending, position ascending): one exact sort of (~draw, age rank) keys.
+// (score descending, position ascending): the first (~draw, age rank) keys, taken without a sort.
 #include "policy/cuda/scoring.cuh"
 #include "policy/policy_options.h"
 
@@ -51,7 +51,7 @@ void cuda_select_random_block_pp(const CudaSelectionArgs& args, void* stream) {
 
 }  // namespace
 
-// The candidates are sorted by age, then the blocks by draw, in the head scratch.
+// The candidates' age order and the (~draw, age rank) keys live in the head scratch.
 const CudaSelection cuda_file_random_block_pp{
     .select = cuda_select_random_block_pp, .bind = bind_random_block_pp, .head_scratch = true};
 

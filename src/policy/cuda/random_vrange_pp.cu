@@ -31,7 +31,7 @@ struct RandomVrangePpDevice {
     const float* range = args.layers[h.layer].value_range;
     cuda::age_order(h, w, first);
     for (int slot = threadIdx.x; slot < first; slot += blockDim.x) keep[slot] = 1;
-    // Widest value ranges among the unprotected candidates, ties older first (sort key: ~range, age rank).
+    // Widest value ranges among the unprotected candidates, ties older first (key: ~range, age rank).
     const int len = cuda::HeadScratch::sort_len(count);
     for (int i = threadIdx.x; i < len; i += blockDim.x) {
       cuda::SortPair p{~uint64_t{0}, ~0u, 0};
@@ -53,7 +53,7 @@ void cuda_select_random_vrange_pp(const CudaSelectionArgs& args, void* stream) {
 
 }  // namespace
 
-// The value ranges are sorted and the draw's pool listed in the head scratch.
+// The value ranges' keys and the draw's pool live in the head scratch.
 const CudaSelection cuda_file_random_vrange_pp{
     .select = cuda_select_random_vrange_pp, .bind = bind_random_vrange_pp, .head_scratch = true};
 
