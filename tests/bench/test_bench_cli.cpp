@@ -3,10 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -44,23 +41,15 @@ class BenchCli : public ::testing::Test {
 
 Json read_runs(const std::string& file) { return read_json_file(file)["runs"]; }
 
-// What a shell command prints (its trailing newline dropped), and its exit status.
-std::pair<std::string, int> shell(const std::string& command) {
-  FILE* pipe = ::popen(command.c_str(), "r");
-  std::string out;
-  char buffer[256];
-  while (pipe != nullptr && std::fgets(buffer, sizeof buffer, pipe) != nullptr) out += buffer;
-  const int status = pipe != nullptr ? ::pclose(pipe) : -1;
-  while (!out.empty() && out.back() == '\n') out.pop_back();
-  return {out, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
-}
-
 // The commit the source tree is at now, as cmake/git_commit.cmake names it.
 std::string source_commit() {
-  const std::string git = fmt::format("git -C '{}' ", KVDICE_SOURCE_DIR);
-  const auto [commit, failed] = shell(git + "rev-parse --short=12 HEAD 2>/dev/null");
-  if (failed != 0 || commit.empty()) return "unknown";
-  return shell(git + "diff --quiet HEAD -- 2>/dev/null").second == 1 ? commit + "-dirty" : commit;
+  const CommandResult head = run_program("git", {"-C", KVDICE_SOURCE_DIR, "rev-parse", "--short=12", "HEAD"});
+  std::string commit = head.out;
+  while (!commit.empty() && commit.back() == '\n') commit.pop_back();
+  if (head.exit_code != 0 || commit.empty()) return "unknown";
+  return run_program("git", {"-C", KVDICE_SOURCE_DIR, "diff", "--quiet", "HEAD", "--"}).exit_code == 1
+             ? commit + "-dirty"
+             : commit;
 }
 
 TEST_F(BenchCli, ThroughputOnTheFixtureRecordsEverything) {

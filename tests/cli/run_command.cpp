@@ -21,6 +21,12 @@ std::string slurp(const std::filesystem::path& p) {
 
 CommandResult run_kvdice(const std::vector<std::string>& args, const std::vector<std::string>& env,
                          const std::string& stdout_path, unsigned timeout_s) {
+  return run_program(KVDICE_BINARY, args, env, stdout_path, timeout_s);
+}
+
+CommandResult run_program(const std::string& program, const std::vector<std::string>& args,
+                          const std::vector<std::string>& env, const std::string& stdout_path,
+                          unsigned timeout_s) {
   const auto dir = std::filesystem::temp_directory_path() / ("kvdice_cli_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto out_path = dir / "out", err_path = dir / "err";
@@ -36,12 +42,12 @@ CommandResult run_kvdice(const std::vector<std::string>& args, const std::vector
     ::dup2(null_fd, 0);
     for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
     std::vector<char*> argv;
-    std::string binary = KVDICE_BINARY;
+    std::string binary = program;
     argv.push_back(binary.data());
     std::vector<std::string> copy = args;
     for (auto& a : copy) argv.push_back(a.data());
     argv.push_back(nullptr);
-    ::execv(binary.c_str(), argv.data());
+    ::execvp(binary.c_str(), argv.data());
     std::_Exit(127);
   }
   int status = 0;

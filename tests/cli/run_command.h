@@ -1,4 +1,5 @@
-// Runs the kvdice binary as a child process and captures its exit code, stdout and stderr.
+// Runs the kvdice binary (or another program) as a child process and captures its exit code, stdout and
+// stderr.
 #pragma once
 
 #include <string>
@@ -16,5 +17,10 @@ struct CommandResult {
 // The child is killed by SIGALRM after `timeout_s`, so a hang fails the test instead of stalling CI.
 CommandResult run_kvdice(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
                          const std::string& stdout_path = "", unsigned timeout_s = 300);
+
+// The same for `program`, looked up in PATH when its name has no slash (git, for instance).
+CommandResult run_program(const std::string& program, const std::vector<std::string>& args,
+                          const std::vector<std::string>& env = {}, const std::string& stdout_path = "",
+                          unsigned timeout_s = 300);
 
 }  // namespace kvdice::testing
