@@ -305,20 +305,8 @@ __device__ inline void for_each_key_element(const __nv_bfloat16* keys, int64_t i
 // A scoring selection: one CTA per (row, layer of the launch, KV head) like selection_kernel, but the
 // policy also gets the launch's arguments, the row and its scratch:
 //   Policy::select(args, h, s, scratch, keep)
-// Resident CTAs an SM a policy's selection asks the compiler to allow for (__launch_bounds__' second
-// argument): Policy::kMinBlocks where the policy states it, else 1. rkv states 4, which caps it at 64
-// registers a thread: with the sort-free top-r and age order inlined it took 80, one CTA an SM fewer.
 template <class Policy>
-constexpr int selection_min_blocks() {
-  if constexpr (requires { Policy::kMinBlocks; })
-    return Policy::kMinBlocks;
-  else
-    return 1;
-}
-
-template <class Policy>
-__global__ void __launch_bounds__(kSelectionThreads, selection_min_blocks<Policy>())
-    scoring_selection_kernel(CudaSelectionArgs args) {
+__device__ __forceinline__ void scoring_selection(const CudaSelectionArgs& args) {
   const int s = args.row_begin + static_cast<int>(blockIdx.y);
   const int local_layer = static_cast<int>(blockIdx.x) / args.n_kv_heads;
   const int head = static_cast<int>(blockIdx.x) % args.n_kv_heads;
@@ -338,10 +326,28 @@ __global__ void __launch_bounds__(kSelectionThreads, selection_min_blocks<Policy
 }
 
 template <class Policy>
+__global__ void __launch_bounds__(kSelectionThreads) scoring_selection_kernel(CudaSelectionArgs args) {
+  scoring_selection<Policy>(args);
+}
+
+// The same held to Policy::kMinBlocks resident CTAs an SM (__launch_bounds__' second argument), for a
+// policy that states it: rkv states 4, which caps it at 64 registers a thread (the sort-free top-r and
+// age order inlined took it to 80, one CTA an SM fewer). A second kernel rather than a minimum of 1 for
+// the others: stating 1 lets the compiler spend more registers (snapkv 48 -> 72 a thread).
+template <class Policy>
+__global__ void __launch_bounds__(kSelectionThreads, Policy::kMinBlocks)
+    scoring_selection_kernel_bounded(CudaSelectionArgs args) {
+  scoring_selection<Policy>(args);
+}
+
+template <class Policy>
 void launch_scoring_selection(const CudaSelectionArgs& args, void* stream) {
   if (args.n_rows == 0 || args.n_layers == 0 || args.n_kv_heads == 0) return;
   const dim3 grid(static_cast<unsigned>(args.n_layers * args.n_kv_heads), static_cast<unsigned>(args.n_rows));
-  scoring_selection_kernel<Policy><<<grid, kSelectionThreads, 0, static_cast<cudaStream_t>(stream)>>>(args);
+  if constexpr (requires { Policy::kMinBlocks; })
+    scoring_selection_kernel_bounded<Policy><<<grid, kSelectionThreads, 0, static_cast<cudaStream_t>(stream)>>>(args);
+  else
+    scoring_selection_kernel<Policy><<<grid, kSelectionThreads, 0, static_cast<cudaStream_t>(stream)>>>(args);
   CUDA_CHECK_LAUNCH("scoring_selection_kernel");
 }
 
