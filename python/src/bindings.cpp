@@ -241,38 +241,25 @@ class EngineHandle {
     return g;
   }
 
-  static int needs_count(const policy::SignalNeeds& n) {
-    return int{n.window_queries} + int{n.accumulated_attention} + int{n.value_ranges};
-  }
-  static bool covers(const policy::SignalNeeds& have, const policy::SignalNeeds& want) {
-    return (have.window_queries || !want.window_queries) && (have.accumulated_attention || !want.accumulated_attention) &&
-           (have.value_ranges || !want.value_ranges);
-  }
-
-  // The pool records only its default policy's signals, and weights are uploaded once per engine, so
-  // the engine is kept while it records what the batch's policies read and rebuilt (with the most
-  // demanding of them as its default) when it does not. A batch no one policy covers is the engine's
-  // error ("start the engine with it as its policy").
+  // The pool records the signals its engine was asked for, and weights are uploaded once per engine, so
+  // the engine is kept while it records what the batch's policies read and rebuilt (recording all of
+  // them, the first request's settings as its default) when it does not.
   void ensure_engine(const std::vector<Request>& requests) {
-    const Request* most = &requests.front();
     policy::SignalNeeds wanted;
-    int most_needs = -1;
     int widest_window = 0;  // the widest r of a request reading window queries: the query ring's width
     for (const Request& r : requests) {
       const auto needs = policy::make_policy(r.policy)->needs();
-      wanted.window_queries |= needs.window_queries;
-      wanted.accumulated_attention |= needs.accumulated_attention;
-      wanted.value_ranges |= needs.value_ranges;
+      wanted |= needs;
       if (needs.window_queries) widest_window = std::max(widest_window, r.window);
-      if (needs_count(needs) > most_needs) most_needs = needs_count(needs), most = &r;
     }
-    if (engine_ && covers(engine_->policy().needs(), wanted) &&
-        engine_->memory_plan().query_window >= widest_window)
+    if (engine_ && engine_->recorded_signals().covers(wanted) && engine_->memory_plan().query_window >= widest_window)
       return;
     engine_.reset();
+    const Request& first = requests.front();
     engine::EngineConfig config = config_;
-    config.kv.policy = most->policy;
-    config.kv.budget = {most->budget, most->window, kv::LongPromptRule::Warn};
+    config.kv.policy = first.policy;
+    config.kv.budget = {first.budget, first.window, kv::LongPromptRule::Warn};
+    config.signals = wanted;
     config.query_window = widest_window;
     engine_ = std::make_unique<engine::Engine>(*bundle_.model, *backend_, config);
     engine_->set_round_observer([this](uint64_t id, const kv::RoundRecord& record) {

@@ -1,4 +1,7 @@
 // `kvdice serve`: the OpenAI-compatible HTTP server (src/server) over one model.
+#include <string>
+#include <vector>
+
 #include <fmt/core.h>
 
 #include "cli/commands.h"
@@ -20,6 +23,7 @@ struct ServeOptions {
   std::string long_prompt = "warn";
   backend::BackendOptions backend;
   int max_batch = 0;  // 0 = as the backend suits: memory bounds the batch on CUDA
+  std::vector<std::string> signals_for;  // policies whose signals are recorded besides the default's
 };
 
 // Rows of the decode batch when --max-batch is not given: on CUDA the KV pool, not the batch, is the
@@ -43,6 +47,13 @@ void run_serve(ServeOptions& o) {
     s.limits.kv.budget.budget = 0;
   }
   s.model_name = o.model_name.empty() ? o.model : o.model_name;
+  for (const std::string& spec : o.signals_for) {
+    try {
+      s.engine.signals |= policy::make_policy(spec)->needs();
+    } catch (const Error& e) {
+      fail("--signals-for: {}", e.what());
+    }
+  }
 
   server::install_server_signal_handlers();  // SIGINT/SIGTERM drain from here on, whichever thread takes them
   const auto path = resolve_model_argument(o.model);
@@ -86,6 +97,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--api-key", s.api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
   cmd->add_option("--policy", s.limits.kv.policy,
                   "Default eviction policy (a request's kv.policy overrides)");
+  cmd->add_option("--signals-for", o->signals_for,
+                  "Also record the signals these policies read (query ring, value ranges, attention mass), so "
+                  "that requests may choose them; the default policy's are always recorded")
+      ->expected(1, -1);
   add_int_option(cmd, "--budget,-T", s.limits.kv.budget.budget, 0, kMaxTokens,
                  fmt::format("Default KV budget T (kv.budget overrides; default {})", kv::kDefaultServeBudget));
   add_int_option(cmd, "--window,-r", s.limits.kv.budget.window, 1, kMaxTokens,

@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <string>
+#include <vector>
+
+#include <fmt/ranges.h>
 
 #include "backend/sampling_rule.h"
 #include "core/error.h"
@@ -91,15 +95,20 @@ Engine::Engine(const model::Model& model, backend::Backend& backend, EngineConfi
 
   // The pool takes what is left: free device memory less a margin for library workspaces (CUDA), or
   // what the limits need in lazily-touched host memory (CPU).
-  // Signals are recorded only when the engine's policy needs them (both backends record all three:
-  // the query ring, value ranges and the attention mass).
-  const policy::SignalNeeds signals = policies_->at(0).needs();
+  // Signals are recorded only when the engine's policy or config_.signals asks for them (both backends
+  // record all three: the query ring, value ranges and the attention mass).
+  policy::SignalNeeds signals = policies_->at(0).needs();
+  signals |= config_.signals;
   if (config_.query_window < 0) fail("query window must be >= 0 (got {})", config_.query_window);
   // The query ring is per running sequence, not per page: a row of the widest r served for each
   // sequence that can run at once (max_batch, or fewer where the pool cannot hold that many).
   kv::QueryRingShape ring;
-  if (signals.window_queries)
+  if (signals.window_queries) {
     ring = {1, config_.query_window > 0 ? config_.query_window : budget_.window, model_.config().n_heads};
+    if (ring.window < 1)
+      fail("recording window queries needs a query window r >= 1 (the default policy '{}' has no budget)",
+           policies_->at(0).name());
+  }
   const int64_t page_bytes = kv::KvPool::bytes_per_page(shape, backend_.kv_dtype(), page_slots, signals);
   const backend::MemoryInfo memory = backend_.memory();
   kv::PoolInputs in;
@@ -181,15 +190,22 @@ Engine::~Engine() {
 
 PolicyTable::Hold Engine::hold_policy(const std::string& spec) {
   // A spec may carry options ("random_block_pp:block=8"): equal specs share one policy instance.
-  // What the check reads (backend, model, pool signals) is fixed once the engine is built.
-  return policies_->hold(policy::make_policy(spec), [this](const policy::EvictionPolicy& policy) {
+  // What the check reads (backend, model, pool signals) is fixed once the engine is built. It runs under
+  // the table's lock, so the default's name is read before.
+  const std::string default_policy(policies_->at(0).name());
+  return policies_->hold(policy::make_policy(spec), [this, &default_policy](const policy::EvictionPolicy& policy) {
     backend_.check_policy(policy);
     policy.check_model(model_.fingerprint());
     const policy::SignalNeeds needs = policy.needs(), recorded = pool_->signals();
-    if ((needs.window_queries && !recorded.window_queries) || (needs.value_ranges && !recorded.value_ranges) ||
-        (needs.accumulated_attention && !recorded.accumulated_attention))
-      fail("policy '{}' needs signals this engine does not record; start the engine with it as its policy",
-           policy.name());
+    if (!recorded.covers(needs)) {
+      std::vector<std::string> missing;
+      if (needs.window_queries && !recorded.window_queries) missing.emplace_back("window queries");
+      if (needs.value_ranges && !recorded.value_ranges) missing.emplace_back("value ranges");
+      if (needs.accumulated_attention && !recorded.accumulated_attention) missing.emplace_back("attention mass");
+      fail("policy '{}' reads {}, which this engine does not record: it records what its default policy '{}' "
+           "reads and the signals it was asked for besides (kvdice serve --signals-for)",
+           policy.name(), fmt::join(missing, " and "), default_policy);
+    }
   });
 }
 

@@ -49,6 +49,10 @@ struct EngineConfig {
   // queries per query head for each sequence that can run at once (max_batch, or as many sequences of
   // the default budget as the pool holds, if fewer).
   int query_window = 0;
+  // Signals the pool records besides those the default policy reads, so that requests may bring
+  // policies that read them (kvdice serve --signals-for). The query ring costs a row a sequence that can
+  // run, the attention mass a pass over the keys each decode step: none is recorded unasked.
+  policy::SignalNeeds signals;
   bool graphs = true;          // replay each decode-step shape as one graph where the backend can
   // Read a decode step's sampled tokens while the next step runs (one step late), so the device
   // never waits for the host between steps. Token events come one step later; a sequence that stops
@@ -126,6 +130,8 @@ class Engine {
   const EngineConfig& config() const { return config_; }
   // The default policy and effective budget (unbounded when the policy keeps everything).
   const policy::EvictionPolicy& policy() const { return policies_->at(0); }
+  // What the pool records: the default policy's signals and config.signals.
+  const policy::SignalNeeds& recorded_signals() const { return pool_->signals(); }
   const kv::BudgetSpec& budget() const { return budget_; }
   const MemoryPlan& memory_plan() const { return plan_; }
   int kv_bytes_per_element() const { return static_cast<int>(dtype_size(backend_.kv_dtype())); }

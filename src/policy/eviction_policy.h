@@ -31,6 +31,16 @@ struct SignalNeeds {
   bool accumulated_attention = false;  // H2O: attention mass each slot has received
   bool value_ranges = false;           // VaSE: max - min over value channels
   bool any() const { return window_queries || accumulated_attention || value_ranges; }
+  bool covers(const SignalNeeds& want) const {
+    return (window_queries || !want.window_queries) && (accumulated_attention || !want.accumulated_attention) &&
+           (value_ranges || !want.value_ranges);
+  }
+  SignalNeeds& operator|=(const SignalNeeds& o) {
+    window_queries |= o.window_queries;
+    accumulated_attention |= o.accumulated_attention;
+    value_ranges |= o.value_ranges;
+    return *this;
+  }
 };
 
 struct SelectionInput {

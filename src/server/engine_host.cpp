@@ -12,12 +12,13 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 }  // namespace
 
 EngineHost::EngineHost(const model::Model& model, backend::Backend& backend, HostOptions options,
-                       Metrics& metrics)
+                       const engine::KvSettings& defaults, Metrics& metrics)
     : model_(model), backend_(backend), options_(options), metrics_(metrics) {
   if (options_.max_batch < 1) fail("--max-batch must be >= 1 (got {})", options_.max_batch);
   if (options_.max_queue < 1) fail("--max-queue must be >= 1 (got {})", options_.max_queue);
   engine::EngineConfig config;
-  config.kv.policy = "full";  // every request brings its own KV settings
+  config.kv = defaults;  // what the pool records and its query ring's width; requests bring their own
+  config.signals = options_.signals;
   config.eviction_seed = options_.eviction_seed;
   config.max_batch = options_.max_batch;
   config.pool = options_.pool;

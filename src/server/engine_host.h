@@ -68,11 +68,17 @@ struct HostOptions {
   // the host starts (MemoryPlan::kv_capacity_slots), so admission and /metrics use the exact capacity.
   int64_t kv_slots = 0;
   uint64_t eviction_seed = 0;
+  // Signals recorded besides those the server's default policy reads (--signals-for), so that requests
+  // may choose policies that read them.
+  policy::SignalNeeds signals;
 };
 
 class EngineHost {
  public:
-  EngineHost(const model::Model& model, backend::Backend& backend, HostOptions options, Metrics& metrics);
+  // `defaults` are the server's default KV settings: the engine records the signals their policy reads
+  // (and options.signals) and sizes its query ring for their window r. Every request brings its own.
+  EngineHost(const model::Model& model, backend::Backend& backend, HostOptions options,
+             const engine::KvSettings& defaults, Metrics& metrics);
   ~EngineHost();  // stops the thread; jobs still running get an error
 
   enum class Admission { Queued, QueueFull, Draining };

@@ -100,7 +100,7 @@ struct Server::Impl {
       : bundle(b),
         options(std::move(o)),
         metrics(options.engine.kv_slots),
-        host(*b.model, backend, options.engine, metrics) {
+        host(*b.model, backend, options.engine, options.limits.kv, metrics) {
     options.engine.kv_slots = host.options().kv_slots;  // the engine's pool, exact
     metrics.set_kv_capacity(options.engine.kv_slots);
     try {

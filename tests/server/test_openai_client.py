@@ -103,6 +103,40 @@ def test_per_request_policies_in_one_batch(server):
     assert alone.choices[0].message.content == results[1].choices[0].message.content
 
 
+def test_scoring_policies_served_with_their_signals(start_server):
+    # The default policy's signals are recorded (the query ring for snapkv_pp), and --signals-for adds
+    # others (the attention mass for h2o_pp); a policy whose signal is not recorded gets 400 at once.
+    s = start_server("--policy", "snapkv_pp", "--budget", "32", "--window", "8")
+    c = client(s, timeout=30)
+    r = c.completions.create(model=MODEL, prompt="hello", max_tokens=60, extra_body={"ignore_eos": True})
+    usage = r.usage.model_extra["kv"]
+    assert usage["policy"] == "snapkv_pp" and usage["eviction_rounds"] > 0 and usage["peak_slots"] <= 40
+    r = c.completions.create(model=MODEL, prompt="hello", max_tokens=60,
+                             extra_body={"ignore_eos": True, "kv": {"policy": "rkv_official"}})
+    assert r.usage.model_extra["kv"]["eviction_rounds"] > 0
+    with pytest.raises(openai.BadRequestError) as e:
+        c.completions.create(model=MODEL, prompt="hello", max_tokens=60, extra_body={"kv": {"policy": "h2o_pp"}})
+    assert "attention mass" in e.value.message and "--signals-for" in e.value.message
+    assert e.value.param == "kv.policy"
+
+    s = start_server("--budget", "32", "--window", "8", "--signals-for", "h2o_pp", "random_vrange_pp:share=0.5")
+    c = client(s, timeout=30)
+    settings = [{"policy": "h2o_pp"}, {"policy": "random_vrange_pp"}, {"policy": "random_pp"}]
+
+    def run(kv):
+        return c.completions.create(model=MODEL, prompt="hello", max_tokens=60, seed=3,
+                                    extra_body={"ignore_eos": True, "kv": kv})
+
+    with cf.ThreadPoolExecutor(len(settings)) as pool:
+        results = list(pool.map(run, settings))
+    for kv, r in zip(settings, results):
+        usage = r.usage.model_extra["kv"]
+        assert usage["policy"].split(":")[0] == kv["policy"] and usage["eviction_rounds"] > 0
+    with pytest.raises(openai.BadRequestError) as e:  # window queries: asked for by no flag
+        run({"policy": "vase"})
+    assert "window queries" in e.value.message
+
+
 def test_stop_strings(server):
     c = client(server)
     base = c.completions.create(model=MODEL, prompt="xyz", max_tokens=30, seed=4, extra_body={"ignore_eos": True})
