@@ -62,6 +62,16 @@ def test_batch_with_a_policy_and_budget_per_request(llm):
     assert budgeted.record()["policy"] == "random_pp" and budgeted.record()["eviction_rounds"] >= 1
 
 
+def test_batch_of_policies_reading_different_signals(llm):
+    # h2o reads the attention mass, vase the query ring and value ranges: one engine records all three.
+    kvs = [kvdice.KVConfig("h2o", budget=32, window=16), kvdice.KVConfig("vase", budget=32, window=16)]
+    h2o, vase = llm.generate(["one", "two"], kv=kvs, max_new_tokens=70, ignore_eos=True)
+    assert h2o.kv.policy == "h2o" and h2o.stats["eviction_rounds"] >= 1
+    assert vase.kv.policy.startswith("vase") and vase.stats["eviction_rounds"] >= 1
+    [alone] = llm.generate("two", kv=kvs[1], max_new_tokens=70, ignore_eos=True, stream_ids=[vase.id])
+    assert alone.token_ids.tolist() == vase.token_ids.tolist()
+
+
 def test_stream_yields_tokens_then_each_result(llm):
     prompts = ["alpha", "beta"]
     events, results = [], []
