@@ -132,7 +132,7 @@ struct RkvParams {
 };
 
 struct RkvDevice {
-  static constexpr int kMinBlocks = 4;  // scoring.cuh's scoring_selection_kernel_bounded: 64 registers
+  static constexpr int kMinBlocks = 4;  // 64 registers where the grid is large (scoring.cuh)
   __device__ static void select(const CudaSelectionArgs& args, const HeadSelect& h, int s, char* scratch,
                                 uint8_t* keep) {
     const double lambda = args.params.as<RkvParams>().lambda;
