@@ -32,16 +32,14 @@ struct RandomBlockPpDevice {
     const int count = h.n_candidates - first;
     cuda::age_order(h, w, first);
     const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer), static_cast<uint32_t>(h.kv_head)};
-    const int len = cuda::HeadScratch::sort_len(count);
     const int origin = params.from_slot0 ? first : 0;
-    for (int i = threadIdx.x; i < len; i += blockDim.x) {
-      cuda::SortPair p{~uint64_t{0}, ~0u, 0};
-      if (i < count) p = {~stream.draw_u64(static_cast<uint32_t>((origin + i) / params.block)), static_cast<uint32_t>(i), 0};
-      w.sort[i] = p;
+    for (int i = threadIdx.x; i < count; i += blockDim.x) {
+      const uint64_t draw = stream.draw_u64(static_cast<uint32_t>((origin + i) / params.block));
+      w.sort[i] = {~draw, static_cast<uint32_t>(i), 0};
     }
     __syncthreads();
     for (int slot = threadIdx.x; slot < first; slot += blockDim.x) keep[slot] = 1;
-    cuda::take_first_pairs(w.sort, len, h.keep - first, [&](uint32_t age) { keep[w.slot_of_age[age]] = 1; });
+    cuda::take_first_pairs(w.sort, count, h.keep - first, [&](uint32_t age) { keep[w.slot_of_age[age]] = 1; });
   }
 };
 

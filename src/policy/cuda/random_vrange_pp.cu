@@ -32,16 +32,11 @@ struct RandomVrangePpDevice {
     cuda::age_order(h, w, first);
     for (int slot = threadIdx.x; slot < first; slot += blockDim.x) keep[slot] = 1;
     // Widest value ranges among the unprotected candidates, ties older first (key: ~range, age rank).
-    const int len = cuda::HeadScratch::sort_len(count);
-    for (int i = threadIdx.x; i < len; i += blockDim.x) {
-      cuda::SortPair p{~uint64_t{0}, ~0u, 0};
-      if (i < count)
-        p = {~cuda::orderable(static_cast<double>(range[cuda::pool_index(h, w.slot_of_age[i])])),
-             static_cast<uint32_t>(i), 0};
-      w.sort[i] = p;
-    }
+    for (int i = threadIdx.x; i < count; i += blockDim.x)
+      w.sort[i] = {~cuda::orderable(static_cast<double>(range[cuda::pool_index(h, w.slot_of_age[i])])),
+                   static_cast<uint32_t>(i), 0};
     __syncthreads();
-    cuda::take_first_pairs(w.sort, len, n_tag, [&](uint32_t age) { keep[w.slot_of_age[age]] = 1; });
+    cuda::take_first_pairs(w.sort, count, n_tag, [&](uint32_t age) { keep[w.slot_of_age[age]] = 1; });
     // The draw over the unkept candidates in slot order (w.slot_of_age is free again).
     cuda::keep_random_rest_device(h, first, count - n_tag, count - free, w.slot_of_age, keep);
   }

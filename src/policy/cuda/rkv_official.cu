@@ -245,9 +245,8 @@ __device__ void importance_logits_of_rows(const CudaSelectionArgs& args, const c
         const int q = q0 + (v / kImportanceDots) * queries_a_half + j;
         double value = 0.0;
         if (j < queries_a_half && head < n_heads && q < nq) {
-          const int ring_slot = static_cast<int>((appended - 1 - q) % window);  // query q, newest first
           const int64_t qh = static_cast<int64_t>(h.kv_head) * group + h0 + head;
-          value = bf16_to_f32(layer.query_ring[cuda::ring_index(args, h, qh, ring_slot) + c]);
+          value = bf16_to_f32(layer.query_ring[cuda::newest_query_index(args, h, qh, appended, window, q) + c]);
         }
         qs[e] = value;
       }

@@ -101,7 +101,8 @@ __device__ inline void block_sort(SortPair* v, int n) {
 // the keys (eight passes of eight bits: a histogram of the pairs still matching the key's high bits, and
 // the bin holding the r-th) finds the r-th key T; the pairs below T are taken, and of those equal to it
 // the first in position order. The index must ascend with the position for every pair that can be
-// taken (every caller fills v[i] with index i, and its padding sorts last). r <= len. Collective.
+// taken (every caller fills v[i] with index i; an entry never to be taken has the largest key, ~0, and
+// there are at least r others). The pairs need no padding to a power of two. Collective.
 template <class Take>
 __device__ inline void take_first_pairs(const SortPair* v, int len, int r, Take take) {
   static_assert(kSelectionThreads == 256, "a thread per bin of an eight-bit digit");
@@ -236,16 +237,15 @@ __device__ inline void age_order(const HeadSelect& h, HeadScratch& w, int first 
 // first). Needs w.slot_of_age; `keep` must be zero on entry. Collective.
 __device__ inline void keep_prompt_and_highest_device(const HeadSelect& h, HeadScratch& w,
                                                       const double* score_by_age, uint8_t* keep) {
-  const int len = HeadScratch::sort_len(h.n_candidates);
-  for (int i = threadIdx.x; i < len; i += blockDim.x) {
-    SortPair p{~uint64_t{0}, ~0u, 0};
-    if (i < h.n_candidates && w.slot_of_age[i] >= h.n_protected)
-      p = {~orderable(score_by_age[i]), static_cast<uint32_t>(i), 0};
+  for (int i = threadIdx.x; i < h.n_candidates; i += blockDim.x) {
+    SortPair p{~uint64_t{0}, ~0u, 0};  // the protected prompt: never taken
+    if (w.slot_of_age[i] >= h.n_protected) p = {~orderable(score_by_age[i]), static_cast<uint32_t>(i), 0};
     w.sort[i] = p;
   }
   __syncthreads();
   for (int slot = threadIdx.x; slot < h.n_protected; slot += blockDim.x) keep[slot] = 1;
-  take_first_pairs(w.sort, len, h.keep - h.n_protected, [&](uint32_t age) { keep[w.slot_of_age[age]] = 1; });
+  take_first_pairs(w.sort, h.n_candidates, h.keep - h.n_protected,
+                   [&](uint32_t age) { keep[w.slot_of_age[age]] = 1; });
 }
 
 // Deterministic CTA sum (CUB's fixed reduction tree); the result is broadcast to every thread.

@@ -80,6 +80,13 @@ __device__ inline int64_t ring_index(const CudaSelectionArgs& args, const HeadSe
          args.head_dim;
 }
 
+// Element offset of the i-th newest window query of `query_head` (i = 0 the last appended) in h's ring
+// row: ring slot (appended - 1 - i) % window.
+__device__ inline int64_t newest_query_index(const CudaSelectionArgs& args, const HeadSelect& h,
+                                             int64_t query_head, int64_t appended, int window, int i) {
+  return ring_index(args, h, query_head, static_cast<int>((appended - 1 - i) % window));
+}
+
 template <class Policy>
 __global__ void __launch_bounds__(kSelectionThreads) selection_kernel(CudaSelectionArgs args) {
   const int s = blockIdx.y;

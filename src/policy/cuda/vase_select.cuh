@@ -67,17 +67,16 @@ struct VaseDevice {
     const int n_range = max(0, min(n_large - shared_sinks_outside, h.keep - kept));
 
     // Widest value ranges among the unkept (float compare, ties: older first), as keep_highest<float>.
-    const int len = HeadScratch::sort_len(n);
-    for (int i = threadIdx.x; i < len; i += blockDim.x) {
-      SortPair p{~uint64_t{0}, ~0u, 0};
-      if (i < n && !keep[w.slot_of_age[i]]) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      SortPair p{~uint64_t{0}, ~0u, 0};  // kept already: never taken
+      if (!keep[w.slot_of_age[i]]) {
         const float r = range[pool_index(h, w.slot_of_age[i])];
         p = {~orderable(static_cast<double>(r)), static_cast<uint32_t>(i), 0};
       }
       w.sort[i] = p;
     }
     __syncthreads();
-    take_first_pairs(w.sort, len, n_range, [&](uint32_t age) { keep[w.slot_of_age[age]] = 1; });
+    take_first_pairs(w.sort, n, n_range, [&](uint32_t age) { keep[w.slot_of_age[age]] = 1; });
     kept += n_range;
 
     windowed_attention_device(args, h, w, scratch);  // w.b[a]: attention of the a-th oldest

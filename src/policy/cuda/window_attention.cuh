@@ -161,8 +161,7 @@ struct WindowItem : WindowHead {
       const int c = idx / kQueryTile, t = idx % kQueryTile;
       double q = 0.0;
       if (t < tq) {
-        const int ring_slot = static_cast<int>((appended - 1 - (first + t)) % window);
-        q = bf16_to_f32(layer.query_ring[ring_index(args, h, qh, ring_slot) + c]);
+        q = bf16_to_f32(layer.query_ring[newest_query_index(args, h, qh, appended, window, first + t) + c]);
       }
       qs[idx] = q;
     }

@@ -108,8 +108,7 @@ __global__ void __launch_bounds__(kTileThreads) window_means_tc_kernel(CudaSelec
       const int i = static_cast<int>(threadIdx.x) / 2, half = static_cast<int>(threadIdx.x) % 2;
       const uint16_t* ring = nullptr;
       if (i < tq) {
-        const int ring_slot = static_cast<int>((it.appended - 1 - (first_query + i)) % it.window);
-        ring = it.layer.query_ring + ring_index(args, it.h, it.qh, ring_slot);
+        ring = it.layer.query_ring + newest_query_index(args, it.h, it.qh, it.appended, it.window, first_query + i);
       }
       for (int c = 8 * half; c < dp; c += 16)
         *reinterpret_cast<uint4*>(qs + i * row + c) =
