@@ -12,15 +12,16 @@
 // differ by a few fp32 roundings (about 1e-6 relative); docs/policies.md ("Precision and near-ties")
 // bounds the gap (2^-12 relative) and says which keep-set decisions can go either way.
 //
-// Layout: one launch per evict call, one CTA of four warps per (query head, layer of the launch, row)
-// over the whole batch. The CTA takes the head's queries 64 at a time (kQueryChunk, four m16 tiles in
-// shared memory) and streams the candidates' keys through two shared-memory stages of kKeyTile keys by
-// cp.async, twice: pass 1 computes every logit and the per-query online (max, denominator), merged
-// across lanes and warps in a fixed order; pass 2 computes the logits again and adds each candidate's
-// normalised weights over the queries (a fixed shuffle tree), writing the head's fp32 mean per
-// candidate slot at the start of its window scratch (cuda_window_fp32_bytes). Each key is read twice per
-// (row, query head) and the four query heads of a GQA group are neighbouring CTAs, so the re-reads
-// mostly hit L2.
+// Layout: one launch per evict call, one CTA of eight warps per (layer of the launch, KV head, row) over
+// the whole batch, holding the queries of every query head of the GQA group (kHeadsABlock heads of 64
+// queries at a time: 256 rows in shared memory, warp w rows [32w, 32w + 32), so a warp owns whole query
+// rows and its softmax statistics need no other warp). The candidates' keys stream through two
+// shared-memory stages of kKeyTile keys by cp.async, twice per block of rows: pass 1 computes every
+// logit and each query's online (max, denominator), merged over the four lanes of a row in a fixed
+// order; pass 2 computes the logits again and adds each candidate's normalised weights over a head's 64
+// queries (a warp's 32 by a fixed shuffle tree, then its two warps in order), writing the head's fp32
+// mean per candidate slot at the start of its window scratch (cuda_window_fp32_bytes). A key tile is
+// read twice per block of the group's heads (a CTA per query head read it twice per head).
 #include <mutex>
 
 #include "policy/cuda/mma_tile.cuh"
@@ -29,28 +30,16 @@
 namespace kvdice::policy::cuda {
 namespace {
 
-constexpr int kQueryChunk = kTileRowsA;  // queries per pass pair: four m16 tiles (mma_tile.cuh)
-constexpr int kKeyTile = kTileRowsB;     // keys per shared-memory stage
+constexpr int kQueryChunk = 64;   // a head's queries a block takes
+constexpr int kKeyTile = 64;      // keys per shared-memory stage
+constexpr int kGroupThreads = 256, kGroupWarps = kGroupThreads / 32;
+constexpr int kWarpRows = 32;                                   // query rows a warp owns (two m16 tiles)
+constexpr int kBlockRows = kGroupWarps * kWarpRows;             // 256
+constexpr int kHeadsABlock = kBlockRows / kQueryChunk;          // 4
+constexpr int kRowTiles = kWarpRows / 16, kKeyNTiles = kKeyTile / 8;
 
-// Dynamic shared memory for head_dim d: the query chunk and two key stages.
-constexpr int smem_bytes(int d) { return (kQueryChunk + 2 * kKeyTile) * tile_smem_row(d) * 2; }
-
-// One CTA: blockIdx.x = (layer of the launch, KV head, query head of the group), blockIdx.y = row of the
-// launch. valid is false where the head is not decoded (window_attention.cuh's WindowHead) and for an
-// empty window or no candidate.
-struct TcItem : WindowHead {
-  __device__ TcItem(const CudaSelectionArgs& args) {
-    if (!decode(args, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x))) return;
-    layer = args.layers[h.layer];
-    valid = nq > 0 && h.n_candidates > 0;
-  }
-
-  // The head's fp32 means: the start of its window scratch, after the head scratch.
-  __device__ float* means(const CudaSelectionArgs& args) const {
-    return reinterpret_cast<float*>(head_scratch(args) + cuda_head_scratch_bytes(args.capacity)) +
-           static_cast<int64_t>(gh) * args.capacity;
-  }
-};
+// Dynamic shared memory for head_dim d: a block of query rows and two key stages.
+constexpr int smem_bytes(int d) { return (kBlockRows + 2 * kKeyTile) * tile_smem_row(d) * 2; }
 
 using cuda_ptx::cp_async_commit;
 using cuda_ptx::cp_async_wait;
@@ -65,56 +54,101 @@ __device__ inline void merge_stats(float& m, float& d, float m2, float d2) {
 }
 
 // Keys [first, first + kKeyTile) of the head (pool order through the page table) into a stage, zeros
-// past the candidates. Columns [head_dim, row) of a stage stay zero from the kernel's start.
-__device__ inline void issue_key_tile(const TcItem& it, const __nv_bfloat16* keys, int d, int row, int first,
+// past the candidates, four threads a key row (its source worked out once a thread). Columns
+// [head_dim, row) of a stage stay zero from the kernel's start.
+__device__ inline void issue_key_tile(const HeadSelect& h, const __nv_bfloat16* keys, int d, int row, int first,
                                       __nv_bfloat16* stage) {
-  issue_row_tile([&](int j) { return keys + pool_index(it.h, j) * d; }, it.h.n_candidates, keys, d, row, first,
-                 stage);
+  static_assert(kGroupThreads == 4 * kKeyTile, "four threads a key row");
+  const int k = static_cast<int>(threadIdx.x) / 4, part = static_cast<int>(threadIdx.x) % 4;
+  const bool valid = first + k < h.n_candidates;
+  const __nv_bfloat16* from = valid ? keys + pool_index(h, first + k) * d : keys;
+  const uint32_t to = cuda_ptx::shared_address(stage + k * row);
+  for (int c = part; c < d / 8; c += 4) cuda_ptx::cp_async_16(to + 16 * c, valid ? from + 8 * c : keys, valid);
 }
 
-__global__ void __launch_bounds__(kTileThreads) window_means_tc_kernel(CudaSelectionArgs args) {
+// acc[kRowTiles][kKeyNTiles][4] = the warp's 32 query rows (from `rows`) against the stage's 64 keys
+// (fp32, the mma's C fragments: row mt * 16 + lane / 4 + 8 * (e / 2), key 8 * nt + 2 * (lane % 4) + e % 2),
+// fragments by ldmatrix as mma_tile.cuh's tile_dots.
+__device__ inline void warp_rows_dots(const __nv_bfloat16* rows, const __nv_bfloat16* stage, int dp, int row,
+                                      float (&acc)[kRowTiles][kKeyNTiles][4]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int mt = 0; mt < kRowTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kKeyNTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+  const uint32_t a_base =
+      cuda_ptx::shared_address(rows + (lane % 8 + 8 * (lane / 8 % 2)) * row + 8 * (lane / 16));
+  const uint32_t b_base = cuda_ptx::shared_address(stage + (lane % 8 + 8 * (lane / 16)) * row + 8 * (lane / 8 % 2));
+  for (int k0 = 0; k0 < dp; k0 += 16) {
+    uint32_t a[kRowTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kRowTiles; ++mt) cuda_ptx::ldmatrix_x4(a_base + 2 * (mt * 16 * row + k0), a[mt]);
+#pragma unroll
+    for (int np = 0; np < kKeyNTiles / 2; ++np) {
+      uint32_t b[4];
+      cuda_ptx::ldmatrix_x4(b_base + 2 * (np * 16 * row + k0), b);
+#pragma unroll
+      for (int mt = 0; mt < kRowTiles; ++mt) {
+        cuda_ptx::mma_bf16(acc[mt][2 * np], a[mt], b[0], b[1]);
+        cuda_ptx::mma_bf16(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// One CTA: blockIdx.x = (layer of the launch, KV head), blockIdx.y = row of the launch.
+__global__ void __launch_bounds__(kGroupThreads) window_means_tc_kernel(CudaSelectionArgs args) {
   extern __shared__ __align__(16) unsigned char tc_smem[];
-  __shared__ float part_m[kTileWarps][kQueryChunk], part_d[kTileWarps][kQueryChunk];
-  __shared__ float stat_m[kQueryChunk], stat_inv[kQueryChunk];
-  const TcItem it(args);
-  if (!it.valid) return;
+  __shared__ float key_sums[kGroupWarps][kKeyTile];
+  WindowHead head;  // decoded at the group's first query head
+  if (!head.decode(args, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x) * (args.n_heads / args.n_kv_heads)))
+    return;
+  const int n = head.h.n_candidates, nq = head.nq, group = head.group;
+  if (nq <= 0 || n <= 0) return;
+  const SelectionLayer layer = args.layers[head.h.layer];
   const int d = args.head_dim, dp = (d + 15) / 16 * 16, row = tile_smem_row(d);
-  const int n = it.h.n_candidates, nq = it.nq;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   auto* qs = reinterpret_cast<__nv_bfloat16*>(tc_smem);
-  auto stage = [&](int k) { return qs + (kQueryChunk + k * kKeyTile) * row; };  // key stage 0 or 1
-  const auto* keys = static_cast<const __nv_bfloat16*>(it.layer.keys);
+  auto stage = [&](int k) { return qs + (kBlockRows + k * kKeyTile) * row; };  // key stage 0 or 1
+  const auto* keys = static_cast<const __nv_bfloat16*>(layer.keys);
   // The CPU's scale 1 / (sqrt(D) · temperature), times log2 e, in double, rounded once to fp32.
   const float scale_log2 =
       static_cast<float>(1.4426950408889634 / (sqrt(static_cast<double>(d)) * args.temperature));
-  float* mean = it.means(args);
+  // means[gh][slot]: the start of the head's window scratch.
+  float* means = reinterpret_cast<float*>(head.head_scratch(args) + cuda_head_scratch_bytes(args.capacity));
   zero_tile_pad_columns(stage(0), 2 * kKeyTile, d, row);  // both stages (the queries' are written below)
 
   const int n_tiles = (n + kKeyTile - 1) / kKeyTile, n_chunks = (nq + kQueryChunk - 1) / kQueryChunk;
-  const int steps = n_chunks * 2 * n_tiles;  // per chunk: pass 1 over the tiles, then pass 2
-  issue_key_tile(it, keys, d, row, 0, stage(0));
+  const int n_blocks = (group + kHeadsABlock - 1) / kHeadsABlock;
+  const int steps = n_chunks * n_blocks * 2 * n_tiles;  // per (chunk, block of heads): pass 1, then pass 2
+  issue_key_tile(head.h, keys, d, row, 0, stage(0));
   cp_async_commit();
-  float m[kMTiles][2], den[kMTiles][2];
+  float m[kRowTiles][2], den[kRowTiles][2];
   for (int step = 0; step < steps; ++step) {
-    const int chunk = step / (2 * n_tiles), within = step % (2 * n_tiles);
+    const int pair = step / (2 * n_tiles), within = step % (2 * n_tiles);
+    const int chunk = pair / n_blocks, block = pair % n_blocks;
     const int pass = within / n_tiles, tile = within % n_tiles, first_query = chunk * kQueryChunk;
     const int tq = min(kQueryChunk, nq - first_query);
+    const int warp_head = block * kHeadsABlock + warp * kWarpRows / kQueryChunk;  // the warp's query head
+    const int warp_first = warp * kWarpRows % kQueryChunk;                       // its first query of the chunk
     if (within == 0) {
-      // The chunk's queries as the ring holds them (bf16 bits, copied as they are), zero past the window
-      // and past head_dim: two threads a query, 16 bytes at a time (ring rows of head_dim, a multiple of
-      // 8, from a 16-byte aligned base: the backend's check_scoring_inputs). Query i (newest first) sits
-      // in ring slot (appended - 1 - i) % r.
-      static_assert(kTileThreads == 2 * kQueryChunk, "two threads a query");
-      const int i = static_cast<int>(threadIdx.x) / 2, half = static_cast<int>(threadIdx.x) % 2;
+      // The block's queries as the ring holds them (bf16 bits, copied as they are), zero past the window,
+      // past the group and past head_dim: a thread a row, 16 bytes at a time. Query i (newest first) of
+      // query head gh sits in ring slot (appended - 1 - i) % r.
+      static_assert(kGroupThreads == kBlockRows, "a thread a query row");
+      const int gh = block * kHeadsABlock + static_cast<int>(threadIdx.x) / kQueryChunk;
+      const int i = static_cast<int>(threadIdx.x) % kQueryChunk;
       const uint16_t* ring = nullptr;
-      if (i < tq) {
-        ring = it.layer.query_ring + newest_query_index(args, it.h, it.qh, it.appended, it.window, first_query + i);
-      }
-      for (int c = 8 * half; c < dp; c += 16)
-        *reinterpret_cast<uint4*>(qs + i * row + c) =
+      if (gh < group && i < tq)
+        ring = layer.query_ring + newest_query_index(args, head.h, head.qh + gh, head.appended, head.window,
+                                                     first_query + i);
+      for (int c = 0; c < dp; c += 8)
+        *reinterpret_cast<uint4*>(qs + threadIdx.x * row + c) =
             ring != nullptr && c < d ? *reinterpret_cast<const uint4*>(ring + c) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
+      for (int mt = 0; mt < kRowTiles; ++mt)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           m[mt][r] = -INFINITY;
@@ -122,7 +156,7 @@ __global__ void __launch_bounds__(kTileThreads) window_means_tc_kernel(CudaSelec
         }
     }
     if (step + 1 < steps) {
-      issue_key_tile(it, keys, d, row, ((step + 1) % n_tiles) * kKeyTile, stage((step + 1) % 2));
+      issue_key_tile(head.h, keys, d, row, ((step + 1) % n_tiles) * kKeyTile, stage((step + 1) % 2));
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -130,20 +164,21 @@ __global__ void __launch_bounds__(kTileThreads) window_means_tc_kernel(CudaSelec
     }
     __syncthreads();  // the stage and the queries are visible
 
-    float acc[kMTiles][kNTiles][4];
-    tile_dots(qs, stage(step % 2), dp, row, acc);
-    const int key0 = tile * kKeyTile + warp * kNTiles * 8 + 2 * t;
+    float acc[kRowTiles][kKeyNTiles][4];
+    warp_rows_dots(qs + warp * kWarpRows * row, stage(step % 2), dp, row, acc);
+    const int key0 = tile * kKeyTile + 2 * t;
+    const bool warp_live = warp_head < group;
     if (pass == 0) {
       // Per query row: the tile's max over the thread's keys, one rescale of the running sum, then the
       // keys' terms (masked keys and queries add nothing).
 #pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
+      for (int mt = 0; mt < kRowTiles; ++mt)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          if (mt * 16 + g + 8 * r >= tq) continue;
-          float l[kNTiles][2], top = m[mt][r];
+          if (!warp_live || warp_first + mt * 16 + g + 8 * r >= tq) continue;
+          float l[kKeyNTiles][2], top = m[mt][r];
 #pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt)
+          for (int nt = 0; nt < kKeyNTiles; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               l[nt][e] = key0 + nt * 8 + e < n ? __fmul_rn(acc[mt][nt][2 * r + e], scale_log2) : -INFINITY;
@@ -152,16 +187,18 @@ __global__ void __launch_bounds__(kTileThreads) window_means_tc_kernel(CudaSelec
           if (top == -INFINITY) continue;  // no key of the tile for this thread yet
           float sum = m[mt][r] == -INFINITY ? 0.0f : den[mt][r] * exp2f(m[mt][r] - top);
 #pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt)
+          for (int nt = 0; nt < kKeyNTiles; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) sum += exp2f(l[nt][e] - top);  // 2^-inf = 0
           den[mt][r] = sum;
           m[mt][r] = top;
         }
       if (tile == n_tiles - 1) {
-        // The chunk's statistics: the four lanes of a row (butterfly), then the warps in order.
+        // The rows' statistics: the four lanes of a row (butterfly), then each row's max and reciprocal
+        // denominator in the registers pass 2 reads; +inf and 0 past the window and the group (their
+        // weights are 2^-inf · 0 = 0).
 #pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt)
+        for (int mt = 0; mt < kRowTiles; ++mt)
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             for (int offset = 1; offset < 4; offset *= 2) {
@@ -169,53 +206,42 @@ __global__ void __launch_bounds__(kTileThreads) window_means_tc_kernel(CudaSelec
               const float d2 = __shfl_xor_sync(0xffffffffu, den[mt][r], offset);
               merge_stats(m[mt][r], den[mt][r], m2, d2);
             }
-            if (t == 0) {
-              part_m[warp][mt * 16 + g + 8 * r] = m[mt][r];
-              part_d[warp][mt * 16 + g + 8 * r] = den[mt][r];
-            }
+            const bool live = warp_live && warp_first + mt * 16 + g + 8 * r < tq;
+            m[mt][r] = live ? m[mt][r] : INFINITY;
+            den[mt][r] = live ? 1.0f / den[mt][r] : 0.0f;
           }
-        __syncthreads();
-        if (threadIdx.x < kQueryChunk) {
-          float mt_ = -INFINITY, dt = 0.0f;
-          for (int k = 0; k < kTileWarps; ++k) merge_stats(mt_, dt, part_m[k][threadIdx.x], part_d[k][threadIdx.x]);
-          stat_m[threadIdx.x] = mt_;
-          stat_inv[threadIdx.x] = 1.0f / dt;
-        }
       }
     } else {
-      if (tile == 0) {
-        // The chunk's statistics into the registers pass 1 used: each thread's 8 rows' max and
-        // reciprocal denominator, +inf and 0 past the window (their weights are 2^-inf · 0 = 0).
+      // Each key's weights summed over the warp's rows: the thread's 4 rows in order, then the eight row
+      // groups by a butterfly (the same sum in every lane of a column); then a head's two warps in order.
 #pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int i = mt * 16 + g + 8 * r;
-            m[mt][r] = i < tq ? stat_m[i] : INFINITY;
-            den[mt][r] = i < tq ? stat_inv[i] : 0.0f;
-          }
-      }
-      // Each key's weights summed over the chunk's queries: the thread's 8 rows in order, then the
-      // eight row groups by a butterfly (the same sum in every lane of a column).
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt)
+      for (int nt = 0; nt < kKeyNTiles; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float sum = 0.0f;
 #pragma unroll
-          for (int mt = 0; mt < kMTiles; ++mt)
+          for (int mt = 0; mt < kRowTiles; ++mt)
 #pragma unroll
             for (int r = 0; r < 2; ++r)  // the product rounded as pass 1 rounded it: the max's term is 1
               sum += exp2f(__fmul_rn(acc[mt][nt][2 * r + e], scale_log2) - m[mt][r]) * den[mt][r];
           for (int offset = 4; offset < 32; offset *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-          const int j = key0 + nt * 8 + e;
-          if (g == 0 && j < n) {
-            const float total = (chunk == 0 ? 0.0f : mean[j]) + sum;
-            mean[j] = chunk == n_chunks - 1 ? total / static_cast<float>(nq) : total;
-          }
+          if (g == 0) key_sums[warp][nt * 8 + 2 * t + e] = sum;
         }
+      __syncthreads();  // the warps' sums are visible
+      static_assert(kGroupThreads == kHeadsABlock * kKeyTile, "a thread a (head of the block, key)");
+      const int hb = static_cast<int>(threadIdx.x) / kKeyTile, k = static_cast<int>(threadIdx.x) % kKeyTile;
+      const int gh = block * kHeadsABlock + hb, j = tile * kKeyTile + k;
+      if (gh < group && j < n) {
+        constexpr int kWarpsAHead = kQueryChunk / kWarpRows;
+        float sum = 0.0f;
+#pragma unroll
+        for (int w2 = 0; w2 < kWarpsAHead; ++w2) sum += key_sums[hb * kWarpsAHead + w2][k];
+        float* mean = means + static_cast<int64_t>(gh) * args.capacity;
+        const float total = (chunk == 0 ? 0.0f : mean[j]) + sum;
+        mean[j] = chunk == n_chunks - 1 ? total / static_cast<float>(nq) : total;
+      }
     }
-    __syncthreads();  // the stage is read before the next step refills it
+    __syncthreads();  // the stage (and the warps' sums) are read before the next step refills them
   }
 }
 
@@ -229,9 +255,8 @@ void launch_window_scores_fp32(const CudaSelectionArgs& args, void* stream) {
     CUDA_CHECK(cudaFuncSetAttribute(window_means_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     smem_bytes(kMaxScoringHeadDim)));
   });
-  const int group = args.n_heads / args.n_kv_heads;
-  const dim3 grid(static_cast<unsigned>(args.n_layers * args.n_kv_heads * group), static_cast<unsigned>(args.n_rows));
-  window_means_tc_kernel<<<grid, kTileThreads, smem_bytes(args.head_dim), static_cast<cudaStream_t>(stream)>>>(
+  const dim3 grid(static_cast<unsigned>(args.n_layers * args.n_kv_heads), static_cast<unsigned>(args.n_rows));
+  window_means_tc_kernel<<<grid, kGroupThreads, smem_bytes(args.head_dim), static_cast<cudaStream_t>(stream)>>>(
       args);
   CUDA_CHECK_LAUNCH("window_means_tc_kernel");
 }
