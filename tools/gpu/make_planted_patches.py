@@ -146,6 +146,16 @@ plant('rkv_official-exact-other-stage', "R-KV (official)'s spare search decides 
       [('src/policy/cuda/rkv_official.cu',
         '        const double dot = exact_cosine(rows + r * row, norm_i, stage(tile % 2) + m * row, norm[j], d);',
         '        const double dot = exact_cosine(rows + r * row, norm_i, stage((tile + 1) % 2) + m * row, norm[j], d);')])
+plant('window-tc-key-chunks-half', "the fp32 windowed attention's key stages copy every other 16-byte chunk of a row (the rest stay as the last tile left them)",
+      'Policies/CudaScoringPolicy.*fp32*, Policies/CudaRealShape.*/*fp32*',
+      [('src/policy/cuda/window_scores_tc.cu',
+        '  for (int c = part; c < d / 8; c += 4) cuda_ptx::cp_async_16(to + 16 * c, valid ? from + 8 * c : keys, valid);',
+        '  for (int c = part; c < d / 8; c += 8) cuda_ptx::cp_async_16(to + 16 * c, valid ? from + 8 * c : keys, valid);')])
+plant('window-tc-head-second-warp', "the fp32 windowed attention's key sums leave out a head's second warp (its queries 32-63)",
+      'Policies/CudaScoringPolicy.*fp32*, Policies/CudaRealShape.*/*fp32*',
+      [('src/policy/cuda/window_scores_tc.cu',
+        '        for (int w2 = 0; w2 < kWarpsAHead; ++w2) sum += key_sums[hb * kWarpsAHead + w2][k];',
+        '        for (int w2 = 0; w2 < 1; ++w2) sum += key_sums[hb * kWarpsAHead + w2][k];')])
 plant('rkv_official-spared-first-columns', "R-KV (official) leaves the spared entries on the columns of its 256 oldest candidates",
       'Policies/CudaRealShape.*/rkv_official',
       [('src/policy/cuda/rkv_official.cu',
@@ -269,6 +279,8 @@ FILTERS = {
     'rkv_official-importance-group-max': ('rkv_official.cu (importance logits)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
     'rkv_official-spare-mask-quad': ('rkv_official.cu (spare search)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
     'rkv_official-exact-other-stage': ('rkv_official.cu (spare search)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
+    'window-tc-key-chunks-half': ('window_scores_tc.cu (fp32 windowed attention)', 'Policies/CudaScoringPolicy.*:Policies/CudaScoringPolicyQwen.*/8:Policies/CudaScoringPolicyQwen.*/10:' + real('*fp32*')),
+    'window-tc-head-second-warp': ('window_scores_tc.cu (fp32 windowed attention)', 'Policies/CudaScoringPolicy.*:Policies/CudaScoringPolicyQwen.*/8:Policies/CudaScoringPolicyQwen.*/10:' + real('*fp32*')),
     'rkv_official-spared-first-columns': ('rkv_official.cu (spared redundancy)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
     'triattention-group-max-3': ('triattention.cu', 'CudaTriAttention.*:' + real('triattention')),
     'compaction-first-tile-only': ('compaction (evict.cu)', RANDOM + ':' + real('random') + ':' + real('recency')),
