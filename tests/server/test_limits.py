@@ -38,7 +38,8 @@ def test_chunked_body_beyond_limit_gets_413(start_server):
 
 
 @pytest.mark.parametrize("flag,value", [("--max-n", "0"), ("--max-body-bytes", "-1"), ("--seed", "-1"),
-                                        ("--host", "256.1.1.1"), ("--http-threads", "0"), ("--max-queue", "0")])
+                                        ("--host", "256.1.1.1"), ("--http-threads", "0"), ("--max-queue", "0"),
+                                        ("--signals-for", "no-such-policy"), ("--signals-for", "vase:pool=0")])
 def test_bad_server_flag_refused_before_listening(flag, value):
     proc = subprocess.run([BINARY, "serve", "--model", FIXTURE, "--policy", "full", "--port", "0", flag, value],
                           capture_output=True, text=True, timeout=60)
