@@ -3,6 +3,7 @@
 #include <vector>
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include "cli/commands.h"
 #include "cli/flags.h"
@@ -66,15 +67,21 @@ void run_serve(ServeOptions& o) {
   const server::EngineHost& host = srv.engine_host();
   const engine::MemoryPlan& plan = host.memory_plan();
   const int64_t budgeted = int64_t{s.limits.kv.budget.budget} + s.limits.kv.budget.window;
+  const policy::SignalNeeds recorded = host.recorded_signals();
+  std::vector<std::string> signals;
+  if (recorded.window_queries) signals.emplace_back("window queries");
+  if (recorded.value_ranges) signals.emplace_back("value ranges");
+  if (recorded.accumulated_attention) signals.emplace_back("attention mass");
+  if (signals.empty()) signals.emplace_back("none");
   fmt::print(
       "kvdice serve: listening on http://{}:{} model '{}' ({}), backend {}, default kv {} T={} r={}; "
       "KV pool {} slots ({:.2f} GiB, {}), max batch {}: {} sequences of T + r = {} fit, {} of the full "
-      "context {}\n",
+      "context {}; signals recorded: {}\n",
       s.host, port, s.model_name, bundle.source, backend->name(), s.limits.kv.policy, s.limits.kv.budget.budget,
       s.limits.kv.budget.window, host.options().kv_slots, plan.kv_pool_bytes / (1024.0 * 1024.0 * 1024.0),
       plan.kv_pool_rule, s.engine.max_batch,
       s.limits.kv.budget.bounded() ? host.sequences_that_fit(budgeted) : 0, budgeted,
-      host.sequences_that_fit(plan.max_context), plan.max_context);
+      host.sequences_that_fit(plan.max_context), plan.max_context, fmt::join(signals, ", "));
   std::fflush(stdout);
   const int code = srv.serve_until_signal();
   if (code != 0) fail("server stopped with code {}", code);

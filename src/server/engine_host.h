@@ -95,6 +95,8 @@ class EngineHost {
 
   const HostOptions& options() const { return options_; }
   const engine::MemoryPlan& memory_plan() const { return engine_->memory_plan(); }
+  // The signals the engine's pool records: what requests' policies may read.
+  const policy::SignalNeeds& recorded_signals() const { return engine_->recorded_signals(); }
   // Sequences of `reservation_slots` each that the pool holds together.
   int64_t sequences_that_fit(int64_t reservation_slots) const { return engine_->sequences_that_fit(reservation_slots); }
   int64_t queue_depth() const;

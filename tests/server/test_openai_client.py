@@ -107,6 +107,7 @@ def test_scoring_policies_served_with_their_signals(start_server):
     # The default policy's signals are recorded (the query ring for snapkv_pp), and --signals-for adds
     # others (the attention mass for h2o_pp); a policy whose signal is not recorded gets 400 at once.
     s = start_server("--policy", "snapkv_pp", "--budget", "32", "--window", "8")
+    assert s.start_line.rstrip().endswith("signals recorded: window queries"), s.start_line
     c = client(s, timeout=30)
     r = c.completions.create(model=MODEL, prompt="hello", max_tokens=60, extra_body={"ignore_eos": True})
     usage = r.usage.model_extra["kv"]
@@ -120,6 +121,7 @@ def test_scoring_policies_served_with_their_signals(start_server):
     assert e.value.param == "kv.policy"
 
     s = start_server("--budget", "32", "--window", "8", "--signals-for", "h2o_pp", "random_vrange_pp:share=0.5")
+    assert s.start_line.rstrip().endswith("signals recorded: value ranges, attention mass"), s.start_line
     c = client(s, timeout=30)
     settings = [{"policy": "h2o_pp"}, {"policy": "random_vrange_pp"}, {"policy": "random_pp"}]
 

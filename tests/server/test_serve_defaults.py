@@ -16,6 +16,7 @@ def test_no_kv_flags_serves_under_the_default_budget(start_server):
     m = re.search(r"KV pool (\d+) slots \(([\d.]+) GiB, [^)]*\), max batch (\d+): (\d+) sequences of T \+ r = 2112 "
                   r"fit, (\d+) of the full context (\d+)", line)
     assert m, line
+    assert line.rstrip().endswith("; signals recorded: none"), line  # random_pp reads no signal
     slots, batch, fit, fit_full, context = (int(m.group(i)) for i in (1, 3, 4, 5, 6))
     assert slots == 65536 and batch == 64  # the CPU defaults
     assert fit == 65536 // 2112 and fit_full == 65536 // context
