@@ -67,11 +67,7 @@ void run_serve(ServeOptions& o) {
   const server::EngineHost& host = srv.engine_host();
   const engine::MemoryPlan& plan = host.memory_plan();
   const int64_t budgeted = int64_t{s.limits.kv.budget.budget} + s.limits.kv.budget.window;
-  const policy::SignalNeeds recorded = host.recorded_signals();
-  std::vector<std::string> signals;
-  if (recorded.window_queries) signals.emplace_back("window queries");
-  if (recorded.value_ranges) signals.emplace_back("value ranges");
-  if (recorded.accumulated_attention) signals.emplace_back("attention mass");
+  std::vector<std::string> signals = host.recorded_signals().names();
   if (signals.empty()) signals.emplace_back("none");
   fmt::print(
       "kvdice serve: listening on http://{}:{} model '{}' ({}), backend {}, default kv {} T={} r={}; "

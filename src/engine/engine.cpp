@@ -198,13 +198,12 @@ PolicyTable::Hold Engine::hold_policy(const std::string& spec) {
     policy.check_model(model_.fingerprint());
     const policy::SignalNeeds needs = policy.needs(), recorded = pool_->signals();
     if (!recorded.covers(needs)) {
-      std::vector<std::string> missing;
-      if (needs.window_queries && !recorded.window_queries) missing.emplace_back("window queries");
-      if (needs.value_ranges && !recorded.value_ranges) missing.emplace_back("value ranges");
-      if (needs.accumulated_attention && !recorded.accumulated_attention) missing.emplace_back("attention mass");
+      const policy::SignalNeeds missing{needs.window_queries && !recorded.window_queries,
+                                        needs.accumulated_attention && !recorded.accumulated_attention,
+                                        needs.value_ranges && !recorded.value_ranges};
       fail("policy '{}' reads {}, which this engine does not record: it records what its default policy '{}' "
            "reads and the signals it was asked for besides (kvdice serve --signals-for)",
-           policy.name(), fmt::join(missing, " and "), default_policy);
+           policy.name(), fmt::join(missing.names(), " and "), default_policy);
     }
   });
 }

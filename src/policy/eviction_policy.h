@@ -35,6 +35,14 @@ struct SignalNeeds {
     return (window_queries || !want.window_queries) && (accumulated_attention || !want.accumulated_attention) &&
            (value_ranges || !want.value_ranges);
   }
+  // The signals set, by name ("window queries", "value ranges", "attention mass"), for messages.
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    if (window_queries) out.emplace_back("window queries");
+    if (value_ranges) out.emplace_back("value ranges");
+    if (accumulated_attention) out.emplace_back("attention mass");
+    return out;
+  }
   SignalNeeds& operator|=(const SignalNeeds& o) {
     window_queries |= o.window_queries;
     accumulated_attention |= o.accumulated_attention;
