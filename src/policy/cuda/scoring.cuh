@@ -348,13 +348,7 @@ void launch_scoring_selection(const CudaSelectionArgs& args, void* stream) {
   // latency; a smaller grid (batch 1) runs the unbounded one, without spills on the path each CTA runs
   // alone (rkv_pp at batch 1: 0.347 ms unbounded, 0.382 bounded; H100, 2026-12-06).
   if constexpr (requires { Policy::kMinBlocks; }) {
-    static const int multiprocessors = [] {
-      int device = 0, count = 0;
-      CUDA_CHECK(cudaGetDevice(&device));
-      CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-      return count;
-    }();
-    if (int64_t{grid.x} * grid.y >= int64_t{Policy::kMinBlocks} * multiprocessors) {
+    if (int64_t{grid.x} * grid.y >= int64_t{Policy::kMinBlocks} * kvdice::cuda::device_sm_count()) {
       scoring_selection_kernel_bounded<Policy>
           <<<grid, kSelectionThreads, 0, static_cast<cudaStream_t>(stream)>>>(args);
       CUDA_CHECK_LAUNCH("scoring_selection_kernel_bounded");
