@@ -462,6 +462,63 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaEngineRealShape, ::testing::Values("qwen3-4
                            return name;
                          });
 
+// Two identical requests admitted in one step decode in lockstep, so every scoring policy must keep the
+// same positions for both and their forced log-probabilities must be equal bit for bit: a selection that
+// reads anything but its own row (scratch shared between the rows of a launch, a sum whose order varies)
+// splits them. Qwen3-4B's heads (8 KV heads, GQA 4, head_dim 128) on two layers of random weights; the
+// whole batch is prefilled in one step.
+TEST(CudaEngineTwins, EveryScoringPolicyKeepsTheSameForTwinsInOneBatch) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (or a build without CUDA)";
+  model::ModelConfig config =
+      model::read_shape_config(fs::path(KVDICE_SOURCE_DIR) / "configs" / "shapes" / "qwen3-4b.json");
+  config.n_layers = 2;
+  const auto m = model::make_random_model(config, 35, 0.05f * std::sqrt(896.0f / static_cast<float>(config.hidden)));
+  const std::vector<std::string> policies = {
+      "snapkv", "snapkv_pp", "snapkv_pp:precision=fp32", "rkv", "rkv_pp", "rkv_pp:lambda=0.1,precision=fp32",
+      "rkv_official", "vase", "vase_pp", "vase_pp:precision=fp32", "h2o", "h2o_pp"};
+  const kv::BudgetSpec budget{256, 32};
+  const int prompt_len = 200, forced = 160;  // rounds at 288 slots, then every 32 tokens: 3 a sequence
+  auto be = backend::make_backend({"cuda"});
+  engine::EngineConfig c;
+  c.kv.policy = "snapkv_pp";
+  c.kv.budget = budget;
+  c.signals = {true, true, true};
+  c.max_batch = 2 * static_cast<int>(policies.size());
+  c.prefill_chunk = c.max_batch * prompt_len;
+  c.max_context = 1024;
+  c.pool.kv_slots = int64_t{c.max_batch} * c.max_context;
+  engine::Engine eng(*m, *be, c);
+  std::map<uint64_t, std::vector<kv::RoundRecord>> logs;
+  eng.set_round_observer([&](uint64_t id, const kv::RoundRecord& r) { logs[id].push_back(r); });
+  std::vector<uint64_t> ids;
+  for (size_t p = 0; p < policies.size(); ++p)
+    for (int twin = 0; twin < 2; ++twin) {
+      engine::GenerationRequest req;
+      for (int t = 0; t < prompt_len; ++t)
+        req.prompt.push_back(static_cast<int>((t * 7919 + 31 * p) % static_cast<size_t>(config.vocab)));
+      for (int t = 0; t < forced; ++t) req.forced_tokens.push_back(static_cast<int>((t * 37 + 5 + p) % config.vocab));
+      req.stream_id = p;  // twins share every stream
+      req.kv = engine::KvSettings{policies[p], budget};
+      ids.push_back(eng.submit(req));
+    }
+  eng.run();
+  auto out = eng.take_finished();
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  ASSERT_EQ(out.size(), ids.size());
+  for (size_t p = 0; p < policies.size(); ++p) {
+    const auto& a = logs[ids[2 * p]];
+    const auto& b = logs[ids[2 * p + 1]];
+    EXPECT_GE(a.size(), 2u) << policies[p];
+    ASSERT_EQ(a.size(), b.size()) << policies[p];
+    for (size_t r = 0; r < a.size(); ++r)
+      for (size_t l = 0; l < a[r].kept_positions.size(); ++l)
+        for (size_t g = 0; g < a[r].kept_positions[l].size(); ++g)
+          EXPECT_EQ(a[r].kept_positions[l][g], b[r].kept_positions[l][g])
+              << policies[p] << " round " << r << " layer " << l << " KV head " << g;
+    EXPECT_EQ(out[2 * p].forced_logprobs, out[2 * p + 1].forced_logprobs) << policies[p];
+  }
+}
+
 // Checkpoints made on the GPU machine under .gpu/<name>/ with golden.json beside them.
 std::vector<std::string> golden_checkpoints() {
   std::vector<std::string> names;
