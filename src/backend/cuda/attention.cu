@@ -359,11 +359,12 @@ void launch_merge(const AttentionArgs& args, cudaStream_t stream) {
 // splits themselves); prefill and the rest run the SIMT kernel above and the merge kernel.
 template <int HD>
 void launch_for_head_dim(const AttentionArgs& args, const DecodeRope* rope, float* mass_logits,
-                         cudaStream_t stream) {
+                         float* attention_mass, cudaStream_t stream) {
   if (decode_attention_supports(args.batch, args.q, args.q_ld, HD, args.group, args.page_slots, args.n_splits)) {
     launch_decode_attention(args.batch, args.q, args.q_ld, args.keys, args.values, args.n_kv_heads, HD,
                             args.out, args.out_ld, args.n_heads, args.scale, args.n_splits, args.wide_decode,
-                            args.partial_acc, args.partial_ml, args.split_counters, rope, mass_logits, stream);
+                            args.partial_acc, args.partial_ml, args.split_counters, rope, mass_logits,
+                            attention_mass, stream);
     return;
   }
   if (mass_logits != nullptr)  // CudaBackend::run_attention asks for logits only where the decode kernel runs
@@ -451,19 +452,19 @@ void launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, 
   }
   switch (kv.head_dim) {
     case 16:
-      launch_for_head_dim<16>(a, rope, mass_logits, stream);
+      launch_for_head_dim<16>(a, rope, mass_logits, kv.attention_mass, stream);
       break;
     case 32:
-      launch_for_head_dim<32>(a, rope, mass_logits, stream);
+      launch_for_head_dim<32>(a, rope, mass_logits, kv.attention_mass, stream);
       break;
     case 64:
-      launch_for_head_dim<64>(a, rope, mass_logits, stream);
+      launch_for_head_dim<64>(a, rope, mass_logits, kv.attention_mass, stream);
       break;
     case 128:
-      launch_for_head_dim<128>(a, rope, mass_logits, stream);
+      launch_for_head_dim<128>(a, rope, mass_logits, kv.attention_mass, stream);
       break;
     case 256:
-      launch_for_head_dim<256>(a, rope, mass_logits, stream);
+      launch_for_head_dim<256>(a, rope, mass_logits, kv.attention_mass, stream);
       break;
     default:
       break;  // rejected by CudaBackend::attention

@@ -12,7 +12,8 @@
 // statistics in tile order and adds its own slots' weights. (One CTA per (sequence, KV head) walking
 // ~2k slots made the op 6.8 ms of a 9.9 ms decode step of Qwen3-4B at batch 1.)
 // A decode step the tensor-core decode attention takes reads no key at all: that kernel writes every
-// query head's logits (launch_attention's mass_logits), and one CTA per (sequence, KV head) turns them
+// query head's logits (launch_attention's mass_logits) and, in a one-split launch, adds the weights
+// itself (decode_attention.cu); after a split launch one CTA per (sequence, KV head) turns them
 // into weights: the group's maxima, the fp64 denominators of exp(l − max) (each thread's slots in
 // order, then down the warps and over them in warp order) and the weights added head by head. Reading
 // the keys again cost two launches of ~0.4 ms a layer at batch 128 (Qwen3-4B shape, H100, 7a6c8a4:
@@ -315,9 +316,13 @@ size_t attention_mass_scratch_bytes(const StepBatch& batch, const KvLayer& kv, i
          static_cast<size_t>(mass_tiles(batch, kv));
 }
 
+int64_t attention_mass_logits_ld(const StepBatch& batch, int page_slots) {
+  return (static_cast<int64_t>(batch.max_pages) * page_slots + 31) / 32 * 32;
+}
+
 size_t attention_mass_logits_bytes(const StepBatch& batch, const KvLayer& kv, int n_heads) {
   return sizeof(float) * static_cast<size_t>(batch.n_seqs) * static_cast<size_t>(n_heads) *
-         static_cast<size_t>(batch.max_pages) * static_cast<size_t>(kv.page_slots);
+         static_cast<size_t>(attention_mass_logits_ld(batch, kv.page_slots));
 }
 
 void launch_attention_mass_from_logits(const StepBatch& batch, const KvLayer& kv, int n_heads, const float* logits,
@@ -331,7 +336,7 @@ void launch_attention_mass_from_logits(const StepBatch& batch, const KvLayer& kv
   args.page_slots = kv.page_slots;
   args.group = n_heads / kv.n_kv_heads;
   args.logits = logits;
-  args.logits_ld = static_cast<int64_t>(batch.max_pages) * kv.page_slots;
+  args.logits_ld = attention_mass_logits_ld(batch, kv.page_slots);
   const dim3 grid(static_cast<unsigned>(batch.n_seqs * kv.n_kv_heads));
   if (wide) {
     launch_dependent(mass_from_logits_kernel<1024>, grid, dim3(1024), 0, stream, args);

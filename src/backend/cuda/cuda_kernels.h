@@ -60,8 +60,9 @@ struct DecodeRope {
 };
 // split_counters: [n_seqs][n_kv_heads] ints, zero (a buffer of their own: every launch leaves them zero).
 // With `rope`, the step must be one decode_attention_supports takes. With `mass_logits` (a step the
-// decode kernel takes), that kernel also writes every query head's logits q·k·scale of the visible slots
-// into it, [n_seqs][n_heads][batch.max_pages * page_slots] fp32, for launch_attention_mass_from_logits.
+// decode kernel takes), that kernel also writes every query head's logits of the visible slots into it,
+// [n_seqs][n_heads][attention_mass_logits_ld] fp32: a one-split launch (decode_attention_splits) adds
+// the step's weights into kv.attention_mass itself; otherwise launch_attention_mass_from_logits must.
 void launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
                       float scale, const AttentionPlan& plan, void* scratch, int* split_counters, cudaStream_t stream,
                       const DecodeRope* rope = nullptr, float* mass_logits = nullptr);
@@ -72,6 +73,8 @@ void launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, 
 // queries aligned for bf16-pair loads.
 bool decode_attention_supports(const StepBatch& batch, const void* q, int64_t q_ld, int head_dim, int group,
                                int page_slots, int n_splits);
+// The splits a launch of the plan's n_splits runs: 1 where every sequence fits one split.
+int decode_attention_splits(const StepBatch& batch, int n_splits);
 // Writes out; with n_splits > 1 through the split partials (attention.cu's layout), merged by the
 // last split to finish, counted in split_counters ([n_seqs][n_kv_heads], zero before and after). `wide`:
 // eight warps a CTA instead of four (AttentionPlan::wide).
@@ -79,7 +82,7 @@ void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld
                              const void* values, int n_kv_heads, int head_dim, void* out, int64_t out_ld,
                              int n_heads, float scale, int n_splits, bool wide, float* partial_acc,
                              float* partial_ml, int* split_counters, const DecodeRope* rope, float* logits,
-                             cudaStream_t stream);
+                             float* attention_mass, cudaStream_t stream);
 
 // ---- attention_mass.cu (H2O's signal; CpuBackend::accumulate_attention's twin) ----
 // Head dims (a multiple of 8, at most 256) and GQA groups (at most 16) the mass kernel takes.
@@ -94,6 +97,8 @@ void launch_attention_mass(const StepBatch& batch, const View& q, const KvLayer&
 // attention_mass_logits_bytes): no key is read again. `wide`: 1024 threads a CTA instead of 256, for
 // steps whose (sequence, KV head) pairs leave SMs idle (AttentionPlan::wide).
 size_t attention_mass_logits_bytes(const StepBatch& batch, const KvLayer& kv, int n_heads);
+// A logit row's stride: the page table's slots, rounded up to whole 128-byte lines.
+int64_t attention_mass_logits_ld(const StepBatch& batch, int page_slots);
 void launch_attention_mass_from_logits(const StepBatch& batch, const KvLayer& kv, int n_heads, const float* logits,
                                        bool wide, cudaStream_t stream);
 

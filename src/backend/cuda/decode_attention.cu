@@ -14,8 +14,13 @@
 // A sequence of up to kSingleSplitSlots visible slots takes one split whatever the launch's split
 // count: one CTA per KV head writes the output directly.
 // Slots past the split's range are zero-filled by cp.async (never read), and their scores masked.
-// With `logits` (H2O's signal), each lane also stores its S entries times the softmax scale: the logits
-// attention_mass.cu turns into the step's weights without reading the keys again.
+// With `logits` (H2O's signal), each lane also stores its S entries times the softmax scale. A launch of
+// one split per sequence (batch 128 of Qwen3-4B) then turns them into the step's weights itself: after
+// the merge the CTA holds its group's softmax statistics, reads its own logits back (from L2: written
+// microseconds before), adds every slot's weights into the pool's attention mass head by head, and
+// discards the logits' L2 lines so that they are never written back to DRAM. Split launches leave the
+// logits to attention_mass.cu. (H100, batch 128, table9: the separate mass kernel read the logits three
+// times, 27 us a layer.)
 // kRope (CudaBackend::rope_attention): the launch also does qk_norm_rope_append's work for its step, so
 // that op's launch leaves the critical path. Each CTA norms and rotates its own query heads from the
 // fp32 qkv row into shared memory (rope.cuh, the same arithmetic and bf16 rounding as rope_append.cu),
@@ -83,9 +88,10 @@ struct DecodeArgs {
   int* split_counters;  // [n_seqs][n_kv_heads], zero between launches: splits finished so far
   bool cluster;         // the splits of a (sequence, KV head) are one cluster: merged in shared memory
   DecodeRope rope;      // kRope launches only
-  float* logits;        // H2O's signal (nullptr: none): q·k·scale, [n_seqs][n_heads][logits_ld]
-  int64_t logits_ld;
-  float scale;
+  float* logits;        // H2O's signal (nullptr: none): q·k·logit_scale, [n_seqs][n_heads][logits_ld]
+  int64_t logits_ld;    // a multiple of 32: a row's 128-byte L2 lines hold none of another row
+  float logit_scale;    // scale (natural log, for attention_mass.cu), or scale_log2 where `mass` is set
+  float* mass;          // the pool's attention mass, where this launch adds the step's weights itself
 };
 
 using cuda_ptx::cp_async_16;
@@ -108,6 +114,28 @@ __device__ inline uint32_t swizzled(int row, int chunk) {
   return static_cast<uint32_t>((row * (HD / 8) + (chunk ^ (row & 7))) * 16);
 }
 
+// H2O's signal in a one-split launch: every visible slot's attention mass grows by the softmax weights
+// exp2(logit - max) / sum of the group's query heads, added head by head (as the CPU adds them), from
+// the logits this CTA's warps stored; then their L2 lines are dropped unwritten.
+__device__ inline void add_attention_mass(const DecodeArgs& a, int s, int g, int visible, const int32_t* pages,
+                                          const float2* stats) {
+  __syncthreads();  // every warp's logits stored, the statistics published
+  const float* logits = a.logits + (static_cast<int64_t>(s) * a.n_heads + g * a.group) * a.logits_ld;
+  for (int j = threadIdx.x; j < visible; j += blockDim.x) {
+    const int64_t index = (static_cast<int64_t>(pages[j / kPageSlots]) * a.n_kv_heads + g) * kPageSlots +
+                          j % kPageSlots;
+    float sum = a.mass[index];
+    for (int h = 0; h < a.group; ++h)
+      sum += exp2f(__ldcg(logits + h * a.logits_ld + j) - stats[h].x) * stats[h].y;
+    a.mass[index] = sum;
+  }
+  __syncthreads();  // every logit read before its line is dropped
+  const int lines = (visible + 31) / 32;  // 32 fp32 logits a 128-byte line; rows start on a line
+  for (int i = threadIdx.x; i < a.group * lines; i += blockDim.x)
+    asm volatile("discard.global.L2 [%0], 128;" ::"l"(logits + (i / lines) * a.logits_ld + (i % lines) * 32)
+                 : "memory");
+}
+
 template <int HD, bool kRope, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeArgs a) {
   using Shape = DecodeShape<HD, kWarps>;
@@ -122,6 +150,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeArg
   // unnormalised O of each query row, then its max (exp2 domain) and sum.
   float (*cluster_acc)[HD] = reinterpret_cast<float (*)[HD]>(shared_raw + Shape::kMergeBytes);
   float2* cluster_ml = reinterpret_cast<float2*>(shared_raw + Shape::kMergeBytes + kRows * HD * 4);
+  __shared__ float2 mass_stats[kRows];  // one split: each query head's (max in the exp2 domain, 1 / sum)
   const int s = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const StepBatch& batch = a.batch;
@@ -310,7 +339,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeArg
         const int head_row = r0 + 8 * (e / 2);
         if (a.logits != nullptr && slot < range_end && head_row < a.group)
           a.logits[(static_cast<int64_t>(s) * a.n_heads + g * a.group + head_row) * a.logits_ld + slot] =
-              sc[nt][e] * a.scale;
+              sc[nt][e] * a.logit_scale;
         sc[nt][e] = slot < range_end ? sc[nt][e] * a.scale_log2 : -INFINITY;
         page_max[e / 2] = fmaxf(page_max[e / 2], sc[nt][e]);
       }
@@ -406,6 +435,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeArg
     if (splits == 1) {
       a.out[static_cast<int64_t>(row) * a.out_ld + static_cast<int64_t>(head) * HD + c] =
           __float2bfloat16_rn(value / sum);
+      if (c == 0) mass_stats[r] = make_float2(best, 1.0f / sum);
     } else if (a.cluster) {
       cluster_acc[r][c] = value;
       if (c == 0) cluster_ml[r] = make_float2(best, sum);  // best in the exp2 domain
@@ -419,7 +449,10 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeArg
     }
   }
 
-  if (splits == 1) return;
+  if (splits == 1) {
+    if (a.mass != nullptr) add_attention_mass(a, s, g, visible, pages, mass_stats);
+    return;
+  }
   if (a.cluster) {
     // The cluster's merge: split 0 (rank 0) combines every split's (max, sum, O) in rank order, reading
     // them from the other CTAs' shared memory; the others wait until it has read them.
@@ -529,6 +562,12 @@ void launch_for(const DecodeArgs& args, bool wide, cudaStream_t stream) {
 
 }  // namespace
 
+int decode_attention_splits(const StepBatch& batch, int n_splits) {
+  // A launch whose page table fits one split runs one CTA per (sequence, KV head): the plan's other
+  // splits would all be empty, and a cluster launch alone cost ~3 us a step (batch 1, 128-token context).
+  return batch.max_pages * kPageSlots > kSingleSplitSlots ? n_splits : 1;
+}
+
 bool decode_attention_supports(const StepBatch& batch, const void* q, int64_t q_ld, int head_dim, int group,
                                int page_slots, int n_splits) {
   // The fused merge keeps the splits' weights in the (drained) stage memory.
@@ -545,7 +584,7 @@ void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld
                              const void* values, int n_kv_heads, int head_dim, void* out, int64_t out_ld,
                              int n_heads, float scale, int n_splits, bool wide, float* partial_acc,
                              float* partial_ml, int* split_counters, const DecodeRope* rope, float* logits,
-                             cudaStream_t stream) {
+                             float* attention_mass, cudaStream_t stream) {
   DecodeArgs a{};
   if (rope != nullptr) a.rope = *rope;
   a.batch = batch;
@@ -558,13 +597,12 @@ void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld
   a.out_ld = out_ld;
   a.n_heads = n_heads;
   a.group = n_heads / n_kv_heads;
-  // A launch whose page table fits one split runs one CTA per (sequence, KV head): the plan's other
-  // splits would all be empty, and a cluster launch alone cost ~3 us a step (batch 1, 128-token context).
-  a.n_splits = batch.max_pages * kPageSlots > kSingleSplitSlots ? n_splits : 1;
+  a.n_splits = decode_attention_splits(batch, n_splits);
   a.scale_log2 = scale * 1.4426950408889634f;
-  a.scale = scale;
   a.logits = logits;
-  a.logits_ld = static_cast<int64_t>(batch.max_pages) * kPageSlots;
+  a.logits_ld = attention_mass_logits_ld(batch, kPageSlots);
+  a.mass = logits != nullptr && a.n_splits == 1 ? attention_mass : nullptr;
+  a.logit_scale = a.mass != nullptr ? a.scale_log2 : scale;
   a.partial_acc = partial_acc;
   a.partial_ml = partial_ml;
   a.split_counters = split_counters;
