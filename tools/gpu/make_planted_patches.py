@@ -94,8 +94,8 @@ plant('h2o-mass-heads-4-up', "H2O reads KV heads 4 and up's attention mass from 
 plant('vase-stream-heads-4-up', "VaSE's weighted draw uses KV head % 4 as its stream",
       'Policies/CudaRealShape.*/vase',
       [('src/policy/cuda/vase_select.cuh',
-        '    const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer),\n                              static_cast<uint32_t>(h.kv_head)};',
-        '    const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer),\n                              static_cast<uint32_t>(h.kv_head % 4)};')])
+        '      const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer),\n                                static_cast<uint32_t>(h.kv_head)};',
+        '      const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer),\n                                static_cast<uint32_t>(h.kv_head % 4)};')])
 plant('vase-tree-root-stale', "VaSE's draws leave the sum tree's root (the total weight left) as it was before each pick",
       'Policies/CudaRealShape.*/vase',
       [('src/policy/cuda/vase_select.cuh',
