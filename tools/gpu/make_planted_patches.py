@@ -94,8 +94,8 @@ plant('h2o-mass-heads-4-up', "H2O reads KV heads 4 and up's attention mass from 
 plant('vase-stream-heads-4-up', "VaSE's weighted draw uses KV head % 4 as its stream",
       'Policies/CudaRealShape.*/vase',
       [('src/policy/cuda/vase_select.cuh',
-        '      const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer),\n                                static_cast<uint32_t>(h.kv_head)};',
-        '      const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer),\n                                static_cast<uint32_t>(h.kv_head % 4)};')])
+        '    const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer),\n                              static_cast<uint32_t>(h.kv_head)};',
+        '    const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer),\n                              static_cast<uint32_t>(h.kv_head % 4)};')])
 plant('vase-tree-root-stale', "VaSE's draws leave the sum tree's root (the total weight left) as it was before each pick",
       'Policies/CudaRealShape.*/vase',
       [('src/policy/cuda/vase_select.cuh',
@@ -224,13 +224,13 @@ plant('attention-mass-appended-slot-stale', "the fused RoPE attention leaves the
 plant('decode-mass-kv-heads-4-up', "the decode attention's own mass (one-split launches) adds KV heads 4 and up's weights into head - 4's slots",
       'CudaSignals.AttentionMassMatchesTheCpu (batch 48)',
       [('src/backend/cuda/decode_attention.cu',
-        '      index[e] = j < visible ? (static_cast<int64_t>(pages[j / kPageSlots]) * a.n_kv_heads + g) * kPageSlots +',
-        '      index[e] = j < visible ? (static_cast<int64_t>(pages[j / kPageSlots]) * a.n_kv_heads + (g >= 4 ? g - 4 : g)) * kPageSlots +')])
+        '    const int64_t index = (static_cast<int64_t>(pages[j / kPageSlots]) * a.n_kv_heads + g) * kPageSlots +',
+        '    const int64_t index = (static_cast<int64_t>(pages[j / kPageSlots]) * a.n_kv_heads + (g >= 4 ? g - 4 : g)) * kPageSlots +')])
 plant('decode-mass-last-head', "the decode attention's own mass (one-split launches) leaves out the GQA group's last query head",
       'CudaSignals.AttentionMassMatchesTheCpu (batch 48)',
       [('src/backend/cuda/decode_attention.cu',
-        '    for (int h = 0; h < a.group; ++h) {\n      float logit[kInFlight];',
-        '    for (int h = 0; h < a.group - 1; ++h) {\n      float logit[kInFlight];')])
+        '    for (int h = 0; h < a.group; ++h)\n      sum += exp2f(',
+        '    for (int h = 0; h < a.group - 1; ++h)\n      sum += exp2f(')])
 plant('attention-mass-rows-heads-4-up', 'the attention mass of KV heads 4 and up is added to head - 4\'s slots (several rows of a sequence)',
       'CudaSignals.AttentionMassMatchesTheCpu',
       [('src/backend/cuda/attention_mass.cu',

@@ -121,32 +121,13 @@ __device__ inline void add_attention_mass(const DecodeArgs& a, int s, int g, int
                                           const float2* stats) {
   __syncthreads();  // every warp's logits stored, the statistics published
   const float* logits = a.logits + (static_cast<int64_t>(s) * a.n_heads + g * a.group) * a.logits_ld;
-  // kInFlight slots a thread at a time, their loads issued together: one L2 round trip per head for
-  // all of them instead of one per slot and head (the CTA holds its SM's shared memory meanwhile).
-  constexpr int kInFlight = 8;
-  const int stride = static_cast<int>(blockDim.x);
-  for (int j0 = threadIdx.x; j0 < visible; j0 += kInFlight * stride) {
-    int64_t index[kInFlight];
-    float sum[kInFlight];
-#pragma unroll
-    for (int e = 0; e < kInFlight; ++e) {
-      const int j = j0 + e * stride;
-      index[e] = j < visible ? (static_cast<int64_t>(pages[j / kPageSlots]) * a.n_kv_heads + g) * kPageSlots +
-                                   j % kPageSlots
-                             : -1;
-      sum[e] = index[e] >= 0 ? a.mass[index[e]] : 0.0f;
-    }
-    for (int h = 0; h < a.group; ++h) {
-      float logit[kInFlight];
-#pragma unroll
-      for (int e = 0; e < kInFlight; ++e)
-        logit[e] = index[e] >= 0 ? __ldcg(logits + h * a.logits_ld + j0 + e * stride) : 0.0f;
-#pragma unroll
-      for (int e = 0; e < kInFlight; ++e) sum[e] += exp2f(logit[e] - stats[h].x) * stats[h].y;
-    }
-#pragma unroll
-    for (int e = 0; e < kInFlight; ++e)
-      if (index[e] >= 0) a.mass[index[e]] = sum[e];
+  for (int j = threadIdx.x; j < visible; j += blockDim.x) {
+    const int64_t index = (static_cast<int64_t>(pages[j / kPageSlots]) * a.n_kv_heads + g) * kPageSlots +
+                          j % kPageSlots;
+    float sum = a.mass[index];
+    for (int h = 0; h < a.group; ++h)
+      sum += exp2f(__ldcg(logits + h * a.logits_ld + j) - stats[h].x) * stats[h].y;
+    a.mass[index] = sum;
   }
   __syncthreads();  // every logit read before its line is dropped
   const int lines = (visible + 31) / 32;  // 32 fp32 logits a 128-byte line; rows start on a line

@@ -26,46 +26,20 @@ __device__ inline double warp_sum_double(double x) {
 // dimensions l, l + 32, ... of the row (one coalesced read of the whole row, one index lookup per
 // candidate and warp); dimensions past d read as 0.
 constexpr int kRowWarps = kSelectionThreads / 32, kRowPerLane = kMaxScoringHeadDim / 32;
-// Rows a warp has in flight: their index lookups and key loads are issued together, then the rows are
-// visited in age order as before (every sum in the same order). One row at a time, a warp waited on a
-// chain of three dependent loads per row: R-KV's selection at batch 128 ran at 19 % of the H100's DRAM
-// bandwidth, its top stalls on the key loads (ncu, table9, 2026-12-06). rkv_official reads one at a
-// time: four took its per-head selection from 62 to 80 registers (unmeasured).
-inline constexpr int kRowsInFlight = 4;
 
-// visit(a, row) for every candidate a of this warp, in increasing a, kInFlight rows at a time; row holds
-// a's key as fp64.
-template <int kInFlight, class Visit>
-__device__ inline void for_each_key_row(const __nv_bfloat16* keys, const HeadSelect& h, const HeadScratch& w, int n,
-                                        int d, Visit visit) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int a0 = warp; a0 < n; a0 += kRowWarps * kInFlight) {
-    __nv_bfloat16 raw[kInFlight][kRowPerLane];
+__device__ inline void read_key_row(const __nv_bfloat16* keys, const HeadSelect& h, const HeadScratch& w, int a,
+                                    int d, double (&row)[kRowPerLane]) {
+  const int lane = threadIdx.x % 32;
+  const int64_t index = pool_index(h, w.slot_of_age[a]);
 #pragma unroll
-    for (int i = 0; i < kInFlight; ++i) {
-      const int a = a0 + i * kRowWarps;
-      const int64_t index = a < n ? pool_index(h, w.slot_of_age[a]) : 0;
-#pragma unroll
-      for (int k = 0; k < kRowPerLane; ++k)
-        raw[i][k] = a < n && lane + 32 * k < d ? keys[index * d + lane + 32 * k] : __float2bfloat16(0.0f);
-    }
-#pragma unroll
-    for (int i = 0; i < kInFlight; ++i) {
-      const int a = a0 + i * kRowWarps;
-      if (a >= n) break;
-      double row[kRowPerLane];
-#pragma unroll
-      for (int k = 0; k < kRowPerLane; ++k) row[k] = __bfloat162float(raw[i][k]);
-      visit(a, row);
-    }
-  }
+  for (int k = 0; k < kRowPerLane; ++k) row[k] = lane + 32 * k < d ? key_element(keys, index, d, lane + 32 * k) : 0.0;
 }
 
 // sum_unit[c] = S[c] = Σ_a u_a[c] over the n candidates (fp64, a fixed order): to_unit(a, row) turns the
 // warp's read of row a into its unit key in place (and may record what it learns, such as the norm); the
 // warps' partials are added in warp order. sum_unit has kMaxScoringHeadDim entries (shared memory).
 // Collective.
-template <int kInFlight = kRowsInFlight, class ToUnit>
+template <class ToUnit>
 __device__ void sum_unit_keys_device(const __nv_bfloat16* keys, const HeadSelect& h, const HeadScratch& w, int n,
                                      int d, ToUnit to_unit, double* sum_unit) {
   __shared__ double partial[kRowWarps][kMaxScoringHeadDim];
@@ -73,11 +47,13 @@ __device__ void sum_unit_keys_device(const __nv_bfloat16* keys, const HeadSelect
   double acc[kRowPerLane];
 #pragma unroll
   for (int k = 0; k < kRowPerLane; ++k) acc[k] = 0.0;
-  for_each_key_row<kInFlight>(keys, h, w, n, d, [&](int a, double (&row)[kRowPerLane]) {
+  for (int a = warp; a < n; a += kRowWarps) {
+    double row[kRowPerLane];
+    read_key_row(keys, h, w, a, d, row);
     to_unit(a, row);
 #pragma unroll
     for (int k = 0; k < kRowPerLane; ++k) acc[k] += row[k];
-  });
+  }
 #pragma unroll
   for (int k = 0; k < kRowPerLane; ++k)
     if (lane + 32 * k < d) partial[warp][lane + 32 * k] = acc[k];
@@ -92,12 +68,14 @@ __device__ void sum_unit_keys_device(const __nv_bfloat16* keys, const HeadSelect
 
 // column[a] = u_a · (S − u_a) / divisor for every candidate, warp per row as above (to_unit must not
 // write, the warps read a row again). Collective.
-template <int kInFlight = kRowsInFlight, class ToUnit>
+template <class ToUnit>
 __device__ void unit_key_columns_device(const __nv_bfloat16* keys, const HeadSelect& h, const HeadScratch& w, int n,
                                         int d, ToUnit to_unit, const double* sum_unit, double divisor,
                                         double* column) {
-  const int lane = threadIdx.x % 32;
-  for_each_key_row<kInFlight>(keys, h, w, n, d, [&](int a, double (&row)[kRowPerLane]) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int a = warp; a < n; a += kRowWarps) {
+    double row[kRowPerLane];
+    read_key_row(keys, h, w, a, d, row);
     to_unit(a, row);
     double dot = 0.0;
 #pragma unroll
@@ -105,7 +83,7 @@ __device__ void unit_key_columns_device(const __nv_bfloat16* keys, const HeadSel
       if (lane + 32 * k < d) dot += row[k] * (sum_unit[lane + 32 * k] - row[k]);
     const double value = warp_sum_double(dot) / divisor;
     if (lane == 0) column[a] = value;
-  });
+  }
   __syncthreads();
 }
 

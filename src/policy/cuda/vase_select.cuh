@@ -124,77 +124,66 @@ struct VaseDevice {
     // vase.cpp's walk over the whole pool. (With a block scan and four barriers a draw, vase_pp took
     // 3.25 ms a batch-128 layer call and 0.565 at batch 1; the tree with a level-by-level update 2.35
     // and 0.606 (H200), with the path read whole 2.16 and 0.534 (H100, 2026-12-06).)
-    // Thread 0 draws; the others wait at the barrier below and then mark the picks kept, so that a draw
-    // waits on no global load but its run's entries (the pick's weight comes from the walk).
-    if (threadIdx.x == 0) {
-      const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer),
-                                static_cast<uint32_t>(h.kv_head)};
-      int oldest_left = 0;  // no candidate before it remains
-      for (int draw = 0; kept < h.keep; ++draw, ++kept) {
-        int pick = -1;
-        uint64_t weight = 0;
-        const unsigned long long total = tree[1];
-        if (total == 0) {
-          // No weight left: the oldest remaining (the lowest untaken index).
-          while (oldest_left < m && w.sort[oldest_left].unused) ++oldest_left;
-          if (oldest_left < m) {
-            pick = oldest_left;
-            weight = w.sort[pick].key;  // 0: no weight is left
-          }
-        } else {
-          unsigned long long target = mul_hi_u64(stream.draw_u64(static_cast<uint32_t>(draw)), total);
-          int node = 1;
-          while (node < kSelectionThreads) {
-            const unsigned long long left = tree[2 * node];
-            if (target < left) {
-              node = 2 * node;
-            } else {
-              target -= left;
-              node = 2 * node + 1;
-            }
-          }
-          const int run = node - kSelectionThreads, run_end = run_begin(run + 1);
-          // The run kWalkBatch entries at a time: their reads in flight together, then the running sum
-          // (a taken entry weighs 0, so it is never the one that passes the target).
-          unsigned long long running = 0;
-          for (int j0 = run_begin(run); j0 < run_end && pick < 0; j0 += kWalkBatch) {
-            unsigned long long weight_of[kWalkBatch];
-#pragma unroll
-            for (int e = 0; e < kWalkBatch; ++e) {
-              weight_of[e] = 0;
-              if (j0 + e < run_end) {
-                const SortPair entry = w.sort[j0 + e];
-                weight_of[e] = entry.unused ? 0 : entry.key;
-              }
-            }
-#pragma unroll
-            for (int e = 0; e < kWalkBatch; ++e) {
-              running += weight_of[e];
-              if (pick < 0 && running > target) {
-                pick = j0 + e;
-                weight = weight_of[e];  // untaken: its key
-              }
-            }
+    if (threadIdx.x != 0) return;
+    const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer),
+                              static_cast<uint32_t>(h.kv_head)};
+    int oldest_left = 0;  // no candidate before it remains
+    for (int draw = 0; kept < h.keep; ++draw, ++kept) {
+      int pick = -1;
+      const unsigned long long total = tree[1];
+      if (total == 0) {
+        // No weight left: the oldest remaining (the lowest untaken index).
+        while (oldest_left < m && w.sort[oldest_left].unused) ++oldest_left;
+        if (oldest_left < m) pick = oldest_left;
+      } else {
+        unsigned long long target = mul_hi_u64(stream.draw_u64(static_cast<uint32_t>(draw)), total);
+        int node = 1;
+        while (node < kSelectionThreads) {
+          const unsigned long long left = tree[2 * node];
+          if (target < left) {
+            node = 2 * node;
+          } else {
+            target -= left;
+            node = 2 * node + 1;
           }
         }
-        if (pick < 0) {  // cannot happen with consistent sums; flag rather than loop on
-          atomicExch(args.error, 1);
-          break;
+        const int run = node - kSelectionThreads, run_end = run_begin(run + 1);
+        // The run kWalkBatch entries at a time: their reads in flight together, then the running sum
+        // (a taken entry weighs 0, so it is never the one that passes the target).
+        unsigned long long running = 0;
+        for (int j0 = run_begin(run); j0 < run_end && pick < 0; j0 += kWalkBatch) {
+          unsigned long long weight_of[kWalkBatch];
+#pragma unroll
+          for (int e = 0; e < kWalkBatch; ++e) {
+            weight_of[e] = 0;
+            if (j0 + e < run_end) {
+              const SortPair entry = w.sort[j0 + e];
+              weight_of[e] = entry.unused ? 0 : entry.key;
+            }
+          }
+#pragma unroll
+          for (int e = 0; e < kWalkBatch; ++e) {
+            running += weight_of[e];
+            if (pick < 0 && running > target) pick = j0 + e;
+          }
         }
-        // The pick's path to the root, read whole and then written: shared-memory stores may alias the
-        // next level's read, so a read-modify-write a level would wait on each level in turn.
-        const int leaf = kSelectionThreads + pick / per_thread;
-        unsigned long long path[kTreeLevels];
-#pragma unroll
-        for (int l = 0; l < kTreeLevels; ++l) path[l] = tree[leaf >> l];
-#pragma unroll
-        for (int l = 0; l < kTreeLevels; ++l) tree[leaf >> l] = path[l] - weight;
-        w.sort[pick].unused = 1;
       }
+      if (pick < 0) {  // cannot happen with consistent sums; flag rather than loop on
+        atomicExch(args.error, 1);
+        return;
+      }
+      // The pick's path to the root, read whole and then written: shared-memory stores may alias the
+      // next level's read, so a read-modify-write a level would wait on each level in turn.
+      const uint64_t weight = w.sort[pick].key;
+      const int leaf = kSelectionThreads + pick / per_thread;
+      unsigned long long path[kTreeLevels];
+#pragma unroll
+      for (int l = 0; l < kTreeLevels; ++l) path[l] = tree[leaf >> l];
+#pragma unroll
+      for (int l = 0; l < kTreeLevels; ++l) tree[leaf >> l] = path[l] - weight;
+      w.sort[pick].unused = 1;
+      keep[w.slot_of_age[w.sort[pick].index]] = 1;
     }
-    __syncthreads();
-    for (int j = threadIdx.x; j < m; j += blockDim.x)
-      if (w.sort[j].unused) keep[w.slot_of_age[w.sort[j].index]] = 1;
   }
 };
 
