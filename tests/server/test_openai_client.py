@@ -173,12 +173,9 @@ def test_every_policy_through_the_server(start_server):
         assert (kv["eviction_rounds"] == 0) == (spec == "full"), spec
         assert spec == "full" or kv["peak_slots"] <= 40, spec
         # The CPU sums in a fixed order whatever the batch: twins, and alone, decode the same text
-        # (docs/server.md). Not h2o: once in a loaded CI run (2026-12-06) h2o alone diverged from the batch
-        # after ~110 characters, and twins admitted in different steps could split the same way
-        # (docs/hardening.md).
-        if not spec.startswith("h2o"):
-            assert twin.choices[0].text == other.choices[0].text, spec
-            assert run((spec, 100 + i)).choices[0].text == twin.choices[0].text, spec
+        # (docs/server.md).
+        assert twin.choices[0].text == other.choices[0].text, spec
+        assert run((spec, 100 + i)).choices[0].text == twin.choices[0].text, spec
 
 
 def test_stop_strings(server):
