@@ -126,5 +126,6 @@ if [ "${EVICT:-0}" = 1 ]; then
   evict_profile rkv_official_prepare scoring_selection_kernel 6 rkv_official
   evict_profile rkv_official_selection scoring_selection_kernel 7 rkv_official
   evict_profile rkv_official_spare spare_kernel 6 rkv_official
+  # Split launches only (EVICT_BATCH=1): at batch 128 the decode attention adds the mass itself.
   evict_profile h2o_mass mass_from_logits_kernel 40 h2o_pp
 fi
