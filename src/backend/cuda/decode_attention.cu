@@ -16,10 +16,11 @@
 // Slots past the split's range are zero-filled by cp.async (never read), and their scores masked.
 // With `logits` (H2O's signal), each lane also stores its S entries times the softmax scale. A launch of
 // one split per sequence (batch 128 of Qwen3-4B) then turns them into the step's weights itself: after
-// the merge the CTA holds its group's softmax statistics, reads its own logits back (from L2: written
-// microseconds before), adds every slot's weights into the pool's attention mass head by head, and
-// discards the logits' L2 lines so that they are never written back to DRAM. Split launches leave the
-// logits to attention_mass.cu. (H100, table9, 2026-12-06: a batch-128 step with the signal 12.5 -> 12.3
+// the merge the CTA holds its group's softmax statistics, reads its own logits back once, adds every
+// slot's weights into the pool's attention mass head by head, and discards the lines of them still in L2
+// (those need no write-back). At batch 128 the KV stream turns the 50 MB L2 over every ~15 us, so most
+// of a CTA's logits have gone to DRAM by its tail: their 34 MB a layer, out and back, are most of what
+// the signal still costs (1.2 ms a step). Split launches leave the logits to attention_mass.cu. (H100, table9, 2026-12-06: a batch-128 step with the signal 12.5 -> 12.3
 // ms; the separate kernel read the logits three times. A tail making its own passes for the statistics,
 // dropped at b067cf4, cost 2.3 ms a step instead; eight slots a thread in flight here, 0.6 ms more.)
 // kRope (CudaBackend::rope_attention): the launch also does qk_norm_rope_append's work for its step, so
@@ -117,7 +118,7 @@ __device__ inline uint32_t swizzled(int row, int chunk) {
 
 // H2O's signal in a one-split launch: every visible slot's attention mass grows by the softmax weights
 // exp2(logit - max) / sum of the group's query heads, added head by head (as the CPU adds them), from
-// the logits this CTA's warps stored; then their L2 lines are dropped unwritten.
+// the logits this CTA's warps stored; then the lines of them still in L2 are dropped unwritten.
 __device__ inline void add_attention_mass(const DecodeArgs& a, int s, int g, int visible, const int32_t* pages,
                                           const float2* stats) {
   __syncthreads();  // every warp's logits stored, the statistics published
