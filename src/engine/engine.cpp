@@ -198,9 +198,10 @@ PolicyTable::Hold Engine::hold_policy(const std::string& spec) {
     policy.check_model(model_.fingerprint());
     const policy::SignalNeeds needs = policy.needs(), recorded = pool_->signals();
     if (!recorded.covers(needs)) {
-      const policy::SignalNeeds missing{needs.window_queries && !recorded.window_queries,
-                                        needs.accumulated_attention && !recorded.accumulated_attention,
-                                        needs.value_ranges && !recorded.value_ranges};
+      const policy::SignalNeeds missing{
+          .window_queries = needs.window_queries && !recorded.window_queries,
+          .accumulated_attention = needs.accumulated_attention && !recorded.accumulated_attention,
+          .value_ranges = needs.value_ranges && !recorded.value_ranges};
       fail("policy '{}' reads {}, which this engine does not record: it records what its default policy '{}' "
            "reads and the signals it was asked for besides (kvdice serve --signals-for)",
            policy.name(), fmt::join(missing.names(), " and "), default_policy);

@@ -224,8 +224,8 @@ plant('attention-mass-appended-slot-stale', "the fused RoPE attention leaves the
 plant('decode-mass-kv-heads-4-up', "the decode attention's own mass (one-split launches) adds KV heads 4 and up's weights into head - 4's slots",
       'CudaSignals.AttentionMassMatchesTheCpu (batch 48)',
       [('src/backend/cuda/decode_attention.cu',
-        '    const int64_t index = (static_cast<int64_t>(pages[j / kPageSlots]) * a.n_kv_heads + g) * kPageSlots +',
-        '    const int64_t index = (static_cast<int64_t>(pages[j / kPageSlots]) * a.n_kv_heads + (g >= 4 ? g - 4 : g)) * kPageSlots +')])
+        '    const int64_t index = pool_slot_index(pages, a.n_kv_heads, g, j);',
+        '    const int64_t index = pool_slot_index(pages, a.n_kv_heads, g >= 4 ? g - 4 : g, j);')])
 plant('decode-mass-last-head', "the decode attention's own mass (one-split launches) leaves out the GQA group's last query head",
       'CudaSignals.AttentionMassMatchesTheCpu (batch 48)',
       [('src/backend/cuda/decode_attention.cu',

@@ -117,6 +117,11 @@ __device__ inline uint32_t swizzled(int row, int chunk) {
   return static_cast<uint32_t>((row * (HD / 8) + (chunk ^ (row & 7))) * 16);
 }
 
+// Index of slot `slot` of a sequence (its row of the page table `pages`) in KV head g's pool arrays.
+__device__ inline int64_t pool_slot_index(const int32_t* pages, int n_kv_heads, int g, int slot) {
+  return (static_cast<int64_t>(pages[slot / kPageSlots]) * n_kv_heads + g) * kPageSlots + slot % kPageSlots;
+}
+
 // H2O's signal in a one-split launch: every visible slot's attention mass grows by the softmax weights
 // exp2(logit - max) / sum of the group's query heads, added head by head (as the CPU adds them), from
 // the logits this CTA's warps stored; then the lines of them still in L2 are dropped unwritten.
@@ -125,8 +130,7 @@ __device__ inline void add_attention_mass(const DecodeArgs& a, int s, int g, int
   __syncthreads();  // every warp's logits stored, the statistics published
   const float* logits = a.logits + (static_cast<int64_t>(s) * a.n_heads + g * a.group) * a.logits_ld;
   for (int j = threadIdx.x; j < visible; j += blockDim.x) {
-    const int64_t index = (static_cast<int64_t>(pages[j / kPageSlots]) * a.n_kv_heads + g) * kPageSlots +
-                          j % kPageSlots;
+    const int64_t index = pool_slot_index(pages, a.n_kv_heads, g, j);
     float sum = a.mass[index];
     for (int h = 0; h < a.group; ++h)
       sum += exp2f(__ldcg(logits + h * a.logits_ld + j) - stats[h].x) * stats[h].y;
@@ -247,8 +251,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeArg
     // split that holds it, the appended slot's key and value (and position).
     const float* src = a.rope.qkv + static_cast<int64_t>(row) * a.rope.qkv_ld;
     const int slot = visible - 1;
-    const int64_t new_index =
-        (static_cast<int64_t>(pages[slot / kPageSlots]) * a.n_kv_heads + g) * kPageSlots + slot % kPageSlots;
+    const int64_t new_index = pool_slot_index(pages, a.n_kv_heads, g, slot);
     // The pool's own memory: this launch appends the slot it is about to read.
     __nv_bfloat16* keys = const_cast<__nv_bfloat16*>(a.keys);
     __nv_bfloat16* values = const_cast<__nv_bfloat16*>(a.values);
