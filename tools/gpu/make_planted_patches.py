@@ -237,6 +237,12 @@ plant('attention-mass-rows-heads-4-up', 'the attention mass of KV heads 4 and up
         '      add_slot_weights(a, slot_index(a, pages, g, j), qs, stat_m, stat_inv);',
         '      add_slot_weights(a, slot_index(a, pages, g >= 4 ? g - 4 : g, j), qs, stat_m, stat_inv);')])
 
+plant('selection-key-odd-rows', "the selections' eviction key mixes in the batch row's parity (a request on an odd row draws another stream than its twin)",
+      'CudaEngineTwins.EveryScoringPolicyKeepsTheSameForTwinsInOneBatch (vase, vase_pp)',
+      [('src/policy/cuda/selection_kernel.cuh',
+        '  h.key = batch.evict_key[s];',
+        '  h.key = batch.evict_key[s] + static_cast<uint64_t>(s & 1);')])
+
 plant('value-range-kv-heads-8-up', 'the append records no value range for KV heads 8 and up',
       'CudaSignals.QueryRingAndValueRangeMatchTheCpu (phi-4)',
       [('src/backend/cuda/rope_append.cu',
@@ -307,6 +313,7 @@ FILTERS = {
     'decode-mass-last-head': ('signals (attention mass)', 'CudaSignals.*:CudaOps.RopeAttention*'),
     'attention-mass-appended-slot-stale': ('signals (attention mass)', 'CudaSignals.*:CudaOps.RopeAttention*'),
     'decode-logits-kv-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
+    'selection-key-odd-rows': ('selection kernel (eviction key)', 'CudaEngineTwins.*:Policies/CudaScoringPolicy.*'),
     'value-range-kv-heads-8-up': ('signals (value range)', 'CudaSignals.*'),
     'query-ring-heads-32-up': ('signals (query ring)', 'CudaSignals.*'),
 }
