@@ -189,8 +189,8 @@ plant('decode-attention-kv-heads-8-up', 'decode attention reads KV heads 8 and u
 plant('prefill-attention-kv-heads-8-up', 'prefill attention reads KV heads 8 and up from head - 8',
       'CudaOps.Attention (prefill phi-4)',
       [('src/backend/cuda/attention.cu',
-        '            (static_cast<int64_t>(pages[slot / a.page_slots]) * a.n_kv_heads + g) * a.page_slots +',
-        '            (static_cast<int64_t>(pages[slot / a.page_slots]) * a.n_kv_heads + (g >= 8 ? g - 8 : g)) * a.page_slots +')])
+        '        const int64_t index = pool_slot_index(pages, a.n_kv_heads, a.page_slots, g, slot);',
+        '        const int64_t index = pool_slot_index(pages, a.n_kv_heads, a.page_slots, g >= 8 ? g - 8 : g, slot);')])
 plant('rope-append-positions-past-2047', 'RoPE rotates positions of 2048 and up as position mod 2048',
       'CudaOps.QkNormRopeAppend, CudaOps.RopeAttentionEqualsRopeAppendThenAttention (2111)',
       [('src/backend/cuda/rope_append.cu',
@@ -224,8 +224,8 @@ plant('attention-mass-appended-slot-stale', "the fused RoPE attention leaves the
 plant('decode-mass-kv-heads-4-up', "the decode attention's own mass (one-split launches) adds KV heads 4 and up's weights into head - 4's slots",
       'CudaSignals.AttentionMassMatchesTheCpu (batch 48)',
       [('src/backend/cuda/decode_attention.cu',
-        '    const int64_t index = pool_slot_index(pages, a.n_kv_heads, g, j);',
-        '    const int64_t index = pool_slot_index(pages, a.n_kv_heads, g >= 4 ? g - 4 : g, j);')])
+        '    const int64_t index = pool_slot_index(pages, a.n_kv_heads, kPageSlots, g, j);',
+        '    const int64_t index = pool_slot_index(pages, a.n_kv_heads, kPageSlots, g >= 4 ? g - 4 : g, j);')])
 plant('decode-mass-last-head', "the decode attention's own mass (one-split launches) leaves out the GQA group's last query head",
       'CudaSignals.AttentionMassMatchesTheCpu (batch 48)',
       [('src/backend/cuda/decode_attention.cu',

@@ -17,6 +17,7 @@
 #include "core/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/dependent_launch.cuh"
+#include "core/cuda/pool_slot.cuh"
 
 namespace kvdice::backend::cuda {
 namespace {
@@ -121,9 +122,7 @@ __global__ void __launch_bounds__(kThreads, 4) attention_kernel(AttentionArgs a)
       const int slot = tile_begin + key;
       k_next[i] = v_next[i] = make_uint4(0, 0, 0, 0);
       if (idx < kTileChunks && slot < range_end) {
-        const int64_t index =
-            (static_cast<int64_t>(pages[slot / a.page_slots]) * a.n_kv_heads + g) * a.page_slots +
-            slot % a.page_slots;
+        const int64_t index = pool_slot_index(pages, a.n_kv_heads, a.page_slots, g, slot);
         k_next[i] = reinterpret_cast<const uint4*>(a.keys + index * HD)[chunk];
         v_next[i] = reinterpret_cast<const uint4*>(a.values + index * HD)[chunk];
       }
@@ -358,15 +357,13 @@ void launch_merge(const AttentionArgs& args, cudaStream_t stream) {
 // Decode steps at the head dims and groups decode_attention.cu takes run on tensor cores (merging their
 // splits themselves); prefill and the rest run the SIMT kernel above and the merge kernel.
 template <int HD>
-void launch_for_head_dim(const AttentionArgs& args, const DecodeRope* rope, float* mass_logits,
+bool launch_for_head_dim(const AttentionArgs& args, const DecodeRope* rope, float* mass_logits,
                          float* attention_mass, cudaStream_t stream) {
-  if (decode_attention_supports(args.batch, args.q, args.q_ld, HD, args.group, args.page_slots, args.n_splits)) {
-    launch_decode_attention(args.batch, args.q, args.q_ld, args.keys, args.values, args.n_kv_heads, HD,
-                            args.out, args.out_ld, args.n_heads, args.scale, args.n_splits, args.wide_decode,
-                            args.partial_acc, args.partial_ml, args.split_counters, rope, mass_logits,
-                            attention_mass, stream);
-    return;
-  }
+  if (decode_attention_supports(args.batch, args.q, args.q_ld, HD, args.group, args.page_slots, args.n_splits))
+    return launch_decode_attention(args.batch, args.q, args.q_ld, args.keys, args.values, args.n_kv_heads, HD,
+                                   args.out, args.out_ld, args.n_heads, args.scale, args.n_splits,
+                                   args.wide_decode, args.partial_acc, args.partial_ml, args.split_counters, rope,
+                                   mass_logits, attention_mass, stream);
   if (mass_logits != nullptr)  // CudaBackend::run_attention asks for logits only where the decode kernel runs
     kvdice::cuda::throw_cuda_error(cudaErrorInvalidValue, "attention logits on a step the decode kernel does not take",
                                    __FILE__, __LINE__);
@@ -388,6 +385,7 @@ void launch_for_head_dim(const AttentionArgs& args, const DecodeRope* rope, floa
   attention_kernel<HD><<<grid, kThreads, shared, stream>>>(args);
   CUDA_CHECK_LAUNCH("attention_kernel");
   launch_merge<HD>(args, stream);
+  return false;
 }
 
 }  // namespace
@@ -421,11 +419,11 @@ size_t attention_scratch_bytes(const StepBatch& batch, const KvLayer& kv, int n_
   return parts * sizeof(float) * (static_cast<size_t>(kv.head_dim) + 2) + 256;
 }
 
-void launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
+bool launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
                       float scale, const AttentionPlan& plan, void* scratch, int* split_counters,
                       cudaStream_t stream, const DecodeRope* rope, float* mass_logits) {
   const int n_splits = plan.n_splits;
-  if (batch.n_rows == 0) return;
+  if (batch.n_rows == 0) return false;
   AttentionArgs a{};
   a.batch = batch;
   a.q = q.as<const __nv_bfloat16>();
@@ -452,22 +450,17 @@ void launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, 
   }
   switch (kv.head_dim) {
     case 16:
-      launch_for_head_dim<16>(a, rope, mass_logits, kv.attention_mass, stream);
-      break;
+      return launch_for_head_dim<16>(a, rope, mass_logits, kv.attention_mass, stream);
     case 32:
-      launch_for_head_dim<32>(a, rope, mass_logits, kv.attention_mass, stream);
-      break;
+      return launch_for_head_dim<32>(a, rope, mass_logits, kv.attention_mass, stream);
     case 64:
-      launch_for_head_dim<64>(a, rope, mass_logits, kv.attention_mass, stream);
-      break;
+      return launch_for_head_dim<64>(a, rope, mass_logits, kv.attention_mass, stream);
     case 128:
-      launch_for_head_dim<128>(a, rope, mass_logits, kv.attention_mass, stream);
-      break;
+      return launch_for_head_dim<128>(a, rope, mass_logits, kv.attention_mass, stream);
     case 256:
-      launch_for_head_dim<256>(a, rope, mass_logits, kv.attention_mass, stream);
-      break;
+      return launch_for_head_dim<256>(a, rope, mass_logits, kv.attention_mass, stream);
     default:
-      break;  // rejected by CudaBackend::attention
+      return false;  // rejected by CudaBackend::attention
   }
 }
 

@@ -23,6 +23,7 @@
 #include "core/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/dependent_launch.cuh"
+#include "core/cuda/pool_slot.cuh"
 
 namespace kvdice::backend::cuda {
 namespace {
@@ -94,8 +95,7 @@ __device__ inline void load_group_queries(const MassArgs& a, int r, int g, float
 }
 
 __device__ inline int64_t slot_index(const MassArgs& a, const int32_t* pages, int g, int slot) {
-  return (static_cast<int64_t>(pages[slot / a.page_slots]) * a.n_kv_heads + g) * a.page_slots +
-         slot % a.page_slots;
+  return pool_slot_index(pages, a.n_kv_heads, a.page_slots, g, slot);
 }
 
 // The CTA's statistics per group head from each thread's (m, den): merged down each warp, then over

@@ -626,12 +626,10 @@ class CudaBackend final : public Backend {
         mass_logits = static_cast<float*>(
             grow(mass_logits_, cuda::attention_mass_logits_bytes(batch, kv, n_heads), "attention mass logits"));
     }
-    cuda::launch_attention(batch, q, kv, out, n_heads, scale, plan, scratch, split_counters, stream_, rope,
-                           mass_logits);
+    const bool mass_added = cuda::launch_attention(batch, q, kv, out, n_heads, scale, plan, scratch,
+                                                   split_counters, stream_, rope, mass_logits);
     if (mass_logits != nullptr) {
-      // A one-split launch has added the step's weights itself.
-      if (cuda::decode_attention_splits(batch, plan.n_splits) > 1)
-        cuda::launch_attention_mass_from_logits(batch, kv, n_heads, mass_logits, plan.wide, stream_);
+      if (!mass_added) cuda::launch_attention_mass_from_logits(batch, kv, n_heads, mass_logits, plan.wide, stream_);
     } else if (kv.attention_mass != nullptr) {
       void* mass_scratch = grow(mass_scratch_, cuda::attention_mass_scratch_bytes(batch, kv, n_heads),
                                 "attention mass tile statistics");

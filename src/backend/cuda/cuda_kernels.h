@@ -61,9 +61,10 @@ struct DecodeRope {
 // split_counters: [n_seqs][n_kv_heads] ints, zero (a buffer of their own: every launch leaves them zero).
 // With `rope`, the step must be one decode_attention_supports takes. With `mass_logits` (a step the
 // decode kernel takes), that kernel also writes every query head's logits of the visible slots into it,
-// [n_seqs][n_heads][attention_mass_logits_ld] fp32: a one-split launch (decode_attention_splits) adds
-// the step's weights into kv.attention_mass itself; otherwise launch_attention_mass_from_logits must.
-void launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
+// [n_seqs][n_heads][attention_mass_logits_ld] fp32, and a launch that runs one split per sequence adds
+// the step's weights into kv.attention_mass itself. Returns whether it did; where it did not,
+// launch_attention_mass_from_logits must.
+bool launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, const View& out, int n_heads,
                       float scale, const AttentionPlan& plan, void* scratch, int* split_counters, cudaStream_t stream,
                       const DecodeRope* rope = nullptr, float* mass_logits = nullptr);
 
@@ -73,12 +74,11 @@ void launch_attention(const StepBatch& batch, const View& q, const KvLayer& kv, 
 // queries aligned for bf16-pair loads.
 bool decode_attention_supports(const StepBatch& batch, const void* q, int64_t q_ld, int head_dim, int group,
                                int page_slots, int n_splits);
-// The splits a launch of the plan's n_splits runs: 1 where every sequence fits one split.
-int decode_attention_splits(const StepBatch& batch, int n_splits);
 // Writes out; with n_splits > 1 through the split partials (attention.cu's layout), merged by the
 // last split to finish, counted in split_counters ([n_seqs][n_kv_heads], zero before and after). `wide`:
-// eight warps a CTA instead of four (AttentionPlan::wide).
-void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld, const void* keys,
+// eight warps a CTA instead of four (AttentionPlan::wide). With `logits`, returns whether the launch
+// also added the step's weights into attention_mass (one split per sequence).
+bool launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld, const void* keys,
                              const void* values, int n_kv_heads, int head_dim, void* out, int64_t out_ld,
                              int n_heads, float scale, int n_splits, bool wide, float* partial_acc,
                              float* partial_ml, int* split_counters, const DecodeRope* rope, float* logits,

@@ -51,6 +51,7 @@
 #include "core/cuda/warp_mma.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/dependent_launch.cuh"
+#include "core/cuda/pool_slot.cuh"
 #include "backend/cuda/rope.cuh"
 
 namespace kvdice::backend::cuda {
@@ -117,11 +118,6 @@ __device__ inline uint32_t swizzled(int row, int chunk) {
   return static_cast<uint32_t>((row * (HD / 8) + (chunk ^ (row & 7))) * 16);
 }
 
-// Index of slot `slot` of a sequence (its row of the page table `pages`) in KV head g's pool arrays.
-__device__ inline int64_t pool_slot_index(const int32_t* pages, int n_kv_heads, int g, int slot) {
-  return (static_cast<int64_t>(pages[slot / kPageSlots]) * n_kv_heads + g) * kPageSlots + slot % kPageSlots;
-}
-
 // H2O's signal in a one-split launch: every visible slot's attention mass grows by the softmax weights
 // exp2(logit - max) / sum of the group's query heads, added head by head (as the CPU adds them), from
 // the logits this CTA's warps stored; then the lines of them still in L2 are dropped unwritten.
@@ -130,7 +126,7 @@ __device__ inline void add_attention_mass(const DecodeArgs& a, int s, int g, int
   __syncthreads();  // every warp's logits stored, the statistics published
   const float* logits = a.logits + (static_cast<int64_t>(s) * a.n_heads + g * a.group) * a.logits_ld;
   for (int j = threadIdx.x; j < visible; j += blockDim.x) {
-    const int64_t index = pool_slot_index(pages, a.n_kv_heads, g, j);
+    const int64_t index = pool_slot_index(pages, a.n_kv_heads, kPageSlots, g, j);
     float sum = a.mass[index];
     for (int h = 0; h < a.group; ++h)
       sum += exp2f(__ldcg(logits + h * a.logits_ld + j) - stats[h].x) * stats[h].y;
@@ -251,7 +247,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeArg
     // split that holds it, the appended slot's key and value (and position).
     const float* src = a.rope.qkv + static_cast<int64_t>(row) * a.rope.qkv_ld;
     const int slot = visible - 1;
-    const int64_t new_index = pool_slot_index(pages, a.n_kv_heads, g, slot);
+    const int64_t new_index = pool_slot_index(pages, a.n_kv_heads, kPageSlots, g, slot);
     // The pool's own memory: this launch appends the slot it is about to read.
     __nv_bfloat16* keys = const_cast<__nv_bfloat16*>(a.keys);
     __nv_bfloat16* values = const_cast<__nv_bfloat16*>(a.values);
@@ -568,11 +564,14 @@ void launch_for(const DecodeArgs& args, bool wide, cudaStream_t stream) {
 
 }  // namespace
 
+namespace {
+// The splits a launch of the plan's n_splits runs: 1 where every sequence fits one split.
 int decode_attention_splits(const StepBatch& batch, int n_splits) {
   // A launch whose page table fits one split runs one CTA per (sequence, KV head): the plan's other
   // splits would all be empty, and a cluster launch alone cost ~3 us a step (batch 1, 128-token context).
   return batch.max_pages * kPageSlots > kSingleSplitSlots ? n_splits : 1;
 }
+}  // namespace
 
 bool decode_attention_supports(const StepBatch& batch, const void* q, int64_t q_ld, int head_dim, int group,
                                int page_slots, int n_splits) {
@@ -586,7 +585,7 @@ bool decode_attention_supports(const StepBatch& batch, const void* q, int64_t q_
          group <= kRows && page_slots == kPageSlots && merge_bytes <= shared && q_aligned;
 }
 
-void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld, const void* keys,
+bool launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld, const void* keys,
                              const void* values, int n_kv_heads, int head_dim, void* out, int64_t out_ld,
                              int n_heads, float scale, int n_splits, bool wide, float* partial_acc,
                              float* partial_ml, int* split_counters, const DecodeRope* rope, float* logits,
@@ -618,6 +617,7 @@ void launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld
   } else {
     launch_for<64>(a, wide, stream);
   }
+  return a.mass != nullptr;
 }
 
 }  // namespace kvdice::backend::cuda

@@ -8,6 +8,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/pool_slot.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "policy/cuda/selection_kernel.cuh"
 
@@ -71,10 +72,7 @@ __global__ void __launch_bounds__(kThreads) compaction_kernel(CompactionArgs a) 
 
   const DeviceKvLayer layer = a.layers[a.layer_begin + local_layer];
   const int32_t* pages = a.batch.page_table + static_cast<int64_t>(s) * a.batch.max_pages;
-  auto index_of = [&](int slot) {
-    return (static_cast<int64_t>(pages[slot / a.page_slots]) * a.n_kv_heads + head) * a.page_slots +
-           slot % a.page_slots;
-  };
+  auto index_of = [&](int slot) { return pool_slot_index(pages, a.n_kv_heads, a.page_slots, head, slot); };
   // Ranks [first, first + kPairTile) of the slots in [begin, end) with want(slot), into out[].
   auto collect = [&](int begin, int end, int first, int* out, auto want) {
     int carry = 0;

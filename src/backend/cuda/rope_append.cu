@@ -101,8 +101,8 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_append_kernel(RopeAr
     const bool is_q = item < a.n_heads;
     const bool is_v = item >= a.n_heads + n_kv;
     const int g = is_q ? 0 : (is_v ? item - a.n_heads - n_kv : item - a.n_heads);
-    const int64_t kv_index =
-        (page * n_kv + g) * a.kv.page_slots + slot % a.kv.page_slots;  // KvLayer::slot_index
+    // pool_slot_index with the page read before the dependent wait (the page table is earlier steps').
+    const int64_t kv_index = (page * n_kv + g) * a.kv.page_slots + slot % a.kv.page_slots;
     if (is_v) {
       for (int c = lane; c < hd; c += 32) store_float(a.kv.values, a.kv.dtype, kv_index * hd + c, src[c]);
       if (lane == 0) a.kv.positions[kv_index] = position;

@@ -280,8 +280,7 @@ __device__ inline double block_max(double x) {
 
 // Element index of (slot, KV head) of layer `layer` in the pool (KvLayer::slot_index).
 __device__ inline int64_t pool_index(const HeadSelect& h, int slot) {
-  const int64_t page = h.page_table[slot / h.page_slots];
-  return (page * h.n_kv_heads + h.kv_head) * h.page_slots + slot % h.page_slots;
+  return backend::pool_slot_index(h.page_table, h.n_kv_heads, h.page_slots, h.kv_head, slot);
 }
 
 // f(c, k_c) for the elements of pool row `index` in dimension order, read 16 bytes at a time (head_dim

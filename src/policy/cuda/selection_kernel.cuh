@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/pool_slot.cuh"
 #include "core/philox.h"
 #include "policy/cuda_selection.h"
 
@@ -39,8 +40,7 @@ struct HeadSelect {
   int ring_row = -1;  // the sequence's row of the query ring (-1: none)
 
   __device__ int32_t position(int slot) const {
-    const int64_t page = page_table[slot / page_slots];
-    return positions[(page * n_kv_heads + kv_head) * page_slots + slot % page_slots];
+    return positions[backend::pool_slot_index(page_table, n_kv_heads, page_slots, kv_head, slot)];
   }
 };
 
