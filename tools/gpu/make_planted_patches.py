@@ -94,23 +94,23 @@ plant('h2o-mass-heads-4-up', "H2O reads KV heads 4 and up's attention mass from 
 plant('vase-stream-heads-4-up', "VaSE's weighted draw uses KV head % 4 as its stream",
       'Policies/CudaRealShape.*/vase',
       [('src/policy/cuda/vase_select.cuh',
-        '    const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer),\n                              static_cast<uint32_t>(h.kv_head)};',
-        '    const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer),\n                              static_cast<uint32_t>(h.kv_head % 4)};')])
+        '  const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer), static_cast<uint32_t>(h.kv_head)};',
+        '  const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer), static_cast<uint32_t>(h.kv_head % 4)};')])
 plant('vase-tree-root-stale', "VaSE's draws leave the sum tree's root (the total weight left) as it was before each pick",
       'Policies/CudaRealShape.*/vase',
       [('src/policy/cuda/vase_select.cuh',
-        '      for (int l = 0; l < kTreeLevels; ++l) tree[leaf >> l] = path[l] - weight;',
-        '      for (int l = 0; l < kTreeLevels - 1; ++l) tree[leaf >> l] = path[l] - weight;')])
+        '    for (int l = 0; l < kTreeLevels; ++l) tree[leaf >> l] = path[l] - weight;',
+        '    for (int l = 0; l < kTreeLevels - 1; ++l) tree[leaf >> l] = path[l] - weight;')])
 plant('vase-walk-run-tail', "VaSE's draws read the last entry of each run as weighing nothing (it is never picked by weight)",
       'Policies/CudaRealShape.*/vase',
       [('src/policy/cuda/vase_select.cuh',
-        '            if (j0 + e < run_end) {',
-        '            if (j0 + e < run_end - 1) {')])
+        '          if (j0 + e < run_end) {',
+        '          if (j0 + e < run_end - 1) {')])
 plant('vase-zero-weight-newest', "VaSE's draws past the last weight read the taken flags from the wrong end of the pool (a taken candidate can be picked again)",
       'Policies/CudaScoringPolicy.SmallShapesKeepWhatTheCpuKeeps/* (temperature=0.001)',
       [('src/policy/cuda/vase_select.cuh',
-        '        while (oldest_left < m && w.sort[oldest_left].unused) ++oldest_left;',
-        '        while (oldest_left < m && w.sort[m - 1 - oldest_left].unused) ++oldest_left;')])
+        '      while (oldest_left < m && w.sort[oldest_left].unused) ++oldest_left;',
+        '      while (oldest_left < m && w.sort[m - 1 - oldest_left].unused) ++oldest_left;')])
 plant('mma-tile-chunks-past-8', 'the tensor-core tiles (fp32 windowed attention, the spare search) leave the odd 16-byte chunks past the 8th of a row uncopied (head_dim 128)',
       'Policies/CudaRealShape.Qwen3FourBKeepsWhatTheCpuKeeps/*fp32*',
       [('src/policy/cuda/mma_tile.cuh',

@@ -21,8 +21,9 @@ CudaParams bind_vase(PolicyOptions& options) {
 
 void cuda_select_vase(const CudaSelectionArgs& args, void* stream) {
   const auto& p = args.params.as<cuda::VaseParams>();
-  cuda::launch_window_scoring_selection<cuda::VaseDevice>(
-      cuda::with_window(args, p.pool, p.temperature, p.window_fp32), stream);
+  const CudaSelectionArgs window_args = cuda::with_window(args, p.pool, p.temperature, p.window_fp32);
+  cuda::launch_window_scoring_selection<cuda::VaseDevice>(window_args, stream);
+  cuda::launch_vase_draws(window_args, stream);
 }
 
 }  // namespace
