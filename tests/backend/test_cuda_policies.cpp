@@ -526,6 +526,12 @@ TEST(CudaSignals, AttentionMassMatchesTheCpu) {
   Case many{"decode qwen3-4b batch 48", 32, 8, 128, std::vector<int>(48, 1), {}};
   for (int s = 0; s < 48; ++s) many.lengths.push_back(37 * s % 700);
   cases.push_back(many);
+  // One split a sequence too (34 x 8 pairs fill an H100's or H200's SMs twice), but page tables too long
+  // for the logits to sit in shared memory beside the stages (3,336 floats a head: 117 KB with them):
+  // the decode attention's own mass from global memory.
+  Case long_rows{"decode qwen3-4b batch 34, logits in global memory", 32, 8, 128, std::vector<int>(34, 1), {}};
+  for (int s = 0; s < 34; ++s) long_rows.lengths.push_back(3300 - 11 * s);
+  cases.push_back(long_rows);
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     int max_slots = 0;

@@ -231,6 +231,11 @@ plant('decode-mass-last-head', "the decode attention's own mass (one-split launc
       [('src/backend/cuda/decode_attention.cu',
         '    for (int h = 0; h < a.group; ++h)\n      sum += exp2f(',
         '    for (int h = 0; h < a.group - 1; ++h)\n      sum += exp2f(')])
+plant('decode-mass-shared-rows-past-2', "the decode attention's own mass reads query heads 2 and up from the shared-memory logits of head - 2",
+      'CudaSignals.AttentionMassMatchesTheCpu (batch 48)',
+      [('src/backend/cuda/decode_attention.cu',
+        '      sum += exp2f((kShared ? logits[h * ld + j] : __ldcg(logits + h * ld + j)) - stats[h].x) * stats[h].y;',
+        '      sum += exp2f((kShared ? logits[(h >= 2 ? h - 2 : h) * ld + j] : __ldcg(logits + h * ld + j)) - stats[h].x) * stats[h].y;')])
 plant('attention-mass-rows-heads-4-up', 'the attention mass of KV heads 4 and up is added to head - 4\'s slots (several rows of a sequence)',
       'CudaSignals.AttentionMassMatchesTheCpu',
       [('src/backend/cuda/attention_mass.cu',
@@ -310,6 +315,7 @@ FILTERS = {
     'attention-mass-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
     'attention-mass-rows-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
     'decode-mass-kv-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:CudaOps.RopeAttention*'),
+    'decode-mass-shared-rows-past-2': ('signals (attention mass)', 'CudaSignals.*:CudaOps.RopeAttention*'),
     'decode-mass-last-head': ('signals (attention mass)', 'CudaSignals.*:CudaOps.RopeAttention*'),
     'attention-mass-appended-slot-stale': ('signals (attention mass)', 'CudaSignals.*:CudaOps.RopeAttention*'),
     'decode-logits-kv-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),

@@ -64,12 +64,16 @@ constexpr int kRows = 16;       // mma rows: query heads of the group (the rest 
 // 128-384, 2026-12-03: 256 -> 512 took 384.9 -> 392.6 tok/s: at 257-384 slots three splits and the last
 // one's merge cost more than a warp's second and third page; 128 was slower, 377.9).
 constexpr int kSingleSplitSlots = 512;
+// A kMassShared launch's stages and logits, at most: two CTAs an SM (228 KiB, 1 KiB reserved a CTA).
+constexpr int kMaxMassSharedBytes = 113 * 1024;
 
-template <int HD, int kWarps>
+// kMassShared: the launch keeps H2O's logits in shared memory past the stages (add_attention_mass), with
+// two pages in flight a warp instead of three or four so that two CTAs of four warps still share an SM.
+template <int HD, int kWarps, bool kMassShared = false>
 struct DecodeShape {
   static constexpr int kChunks = HD / 8;                         // 16-byte chunks per K or V row
   static constexpr int kPageBytes = kPageSlots * HD * 2;         // one page of K (or of V), bf16
-  static constexpr int kStages = HD >= 128 ? 3 : 4;              // pages in flight per warp
+  static constexpr int kStages = kMassShared ? 2 : HD >= 128 ? 3 : 4;  // pages in flight per warp
   static constexpr int kWarpBytes = kStages * 2 * kPageBytes;    // K and V stages of one warp
   static constexpr int kMergeBytes = kWarps * kRows * (HD + 2) * 4;  // per warp: m, l, O rows
   static constexpr int kSharedBytes = kWarps * kWarpBytes > kMergeBytes ? kWarps * kWarpBytes : kMergeBytes;
@@ -96,6 +100,7 @@ struct DecodeArgs {
   int64_t logits_ld;    // a multiple of 32: a row's 128-byte L2 lines hold none of another row
   float logit_scale;    // scale (natural log, for attention_mass.cu), or scale_log2 where `mass` is set
   float* mass;          // the pool's attention mass, where this launch adds the step's weights itself
+  int logits_shared_ld;  // kMassShared launches: a head's row of logits in shared memory (32k + 8 floats)
 };
 
 using cuda_ptx::cp_async_16;
@@ -120,28 +125,33 @@ __device__ inline uint32_t swizzled(int row, int chunk) {
 
 // H2O's signal in a one-split launch: every visible slot's attention mass grows by the softmax weights
 // exp2(logit - max) / sum of the group's query heads, added head by head (as the CPU adds them), from
-// the logits this CTA's warps stored; then the lines of them still in L2 are dropped unwritten.
+// the logits this CTA's warps stored: in shared memory (kShared), else in global memory, whose lines
+// still in L2 are then dropped unwritten.
+template <bool kShared>
 __device__ inline void add_attention_mass(const DecodeArgs& a, int s, int g, int visible, const int32_t* pages,
-                                          const float2* stats) {
+                                          const float2* stats, const float* shared_logits) {
   __syncthreads();  // every warp's logits stored, the statistics published
-  const float* logits = a.logits + (static_cast<int64_t>(s) * a.n_heads + g * a.group) * a.logits_ld;
+  const float* logits =
+      kShared ? shared_logits : a.logits + (static_cast<int64_t>(s) * a.n_heads + g * a.group) * a.logits_ld;
+  const int64_t ld = kShared ? a.logits_shared_ld : a.logits_ld;
   for (int j = threadIdx.x; j < visible; j += blockDim.x) {
     const int64_t index = pool_slot_index(pages, a.n_kv_heads, kPageSlots, g, j);
     float sum = a.mass[index];
     for (int h = 0; h < a.group; ++h)
-      sum += exp2f(__ldcg(logits + h * a.logits_ld + j) - stats[h].x) * stats[h].y;
+      sum += exp2f((kShared ? logits[h * ld + j] : __ldcg(logits + h * ld + j)) - stats[h].x) * stats[h].y;
     a.mass[index] = sum;
   }
-  __syncthreads();  // every logit read before its line is dropped
-  const int lines = (visible + 31) / 32;  // 32 fp32 logits a 128-byte line; rows start on a line
-  for (int i = threadIdx.x; i < a.group * lines; i += blockDim.x)
-    asm volatile("discard.global.L2 [%0], 128;" ::"l"(logits + (i / lines) * a.logits_ld + (i % lines) * 32)
-                 : "memory");
+  if constexpr (!kShared) {
+    __syncthreads();  // every logit read before its line is dropped
+    const int lines = (visible + 31) / 32;  // 32 fp32 logits a 128-byte line; rows start on a line
+    for (int i = threadIdx.x; i < a.group * lines; i += blockDim.x)
+      asm volatile("discard.global.L2 [%0], 128;" ::"l"(logits + (i / lines) * ld + (i % lines) * 32) : "memory");
+  }
 }
 
-template <int HD, bool kRope, int kWarps>
+template <int HD, bool kRope, int kWarps, bool kMassShared>
 __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeArgs a) {
-  using Shape = DecodeShape<HD, kWarps>;
+  using Shape = DecodeShape<HD, kWarps, kMassShared>;
   constexpr int kThreads = kWarps * 32;
   constexpr int kStages = Shape::kStages;
   constexpr int kRopeDim = kRope ? HD : 1;  // the kRope-only arrays take no room otherwise
@@ -154,6 +164,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeArg
   float (*cluster_acc)[HD] = reinterpret_cast<float (*)[HD]>(shared_raw + Shape::kMergeBytes);
   float2* cluster_ml = reinterpret_cast<float2*>(shared_raw + Shape::kMergeBytes + kRows * HD * 4);
   __shared__ float2 mass_stats[kRows];  // one split: each query head's (max in the exp2 domain, 1 / sum)
+  float* logits_shared = reinterpret_cast<float*>(shared_raw + Shape::kSharedBytes);  // kMassShared only
   const int s = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const StepBatch& batch = a.batch;
@@ -339,9 +350,13 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeArg
       for (int e = 0; e < 4; ++e) {
         const int slot = page_slot0 + nt * 8 + c0 + (e & 1);
         const int head_row = r0 + 8 * (e / 2);
-        if (a.logits != nullptr && slot < range_end && head_row < a.group)
+        if constexpr (kMassShared) {
+          if (slot < range_end && head_row < a.group)
+            logits_shared[head_row * a.logits_shared_ld + slot] = sc[nt][e] * a.scale_log2;
+        } else if (a.logits != nullptr && slot < range_end && head_row < a.group) {
           a.logits[(static_cast<int64_t>(s) * a.n_heads + g * a.group + head_row) * a.logits_ld + slot] =
               sc[nt][e] * a.logit_scale;
+        }
         sc[nt][e] = slot < range_end ? sc[nt][e] * a.scale_log2 : -INFINITY;
         page_max[e / 2] = fmaxf(page_max[e / 2], sc[nt][e]);
       }
@@ -452,7 +467,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeArg
   }
 
   if (splits == 1) {
-    if (a.mass != nullptr) add_attention_mass(a, s, g, visible, pages, mass_stats);
+    if (a.mass != nullptr) add_attention_mass<kMassShared>(a, s, g, visible, pages, mass_stats, logits_shared);
     return;
   }
   if (a.cluster) {
@@ -531,13 +546,15 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeArg
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch (the next layer reuses the counters)
 }
 
-template <int HD, bool kRope, int kWarps>
+template <int HD, bool kRope, int kWarps, bool kMassShared = false>
 void launch_for(const DecodeArgs& args, cudaStream_t stream) {
-  constexpr int shared = DecodeShape<HD, kWarps>::kSharedBytes;
+  constexpr int stages = DecodeShape<HD, kWarps, kMassShared>::kSharedBytes;
+  const int shared = stages + (kMassShared ? args.group * args.logits_shared_ld * static_cast<int>(sizeof(float)) : 0);
   static const bool configured = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<HD, kRope, kWarps>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
-    CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<HD, kRope, kWarps>,
+    CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<HD, kRope, kWarps, kMassShared>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    kMassShared ? kMaxMassSharedBytes : stages));
+    CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<HD, kRope, kWarps, kMassShared>,
                                     cudaFuncAttributePreferredSharedMemoryCarveout,
                                     static_cast<int>(cudaSharedmemCarveoutMaxShared)));
     return true;
@@ -545,8 +562,8 @@ void launch_for(const DecodeArgs& args, cudaStream_t stream) {
   (void)configured;
   const dim3 grid(static_cast<unsigned>(args.batch.n_seqs), static_cast<unsigned>(args.n_kv_heads),
                   static_cast<unsigned>(args.n_splits));
-  launch_dependent_clusters(decode_attention_kernel<HD, kRope, kWarps>, grid, dim3(kWarps * 32), shared, stream,
-                            args.cluster ? static_cast<unsigned>(args.n_splits) : 1u, args);
+  launch_dependent_clusters(decode_attention_kernel<HD, kRope, kWarps, kMassShared>, grid, dim3(kWarps * 32), shared,
+                            stream, args.cluster ? static_cast<unsigned>(args.n_splits) : 1u, args);
   CUDA_CHECK_LAUNCH("decode_attention_kernel");
 }
 
@@ -558,6 +575,12 @@ void launch_for(const DecodeArgs& args, cudaStream_t stream) {
 template <int HD>
 void launch_for(const DecodeArgs& args, bool wide, cudaStream_t stream) {
   const bool rope = args.rope.qkv != nullptr;
+  // H2O's one-split launches of four warps keep their logits in shared memory where the two fit beside
+  // each other twice an SM (batch 128 of Qwen3-4B: 64 + 34 KB); longer pages stay in global memory.
+  if (!wide && args.mass != nullptr &&
+      DecodeShape<HD, 4, true>::kSharedBytes + args.group * args.logits_shared_ld * static_cast<int>(sizeof(float)) <=
+          kMaxMassSharedBytes)
+    return rope ? launch_for<HD, true, 4, true>(args, stream) : launch_for<HD, false, 4, true>(args, stream);
   if (wide) return rope ? launch_for<HD, true, 8>(args, stream) : launch_for<HD, false, 8>(args, stream);
   rope ? launch_for<HD, true, 4>(args, stream) : launch_for<HD, false, 4>(args, stream);
 }
@@ -608,6 +631,8 @@ bool launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld
   a.logits_ld = attention_mass_logits_ld(batch, kPageSlots);
   a.mass = logits != nullptr && a.n_splits == 1 ? attention_mass : nullptr;
   a.logit_scale = a.mass != nullptr ? a.scale_log2 : scale;
+  // 32k + 8 floats: the four rows a warp's stores span fall in different banks.
+  a.logits_shared_ld = static_cast<int>((static_cast<int64_t>(batch.max_pages) * kPageSlots + 31) / 32 * 32 + 8);
   a.partial_acc = partial_acc;
   a.partial_ml = partial_ml;
   a.split_counters = split_counters;
