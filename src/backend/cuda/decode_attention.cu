@@ -16,14 +16,16 @@
 // Slots past the split's range are zero-filled by cp.async (never read), and their scores masked.
 // With `logits` (H2O's signal), each lane also stores its S entries times the softmax scale. A launch of
 // one split per sequence (batch 128 of Qwen3-4B) then turns them into the step's weights itself: after
-// the merge the CTA holds its group's softmax statistics, reads its own logits back once, adds every
-// slot's weights into the pool's attention mass head by head, and discards the lines of them still in L2
-// (those need no write-back). At batch 128 the KV stream turns the 50 MB L2 over every ~15 us, so most
-// of a CTA's logits have gone to DRAM by its tail: their 34 MB a layer, out and back, are most of what
-// the signal still costs (1.2 ms a step). Split launches leave the logits to attention_mass.cu.
-// (H100, table9, 2026-12-06: a batch-128 step with the signal 12.5 -> 12.3 ms; the separate kernel read
-// the logits three times. A tail making its own passes for the statistics, dropped at b067cf4, cost 2.3
-// ms a step instead; eight slots a thread in flight here, 0.6 ms more.)
+// the merge the CTA holds its group's softmax statistics, reads its own logits back once and adds every
+// slot's weights into the pool's attention mass head by head. Four-warp launches keep those logits in
+// shared memory past the stages where both fit twice an SM (kMassShared: two pages in flight a warp
+// instead of three; 64 + 34 KB at 2,112 slots): in global memory, the KV stream turned the 50 MB L2 over
+// every ~15 us, so most of a CTA's logits went to DRAM and back before its tail read them (34 MB a layer
+// each way). Elsewhere they stay in global memory and the tail discards the lines still in L2. Split
+// launches leave the logits to attention_mass.cu. (H100, table9, 2026-12-06, logits in global memory: a
+// batch-128 step with the signal 12.5 -> 12.3 ms; the separate kernel read the logits three times. A
+// tail making its own passes for the statistics, dropped at b067cf4, cost 2.3 ms a step instead; eight
+// slots a thread in flight, 0.6 ms more.)
 // kRope (CudaBackend::rope_attention): the launch also does qk_norm_rope_append's work for its step, so
 // that op's launch leaves the critical path. Each CTA norms and rotates its own query heads from the
 // fp32 qkv row into shared memory (rope.cuh, the same arithmetic and bf16 rounding as rope_append.cu),
