@@ -6,8 +6,9 @@
 // the first remaining candidate in age order whose running weight sum exceeds mul_hi(u64, total left)
 // (the oldest remaining when no weight is left).
 //
-// The draws are sequential (each removes its pick): one thread descends a sum tree over the runs of
-// the age-ordered pool (one run a thread of the CTA) and walks the run it lands in. The fp64 attention
+// The draws are sequential (each removes its pick), in a launch of their own with one warp a head
+// (vase_draw_kernel): one lane descends a sum tree over 256 runs of the age-ordered pool and walks the
+// run it lands in. The fp64 attention
 // differs from the CPU's by ~1e-16 relative, so a weight can differ by one unit in 2^40 in rare cases;
 // a pick changes only if a target lands within that of a boundary.
 #pragma once
