@@ -15,9 +15,9 @@
 #include <type_traits>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/pool_slot.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/dependent_launch.cuh"
-#include "core/cuda/pool_slot.cuh"
 
 namespace kvdice::backend::cuda {
 namespace {

@@ -21,9 +21,9 @@
 #include <cuda_bf16.h>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/pool_slot.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/dependent_launch.cuh"
-#include "core/cuda/pool_slot.cuh"
 
 namespace kvdice::backend::cuda {
 namespace {

@@ -50,10 +50,10 @@
 #include <cmath>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/pool_slot.cuh"
 #include "core/cuda/warp_mma.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/dependent_launch.cuh"
-#include "core/cuda/pool_slot.cuh"
 #include "backend/cuda/rope.cuh"
 
 namespace kvdice::backend::cuda {
