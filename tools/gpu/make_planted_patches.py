@@ -246,7 +246,7 @@ plant('selection-key-odd-rows', "the selections' eviction key mixes in the batch
       'CudaEngineTwins.EveryScoringPolicyKeepsTheSameForTwinsInOneBatch (vase, vase_pp)',
       [('src/policy/cuda/selection_kernel.cuh',
         '  h.key = batch.evict_key[s];',
-        '  h.key = batch.evict_key[s] + static_cast<uint64_t>(s & 1);')])
+        '  h.key = {batch.evict_key[s].k0 ^ static_cast<uint32_t>(s & 1), batch.evict_key[s].k1};')])
 
 plant('value-range-kv-heads-8-up', 'the append records no value range for KV heads 8 and up',
       'CudaSignals.QueryRingAndValueRangeMatchTheCpu (phi-4)',
