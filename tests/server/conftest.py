@@ -56,11 +56,20 @@ class RunningServer:
 
     def metric(self, name, headers=None):
         """Value of one Prometheus sample, e.g. 'kvdice_running_sequences'."""
+        return self.metrics(name, headers=headers)[0]
+
+    def metrics(self, *names, headers=None):
+        """Values of several Prometheus samples from one read of /metrics (one moment of the server)."""
         _, text = self.get("/metrics", headers)
-        for line in text.splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{") and line.split(" ")[0] == name:
-                return float(line.rsplit(" ", 1)[1])
-        raise KeyError(name)
+        values = []
+        for name in names:
+            for line in text.splitlines():
+                if line.startswith(name + " ") or line.startswith(name + "{") and line.split(" ")[0] == name:
+                    values.append(float(line.rsplit(" ", 1)[1]))
+                    break
+            else:
+                raise KeyError(name)
+        return values
 
     def wait_metric(self, name, predicate, timeout=10.0, headers=None):
         deadline = time.time() + timeout
