@@ -548,10 +548,15 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeArg
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch (the next layer reuses the counters)
 }
 
+// The shared memory a kMassShared launch's logits take past its stages: a row of the group's heads each.
+int logits_shared_bytes(const DecodeArgs& args) {
+  return args.group * args.logits_shared_ld * static_cast<int>(sizeof(float));
+}
+
 template <int HD, bool kRope, int kWarps, bool kMassShared = false>
 void launch_for(const DecodeArgs& args, cudaStream_t stream) {
   constexpr int stages = DecodeShape<HD, kWarps, kMassShared>::kSharedBytes;
-  const int shared = stages + (kMassShared ? args.group * args.logits_shared_ld * static_cast<int>(sizeof(float)) : 0);
+  const int shared = stages + (kMassShared ? logits_shared_bytes(args) : 0);
   static const bool configured = [] {
     CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<HD, kRope, kWarps, kMassShared>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -580,8 +585,7 @@ void launch_for(const DecodeArgs& args, bool wide, cudaStream_t stream) {
   // H2O's one-split launches of four warps keep their logits in shared memory where the two fit beside
   // each other twice an SM (batch 128 of Qwen3-4B: 64 + 34 KB); longer pages stay in global memory.
   if (!wide && args.mass != nullptr &&
-      DecodeShape<HD, 4, true>::kSharedBytes + args.group * args.logits_shared_ld * static_cast<int>(sizeof(float)) <=
-          kMaxMassSharedBytes)
+      DecodeShape<HD, 4, true>::kSharedBytes + logits_shared_bytes(args) <= kMaxMassSharedBytes)
     return rope ? launch_for<HD, true, 4, true>(args, stream) : launch_for<HD, false, 4, true>(args, stream);
   if (wide) return rope ? launch_for<HD, true, 8>(args, stream) : launch_for<HD, false, 8>(args, stream);
   rope ? launch_for<HD, true, 4>(args, stream) : launch_for<HD, false, 4>(args, stream);
