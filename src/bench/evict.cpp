@@ -276,20 +276,31 @@ std::vector<std::string> default_evict_policies(const backend::Backend& backend)
   return out;
 }
 
-Json run_evict(const BenchContext& ctx) {
-  const BenchOptions& o = ctx.options;
-  const std::vector<std::string> policies =
-      o.policies.empty() ? default_evict_policies(ctx.backend) : o.policies;
+std::vector<std::string> check_evict_options(const BenchOptions& o, const backend::Backend& backend) {
+  const std::vector<std::string> policies = o.policies.empty() ? default_evict_policies(backend) : o.policies;
   if (policies.empty()) fail("evict: no policy to time");
-  for (const std::string& name : policies) {  // before any timing: a bad name fails at once
-    const auto policy = policy::make_policy(name);
+  for (const std::string& name : policies) {
+    std::unique_ptr<policy::EvictionPolicy> policy;
+    try {
+      policy = policy::make_policy(name);
+    } catch (const Error& e) {  // the registry speaks of --policy; this protocol's flag is --policies
+      std::string message = e.what();
+      if (message.starts_with("--policy:")) message = "--policies:" + message.substr(9);
+      fail("{}", message);
+    }
     if (!policy->evicts()) fail("evict: policy '{}' never evicts; there is no round to time", name);
-    ctx.backend.check_policy(*policy);  // names the policy when this backend has no selection for it
-    load_spec(o, name);                 // validates the budget and the prompt against it
+    backend.check_policy(*policy);  // names the policy when this backend has no selection for it
+    load_spec(o, name);             // validates the budget and the prompt against it
   }
-  const int repeats = std::max(o.repeats, 1);
   for (const int batch : o.batches)
     if (batch < 1 || batch > 4096) fail("--batches: {} is outside [1, 4096]", batch);
+  return policies;
+}
+
+Json run_evict(const BenchContext& ctx) {
+  const BenchOptions& o = ctx.options;
+  const std::vector<std::string> policies = check_evict_options(o, ctx.backend);
+  const int repeats = std::max(o.repeats, 1);
   const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
   // The weights once, for the decode steps that give each round its share.
   model::ForwardPass forward(ctx.model, ctx.backend, max_batch, max_batch, max_batch);

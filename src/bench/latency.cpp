@@ -5,6 +5,13 @@
 
 namespace kvdice::bench {
 
+BenchOptions latency_load(const BenchOptions& options, int context) {
+  BenchOptions one = options;
+  one.requests = 1;
+  one.prompt_len = context;
+  return one;
+}
+
 Json run_latency(const BenchContext& ctx) {
   const BenchOptions& o = ctx.options;
   Json out;
@@ -12,10 +19,7 @@ Json run_latency(const BenchContext& ctx) {
   LoadSpec last;
   for (const auto& [label, context] :
        {std::pair<std::string, int>{"short", o.short_context}, {"long", o.long_context}}) {
-    BenchOptions one = o;
-    one.requests = 1;
-    one.prompt_len = context;
-    LoadSpec spec = load_spec(one, o.policy);
+    LoadSpec spec = load_spec(latency_load(o, context), o.policy);
     const LoadResult result = run_load(ctx.model, ctx.backend, spec);
     Json metrics = result.metrics_json(ctx.bandwidth);
     const double roofline = ctx.bandwidth / static_cast<double>(result.weight_bytes_per_step);

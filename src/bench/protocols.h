@@ -47,9 +47,19 @@ Json run_throughput(const BenchContext& ctx);
 Json run_capacity(const BenchContext& ctx);
 Json run_evict(const BenchContext& ctx);
 Json run_latency(const BenchContext& ctx);
+// One of latency's two loads: a single request whose prompt is `context` tokens.
+BenchOptions latency_load(const BenchOptions& options, int context);
 
 // The policies `evict` times by default: every evicting policy `backend` can run.
 std::vector<std::string> default_evict_policies(const backend::Backend& backend);
+// The policies `evict` times (--policies, else the defaults), each checked: it exists, takes its options,
+// evicts, runs on `backend` and fits the budget; and the batch sizes. Error naming the first problem.
+std::vector<std::string> check_evict_options(const BenchOptions& options, const backend::Backend& backend);
+
+// Every check of the protocol's options that needs neither the model nor a measurement (policies,
+// budgets, prompt lengths, batch sizes): run_bench runs it before loading the model, so a bad flag fails
+// at once, not after the minutes a large checkpoint or random model takes to load.
+void check_bench_options(const BenchOptions& options, const backend::Backend& backend);
 
 Json run_bench(const BenchOptions& options);
 

@@ -29,6 +29,18 @@ void check_sizes_against_memory(const BenchOptions& o, const backend::Backend& b
 
 }  // namespace
 
+void check_bench_options(const BenchOptions& o, const backend::Backend& backend) {
+  if (o.protocol == "evict") {
+    check_evict_options(o, backend);
+    return;
+  }
+  const std::vector<BenchOptions> loads = o.protocol == "latency"
+                                              ? std::vector{latency_load(o, o.short_context), latency_load(o, o.long_context)}
+                                              : std::vector{o};
+  for (const BenchOptions& one : loads) load_spec(one, o.policy);  // the policy, budget and prompt
+  backend.check_policy(*policy::make_policy(o.policy));
+}
+
 Json run_bench(const BenchOptions& options) {
   static const std::vector<std::string> kProtocols = {"throughput", "capacity", "evict", "latency"};
   if (std::find(kProtocols.begin(), kProtocols.end(), options.protocol) == kProtocols.end())
@@ -40,6 +52,7 @@ Json run_bench(const BenchOptions& options) {
 
   std::unique_ptr<backend::Backend> backend = backend::make_backend(options.backend);
   check_sizes_against_memory(options, *backend);
+  check_bench_options(options, *backend);
   BenchModel model = load_bench_model(options, {backend->block_weight_types()});
   run["model"] = model.source;
   run["model_shape"] = model_shape_json(model.model().config());

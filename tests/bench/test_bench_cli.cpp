@@ -291,6 +291,22 @@ TEST_F(BenchCli, BadInputIsRefusedByName) {
     std::ofstream(path("gpt2.json")) << R"({"architectures": ["GPT2LMHeadModel"], "hidden_size": 64})";
     expect_failure(cpu({"bench", "throughput", "--random-weights", "--config", path("gpt2.json")}),
                    "unsupported architecture 'GPT2LMHeadModel'");
+    // The options are checked before the model loads (a large one takes minutes): with a shape that
+    // cannot load, each bad option is still what the error names.
+    const std::vector<std::string> unloadable = {"--random-weights", "--config", path("gpt2.json")};
+    auto with = [&](std::vector<std::string> args) {
+      args.insert(args.end(), unloadable.begin(), unloadable.end());
+      return cpu(args);
+    };
+    expect_failure(with({"bench", "evict", "--policies", "nonsense"}), "--policies: unknown eviction policy 'nonsense'");
+    expect_failure(with({"bench", "evict", "--policies", "vase_pp:large=2"}), "option large=2 outside [0, 1]");
+    expect_failure(with({"bench", "evict", "--policies", "random_pp", "--budget", "10", "--window", "64"}),
+                   "--budget (T) must be greater than --window (r)");
+    expect_failure(with({"bench", "throughput", "--policy", "nonsense"}), "unknown eviction policy 'nonsense'");
+    expect_failure(with({"bench", "latency", "--policy", "random_pp", "--budget", "64", "--window", "16",
+                         "--short-context", "8", "--long-context", "100"}),
+                   "--prompt-len 100 does not fit the budget");
+    expect_failure(with({"bench", "capacity", "--memory-gib", "1", "--policy", "h2o_pp:turbo=1"}), "turbo");
   }
   {
     // An existing file that is not a bench record is never overwritten.
