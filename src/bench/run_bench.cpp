@@ -34,9 +34,9 @@ void check_bench_options(const BenchOptions& o, const backend::Backend& backend)
     check_evict_options(o, backend);
     return;
   }
-  const std::vector<BenchOptions> loads = o.protocol == "latency"
-                                              ? std::vector{latency_load(o, o.short_context), latency_load(o, o.long_context)}
-                                              : std::vector{o};
+  const std::vector<BenchOptions> loads =
+      o.protocol == "latency" ? std::vector{latency_load(o, o.short_context), latency_load(o, o.long_context)}
+                              : std::vector{o};
   for (const BenchOptions& one : loads) load_spec(one, o.policy);  // the policy, budget and prompt
   backend.check_policy(*policy::make_policy(o.policy));
 }
@@ -77,7 +77,8 @@ Json run_bench(const BenchOptions& options) {
   if (options.protocol == "capacity") body = run_capacity(ctx);
   if (options.protocol == "evict") body = run_evict(ctx);
   if (options.protocol == "latency") body = run_latency(ctx);
-  if (const std::string choices = backend->kernel_choices(); !choices.empty()) run["kernel_choices"] = choices;
+  if (const std::string choices = backend->kernel_choices(); !choices.empty())
+    run["kernel_choices"] = choices;
   run["parameters"] = body["parameters"];
   run["parameters"]["seed"] = options.seed;
   run["parameters"]["graphs"] = options.graphs;

@@ -298,7 +298,8 @@ TEST_F(BenchCli, BadInputIsRefusedByName) {
       args.insert(args.end(), unloadable.begin(), unloadable.end());
       return cpu(args);
     };
-    expect_failure(with({"bench", "evict", "--policies", "nonsense"}), "--policies: unknown eviction policy 'nonsense'");
+    expect_failure(with({"bench", "evict", "--policies", "nonsense"}),
+                   "--policies: unknown eviction policy 'nonsense'");
     expect_failure(with({"bench", "evict", "--policies", "vase_pp:large=2"}), "option large=2 outside [0, 1]");
     expect_failure(with({"bench", "evict", "--policies", "random_pp", "--budget", "10", "--window", "64"}),
                    "--budget (T) must be greater than --window (r)");
