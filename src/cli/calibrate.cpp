@@ -2,6 +2,7 @@
 #include <fmt/core.h>
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -16,6 +17,7 @@
 
 namespace kvdice::cli {
 namespace {
+namespace fs = std::filesystem;
 
 struct CalibrateOptions {
   std::string model, text, out;
@@ -24,8 +26,25 @@ struct CalibrateOptions {
   int threads = 0;
 };
 
+// --out may replace a file only when it holds TriAttention statistics (a calibration run again); any
+// other file there is the user's and is refused. Checked before any work, as is the place itself (the
+// AtomicFile opened in run_calibrate), so a wrong --out costs no calibration.
+void check_output_replaceable(const std::string& out) {
+  std::error_code error;
+  const fs::file_status status = fs::status(out, error);
+  if (fs::is_directory(status)) fail("--out {} is a directory; name the statistics file to write", out);
+  if (!fs::is_regular_file(status)) return;  // absent, or a device or FIFO written in place
+  try {
+    (void)policy::read_triattention_stats(out);
+  } catch (const Error& e) {
+    fail("--out {} exists and does not hold TriAttention statistics ({}); not overwriting it", out, e.what());
+  }
+}
+
 void run_calibrate(const CalibrateOptions& o) {
   const auto started = std::chrono::steady_clock::now();
+  check_output_replaceable(o.out);
+  AtomicFile out(o.out);  // a temporary beside --out: an unwritable place fails now
   const std::string text = read_user_text_file(o.text, uint64_t{1} << 30);
   const auto model_path = resolve_model_argument(o.model);
   engine::ModelBundle bundle = engine::load_model_bundle(model_path);
@@ -54,7 +73,8 @@ void run_calibrate(const CalibrateOptions& o) {
   stats.metadata["text_sha256"] = model::sha256_file(o.text);
   const double validity = stats.validity();
   stats.metadata["validity"] = fmt::format("{:.6f}", validity);
-  write_triattention_stats(o.out, stats);
+  out.write(policy::triattention_stats_bytes(stats));
+  out.commit();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   fmt::print("calibrated {} on {} tokens of {} (sha256 {}), segments of {} tokens, in {:.1f} s\n",
              bundle.source, stats.metadata["tokens"], o.text, stats.metadata["text_sha256"], o.segment,

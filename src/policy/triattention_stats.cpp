@@ -109,7 +109,7 @@ TriAttentionStats read_triattention_stats(const std::filesystem::path& path) {
   return s;
 }
 
-void write_triattention_stats(const std::filesystem::path& path, const TriAttentionStats& stats) {
+std::string triattention_stats_bytes(const TriAttentionStats& stats) {
   Json header = Json::object();
   Json meta = Json::object();
   for (const auto& [key, value] : stats.metadata) meta[key] = value;
@@ -143,7 +143,11 @@ void write_triattention_stats(const std::filesystem::path& path, const TriAttent
     const std::vector<float>& v = stats.*t.member;
     out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));  // x86/ARM: little-endian
   }
-  write_file_atomically(path, out);
+  return out;
+}
+
+void write_triattention_stats(const std::filesystem::path& path, const TriAttentionStats& stats) {
+  write_file_atomically(path, triattention_stats_bytes(stats));
 }
 
 void check_stats_match(const TriAttentionStats& s, const ModelFingerprint& c, const std::string& path) {

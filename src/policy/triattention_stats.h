@@ -43,6 +43,8 @@ struct TriAttentionStats {
 // Error naming the file and the problem (not a statistics file, wrong shapes, non-finite values).
 TriAttentionStats read_triattention_stats(const std::filesystem::path& path);
 void write_triattention_stats(const std::filesystem::path& path, const TriAttentionStats& stats);
+// The bytes write_triattention_stats writes (safetensors: a JSON header with the metadata, then F32 data).
+std::string triattention_stats_bytes(const TriAttentionStats& stats);
 
 // Error naming `path` and the first mismatch when `stats` were not made for `model`.
 void check_stats_match(const TriAttentionStats& stats, const ModelFingerprint& model, const std::string& path);

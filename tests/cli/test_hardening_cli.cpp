@@ -393,6 +393,41 @@ TEST(HardeningCli, ProbeRefusesBeforeItWorks) {
   });
 }
 
+// calibrate's --out replaced whatever file was there once the calibration ended (as root, /etc/passwd
+// too), and a place it could not write failed only then. Now: statistics are replaced (a calibration
+// run again), any other file is refused untouched, and the place is checked before the model loads.
+TEST(HardeningCli, CalibrateReplacesOnlyStatistics) {
+  const fs::path dir = fs::temp_directory_path() / ("kvdice_hcli_calibrate_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string text = (dir / "text.txt").string(), notes = (dir / "notes.txt").string(),
+                    stats = (dir / "q3.stats").string();
+  {
+    std::ofstream out(text);
+    for (int i = 0; i < 60; ++i) out << "the cat sat on the mat and counted to " << i << ". ";
+    std::ofstream(notes) << "mine";
+  }
+  auto calibrate = [&](const std::string& model, const std::string& out) {
+    return std::vector<std::string>{"calibrate", "--model", model,   "--text",    text, "--out",
+                                    out,         "--tokens", "64",   "--segment", "32"};
+  };
+  expect_all_fail({
+      {calibrate(kModel, notes), "not overwriting it"},
+      {calibrate(kModel, dir.string()), "is a directory"},
+      // Before the model loads: a model that is not there is not what the error names.
+      {calibrate(kFixtures + "/no-such-model", (dir / "missing" / "x.stats").string()), "cannot write"},
+      {calibrate(kFixtures + "/no-such-model", notes), "not overwriting it"},
+  });
+  EXPECT_EQ(read_regular_file(notes, 1 << 10), "mine");
+  for (int run = 0; run < 2; ++run) {  // the second replaces the first's statistics
+    const CommandResult r = run_kvdice(calibrate(kModel, stats));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  for (const auto& entry : fs::directory_iterator(dir))  // no temporary left beside them
+    EXPECT_FALSE(has(entry.path().filename().string(), ".tmp")) << entry.path();
+  fs::remove_all(dir);
+}
+
 // Inputs of bounded size, refused by name when they are not files, and never silently merged.
 TEST(HardeningCli, EvalInputsAreBoundedAndConsistent) {
   const fs::path dir = fs::temp_directory_path() / ("kvdice_hcli_eval_" + std::to_string(::getpid()));
