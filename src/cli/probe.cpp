@@ -2,6 +2,9 @@
 // synthetic-retrieval protocol (cells x arms); `kvdice probe fork`: fork replay of a recorded trace.
 #include <fmt/core.h>
 
+#include <optional>
+#include <string_view>
+
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/model_options.h"
@@ -13,6 +16,19 @@
 
 namespace kvdice::cli {
 namespace {
+
+// An output file named by a flag, opened (its temporary beside it) before the probe loads the model or
+// runs anything, so a place that cannot be written fails at once instead of after the work; none for an
+// empty name. commit_output writes and renames it at the end.
+std::optional<AtomicFile> open_output(const std::string& path) {
+  if (path.empty()) return std::nullopt;
+  return std::optional<AtomicFile>(std::in_place, path);
+}
+
+void commit_output(AtomicFile& file, std::string_view text) {
+  file.write(text);
+  file.commit();
+}
 
 struct ProbeOptions {
   std::string model;
@@ -40,6 +56,7 @@ void run_passcode(ProbeOptions& o) {
   o.config.enable_thinking = !o.no_think;
   // Every spec and size is checked before the model loads and before any policy runs.
   probe::validate_passcode_config(o.config);
+  std::optional<AtomicFile> json_file = open_output(o.json_out);
   const auto path = resolve_model_argument(o.model);
   engine::ModelBundle bundle = engine::load_model_bundle(path);
   auto backend = backend::make_backend(o.backend);
@@ -54,10 +71,10 @@ void run_passcode(ProbeOptions& o) {
                    r.retrieval_rate, r.mean_value_logprob);
       });
   fmt::print("{}", probe::passcode_results_table(results));
-  if (!o.json_out.empty()) {
+  if (json_file) {
     Json j = probe::passcode_results_json(o.config, results);
     j["model"] = bundle.source;
-    write_file_atomically(o.json_out, j.dump(2) + "\n");
+    commit_output(*json_file, j.dump(2) + "\n");
   }
 }
 
@@ -90,6 +107,7 @@ void run_synth(SynthOptions& o) {
   o.config.parity = !o.no_parity;
   // Cells, arms and sizes are checked before the model loads.
   probe::validate_synth_config(o.config);
+  std::optional<AtomicFile> csv_file = open_output(o.csv_out), json_file = open_output(o.json_out);
   const auto path = resolve_model_argument(o.model);
   engine::ModelBundle bundle = engine::load_model_bundle(path);
   probe::load_filler_tokens(bundle, o.config.task.filler_path);  // a bad filler fails before any run
@@ -106,11 +124,11 @@ void run_synth(SynthOptions& o) {
                    retrieved / static_cast<double>(r.retrieved.size()), r.mean_rounds);
       });
   fmt::print("{}", probe::synth_results_markdown(o.config, report));
-  if (!o.csv_out.empty()) write_file_atomically(o.csv_out, probe::synth_results_csv(report));
-  if (!o.json_out.empty()) {
+  if (csv_file) commit_output(*csv_file, probe::synth_results_csv(report));
+  if (json_file) {
     Json j = probe::synth_results_json(o.config, report);
     j["model"] = bundle.source;
-    write_file_atomically(o.json_out, j.dump(2) + "\n");
+    commit_output(*json_file, j.dump(2) + "\n");
   }
 }
 
@@ -191,6 +209,7 @@ void run_fork(ForkOptions& o, const CLI::App& cmd) {
   if (given("--fork-at") == given("--fork-before"))
     fail("probe fork: give the fork as --fork-at K or --fork-before TEXT");
   if (given("--span")) o.config.span = probe::parse_span(o.span);
+  std::optional<AtomicFile> json_file = open_output(o.json_out);
   const auto path = resolve_model_argument(o.model);
   auto backend = backend::make_backend(o.backend);
   // The weights as the trace's command held them, so the replay computes what it computed: generate keeps
@@ -235,10 +254,10 @@ void run_fork(ForkOptions& o, const CLI::App& cmd) {
              trace.generated.size());
   const probe::ForkReport report = probe::run_fork_probe(bundle, *backend, trace, o.config);
   fmt::print("{}", probe::fork_results_markdown(trace, o.config, report));
-  if (!o.json_out.empty()) {
+  if (json_file) {
     Json j = probe::fork_results_json(trace, o.config, report);
     j["model"] = bundle.source;
-    write_file_atomically(o.json_out, j.dump(2) + "\n");
+    commit_output(*json_file, j.dump(2) + "\n");
   }
 }
 

@@ -390,6 +390,13 @@ TEST(HardeningCli, ProbeRefusesBeforeItWorks) {
       {{"probe", "passcode", "--model", kModel, "--policies", "random_pp,full", "--rounds", "200000", "--window",
         "64", "--budget", "128"},
        "policy full keeps every token"},
+      // An output place that cannot be written failed only after the whole probe had run; now before the
+      // model loads (a model that is not there is not what the error names).
+      {{"probe", "passcode", "--model", kFixtures + "/no-such-model", "--json-out", "/no-such-dir/p.json"},
+       "cannot write /no-such-dir/p.json"},
+      {{"probe", "synth", "--model", kFixtures + "/no-such-model", "--filler", kModel + "/config.json", "--csv-out",
+        "/no-such-dir/s.csv"},
+       "cannot write /no-such-dir/s.csv"},
   });
 }
 
