@@ -73,8 +73,7 @@ void run_calibrate(const CalibrateOptions& o) {
   stats.metadata["text_sha256"] = model::sha256_file(o.text);
   const double validity = stats.validity();
   stats.metadata["validity"] = fmt::format("{:.6f}", validity);
-  out.write(policy::triattention_stats_bytes(stats));
-  out.commit();
+  out.commit(policy::triattention_stats_bytes(stats));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   fmt::print("calibrated {} on {} tokens of {} (sha256 {}), segments of {} tokens, in {:.1f} s\n",
              bundle.source, stats.metadata["tokens"], o.text, stats.metadata["text_sha256"], o.segment,

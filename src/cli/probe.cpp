@@ -3,7 +3,6 @@
 #include <fmt/core.h>
 
 #include <optional>
-#include <string_view>
 
 #include "cli/commands.h"
 #include "cli/flags.h"
@@ -19,15 +18,10 @@ namespace {
 
 // An output file named by a flag, opened (its temporary beside it) before the probe loads the model or
 // runs anything, so a place that cannot be written fails at once instead of after the work; none for an
-// empty name. commit_output writes and renames it at the end.
+// empty name. AtomicFile::commit(bytes) writes and renames it at the end.
 std::optional<AtomicFile> open_output(const std::string& path) {
   if (path.empty()) return std::nullopt;
   return std::optional<AtomicFile>(std::in_place, path);
-}
-
-void commit_output(AtomicFile& file, std::string_view text) {
-  file.write(text);
-  file.commit();
 }
 
 struct ProbeOptions {
@@ -74,7 +68,7 @@ void run_passcode(ProbeOptions& o) {
   if (json_file) {
     Json j = probe::passcode_results_json(o.config, results);
     j["model"] = bundle.source;
-    commit_output(*json_file, j.dump(2) + "\n");
+    json_file->commit(j.dump(2) + "\n");
   }
 }
 
@@ -124,11 +118,11 @@ void run_synth(SynthOptions& o) {
                    retrieved / static_cast<double>(r.retrieved.size()), r.mean_rounds);
       });
   fmt::print("{}", probe::synth_results_markdown(o.config, report));
-  if (csv_file) commit_output(*csv_file, probe::synth_results_csv(report));
+  if (csv_file) csv_file->commit(probe::synth_results_csv(report));
   if (json_file) {
     Json j = probe::synth_results_json(o.config, report);
     j["model"] = bundle.source;
-    commit_output(*json_file, j.dump(2) + "\n");
+    json_file->commit(j.dump(2) + "\n");
   }
 }
 
@@ -257,7 +251,7 @@ void run_fork(ForkOptions& o, const CLI::App& cmd) {
   if (json_file) {
     Json j = probe::fork_results_json(trace, o.config, report);
     j["model"] = bundle.source;
-    commit_output(*json_file, j.dump(2) + "\n");
+    json_file->commit(j.dump(2) + "\n");
   }
 }
 

@@ -139,10 +139,13 @@ void AtomicFile::commit() {
   temp_.clear();
 }
 
+void AtomicFile::commit(std::string_view bytes) {
+  write(bytes);
+  commit();
+}
+
 void write_file_atomically(const fs::path& path, std::string_view text) {
-  AtomicFile file(path);
-  file.write(text);
-  file.commit();
+  AtomicFile(path).commit(text);
 }
 
 void flush_stdout() {

@@ -34,6 +34,8 @@ class AtomicFile {
 
   void write(std::string_view bytes);
   void commit();
+  // write(bytes), then commit(): a file opened before the work that produces its bytes.
+  void commit(std::string_view bytes);
   const std::filesystem::path& path() const { return path_; }
 
  private:
