@@ -280,14 +280,7 @@ std::vector<std::string> check_evict_options(const BenchOptions& o, const backen
   const std::vector<std::string> policies = o.policies.empty() ? default_evict_policies(backend) : o.policies;
   if (policies.empty()) fail("evict: no policy to time");
   for (const std::string& name : policies) {
-    std::unique_ptr<policy::EvictionPolicy> policy;
-    try {
-      policy = policy::make_policy(name);
-    } catch (const Error& e) {  // the registry speaks of --policy; this protocol's flag is --policies
-      std::string message = e.what();
-      if (message.starts_with("--policy:")) message = "--policies:" + message.substr(9);
-      fail("{}", message);
-    }
+    const std::unique_ptr<policy::EvictionPolicy> policy = policy::make_policy(name, "--policies");
     if (!policy->evicts()) fail("evict: policy '{}' never evicts; there is no round to time", name);
     backend.check_policy(*policy);  // names the policy when this backend has no selection for it
     load_spec(o, name);             // validates the budget and the prompt against it

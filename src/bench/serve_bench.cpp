@@ -671,7 +671,7 @@ Json run_serve_bench(const BenchOptions& o, const ServeBenchOptions& s) {
     so.model_name = s.served_model.empty() ? "default" : s.served_model;
     so.limits.kv.policy = o.policy;
     so.limits.kv.budget.window = o.window;
-    so.limits.kv.budget.budget = policy::make_policy(o.policy)->evicts() ? o.budget : 0;
+    so.limits.kv.budget.budget = policy::make_policy(o.policy, "--policy")->evicts() ? o.budget : 0;
     if (so.limits.kv.budget.bounded()) so.limits.kv.budget.validate();
     so.limits.default_max_tokens = std::max(so.limits.default_max_tokens, 1);
     so.engine.max_batch = s.max_batch > 0 ? s.max_batch : local->backend->is_cpu() ? 64 : 1024;  // serve's

@@ -7,7 +7,8 @@
 namespace kvdice::bench {
 
 LoadSpec load_spec(const BenchOptions& options, const std::string& policy_name) {
-  const auto policy = policy::make_policy(policy_name);  // unknown names fail here, listing the known ones
+  // Unknown names fail here, listing the known ones (bench evict checked its --policies before).
+  const auto policy = policy::make_policy(policy_name, "--policy");
   LoadSpec spec;
   spec.requests = options.requests;
   spec.prompt_len = options.prompt_len;

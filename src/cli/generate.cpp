@@ -102,7 +102,7 @@ void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
   config.pool = o.pool;
   config.warn_each_long_prompt = false;  // one warning a prompt below, whatever --samples
   // Validate the cheap things before loading weights.
-  auto policy = policy::make_policy(o.policy);
+  auto policy = policy::make_policy(o.policy, "--policy");
   if (policy->evicts()) {
     if (o.budget <= 0) fail("policy '{}' needs --budget T (T > r, T a multiple of r = --window)", o.policy);
     config.kv.budget.validate();

@@ -41,20 +41,14 @@ void run_serve(ServeOptions& o) {
   if (o.long_prompt != "warn" && o.long_prompt != "error")
     fail("--long-prompt must be warn or error (got '{}')", o.long_prompt);
   s.limits.kv.budget.long_prompt = o.long_prompt == "error" ? kv::LongPromptRule::Error : kv::LongPromptRule::Warn;
-  if (policy::make_policy(s.limits.kv.policy)->evicts()) {
+  if (policy::make_policy(s.limits.kv.policy, "--policy")->evicts()) {
     if (s.limits.kv.budget.budget <= 0) s.limits.kv.budget.budget = kv::kDefaultServeBudget;  // docs/server.md
     s.limits.kv.budget.validate();
   } else {
     s.limits.kv.budget.budget = 0;
   }
   s.model_name = o.model_name.empty() ? o.model : o.model_name;
-  for (const std::string& spec : o.signals_for) {
-    try {
-      s.engine.signals |= policy::make_policy(spec)->needs();
-    } catch (const Error& e) {
-      fail("--signals-for: {}", e.what());
-    }
-  }
+  for (const std::string& spec : o.signals_for) s.engine.signals |= policy::make_policy(spec, "--signals-for")->needs();
 
   server::install_server_signal_handlers();  // SIGINT/SIGTERM drain from here on, whichever thread takes them
   const auto path = resolve_model_argument(o.model);

@@ -132,7 +132,7 @@ EvalRunSummary run_eval(const EvalRunOptions& o, const EvalLog& log) {
     fail("--max-new-tokens must be >= 1 (got {})", *o.max_new_tokens);
   if (o.max_batch < 1) fail("--max-batch must be >= 1 (got {})", o.max_batch);
 
-  const bool evicts = policy::make_policy(o.policy)->evicts();
+  const bool evicts = policy::make_policy(o.policy, "--policy")->evicts();
   if (!o.retention_log.empty() && !evicts)
     fail("--retention-log has nothing to log with policy '{}', which never evicts", o.policy);
   engine::EngineConfig config;

@@ -129,8 +129,10 @@ class EvictionPolicy {
 };
 
 // Registry: one line per policy in registry.cpp. `spec` is a name with optional options,
-// "name:key=value,..." (policy_options.h); Error listing known names or naming a bad option.
+// "name:key=value,..." (policy_options.h); Error listing known names or naming a bad option. The
+// message names no flag: the second form puts `source` (the flag or field the spec came from) first.
 std::unique_ptr<EvictionPolicy> make_policy(std::string_view spec);
+std::unique_ptr<EvictionPolicy> make_policy(std::string_view spec, std::string_view source);
 // "name" or "name:options" with every option in effect: the spec to paste back for the same run.
 std::string describe(const EvictionPolicy& policy);
 std::vector<std::string> policy_names();

@@ -22,9 +22,9 @@ PolicyOptions::PolicyOptions(std::string_view spec) {
     const std::string_view item = rest.substr(0, comma);
     const size_t eq = item.find('=');
     if (eq == std::string_view::npos || eq == 0 || eq + 1 == item.size())
-      fail("--policy '{}': option '{}' is not key=value", spec, item);
+      fail("policy spec '{}': option '{}' is not key=value", spec, item);
     const std::string key(item.substr(0, eq));
-    if (given_.count(key)) fail("--policy '{}': option '{}' given twice", spec, key);
+    if (given_.count(key)) fail("policy spec '{}': option '{}' given twice", spec, key);
     given_[key] = std::string(item.substr(eq + 1));
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);

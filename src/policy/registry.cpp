@@ -116,7 +116,15 @@ std::unique_ptr<EvictionPolicy> make_policy(std::string_view spec) {
     options.finish();
     return policy;
   }
-  fail("--policy: unknown eviction policy '{}'; known: {}", options.name(), fmt::join(policy_names(), ", "));
+  fail("unknown eviction policy '{}'; known: {}", options.name(), fmt::join(policy_names(), ", "));
+}
+
+std::unique_ptr<EvictionPolicy> make_policy(std::string_view spec, std::string_view source) {
+  try {
+    return make_policy(spec);
+  } catch (const Error& e) {
+    fail("{}: {}", source, e.what());
+  }
 }
 
 std::string describe(const EvictionPolicy& policy) {

@@ -383,7 +383,7 @@ TEST(HardeningCli, ProbeRefusesBeforeItWorks) {
       // Ran `full` to the end before refusing `bogus`.
       {{"probe", "passcode", "--model", kModel, "--policies", "full,bogus", "--rounds", "1", "--instances", "1",
         "--budget", "32", "--window", "8"},
-       "unknown eviction policy 'bogus'"},
+       "--policies: unknown eviction policy 'bogus'"},  // the probe's own flag, not generate's --policy
       {{"probe", "passcode", "--model", kModel, "--policies", "random_pp:nonsense=1"}, "nonsense"},
       // At its largest --rounds built minutes of filler before the engine refused a full-attention
       // request longer than the model's context.

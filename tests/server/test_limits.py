@@ -148,6 +148,7 @@ def test_bad_policy_option_is_named_as_such(start_server, policy, says, never):
     assert status == 400, body
     message = body["error"]["message"]
     assert body["error"]["param"] == "kv.policy" and says in message and never not in message, message
+    assert "--polic" not in message, message  # the client sent a JSON field, not a command-line flag
 
 
 def test_a_request_cannot_make_the_server_open_a_file_of_its_choosing(start_server, tmp_path):
