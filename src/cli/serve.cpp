@@ -48,7 +48,8 @@ void run_serve(ServeOptions& o) {
     s.limits.kv.budget.budget = 0;
   }
   s.model_name = o.model_name.empty() ? o.model : o.model_name;
-  for (const std::string& spec : o.signals_for) s.engine.signals |= policy::make_policy(spec, "--signals-for")->needs();
+  for (const std::string& spec : o.signals_for)
+    s.engine.signals |= policy::make_policy(spec, "--signals-for")->needs();
 
   server::install_server_signal_handlers();  // SIGINT/SIGTERM drain from here on, whichever thread takes them
   const auto path = resolve_model_argument(o.model);

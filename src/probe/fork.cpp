@@ -209,7 +209,8 @@ void validate_fork(const ForkTrace& trace, const ForkConfig& config) {
   if (config.span.second - config.span.first > trace.budget.selection())
     fail("--span holds {} positions, more than the {} a round keeps (T - r): it cannot be pinned",
          config.span.second - config.span.first, trace.budget.selection());
-  policy::make_policy(trace.policy, "the replayed policy (--policy, or the eval cell's)");  // a malformed spec fails here
+  // A malformed spec fails here.
+  policy::make_policy(trace.policy, "the replayed policy (--policy, or the eval cell's)");
 }
 
 ForkSurvival fork_survival(const ForkTrace& trace, const ForkConfig& config, int kv_heads) {

@@ -72,7 +72,8 @@ void validate_passcode_config(const PasscodeConfig& config) {
   }
   if (config.policies.empty()) fail("--policies is empty");
   bool any_evicts = false;
-  for (const std::string& policy : config.policies) any_evicts |= policy::make_policy(policy, "--policies")->evicts();
+  for (const std::string& policy : config.policies)
+    any_evicts |= policy::make_policy(policy, "--policies")->evicts();
   if (!config.retention_log.empty() && !any_evicts)
     fail("--retention-log has nothing to log: none of the policies evicts");
 }
