@@ -4,6 +4,162 @@
 #include "policy/policy_options.h"
 #include "policy/window_attention.h"
 
+namespace kvdice::policy::cuda {
+namespace {
+
+// The same redundancy in two launches of their own before the selection, where the head scratch holds
+// their partial sums (key_redundancy_launches_fit): the selection CTA of a head read its n rows twice
+// with its 8 warps, at the occupancy its radix select and age order leave (64 registers, 4 CTAs an SM),
+// so a batch-128 round waited on ~270 dependent row reads a warp. Here a head's candidates (slots
+// [0, n), in slot order) are split into up to kMaxRedundancyChunks chunks, one small CTA each:
+//   launch 1: each row's inverse norm (w.c, by slot) and the chunk's share of S (chunk c's d doubles at
+//             the head's sort pairs, free until the selection's age order, running on into w.a);
+//   launch 2: S, the chunks' shares summed in chunk order, and each row's column u · (S − u) / n (w.b,
+//             by slot), which the selection puts in age order and softmaxes (RkvColumnsDevice).
+constexpr int kRedundancyThreads = 128, kRedundancyWarps = kRedundancyThreads / 32;
+constexpr int kRedundancyChunkRows = 128;  // rows a chunk takes at least (unless n is smaller)
+constexpr int kMaxRedundancyChunks = 16;   // chunks a head at most: launch 2's CTAs each sum them all
+
+__host__ __device__ constexpr int redundancy_chunks(int n) {
+  const int chunks = (n + kRedundancyChunkRows - 1) / kRedundancyChunkRows;
+  return chunks < 1 ? 1 : chunks > kMaxRedundancyChunks ? kMaxRedundancyChunks : chunks;
+}
+
+// Whether the head scratch of `capacity` holds the partial sums of a head of up to `capacity` candidates.
+constexpr bool key_redundancy_launches_fit(int capacity, int head_dim) {
+  return int64_t{redundancy_chunks(capacity)} * head_dim <= 2 * cuda_sort_capacity(capacity) + capacity;
+}
+
+// One CTA's chunk: the head (grid as the selection's, chunk = blockIdx.z) and its rows [begin, end).
+struct RedundancyChunk {
+  HeadSelect h;
+  char* scratch = nullptr;  // the head's (HeadScratch)
+  int n = 0, chunks = 0, chunk = 0, begin = 0, end = 0;
+};
+
+// False where the selection skips the head (not due, another policy, invalid input: the selection
+// flags it) or the chunk is past the head's.
+__device__ inline bool redundancy_chunk(const CudaSelectionArgs& args, RedundancyChunk& c) {
+  const int s = args.row_begin + static_cast<int>(blockIdx.y);
+  const int local_layer = static_cast<int>(blockIdx.x) / args.n_kv_heads;
+  const int head = static_cast<int>(blockIdx.x) % args.n_kv_heads;
+  if (!eviction_due(args.batch, s, args.policy_id)) return false;
+  c.h = make_head_select(args, s, local_layer, head);
+  if (selection_input_invalid(args, c.h, args.batch.length[s])) return false;
+  c.n = c.h.n_candidates;
+  c.chunks = redundancy_chunks(c.n);
+  c.chunk = static_cast<int>(blockIdx.z);
+  if (c.chunk >= c.chunks) return false;
+  const int rows = (c.n + c.chunks - 1) / c.chunks;
+  c.begin = min(c.n, c.chunk * rows);
+  c.end = min(c.n, c.begin + rows);
+  const int64_t group_item =
+      (static_cast<int64_t>(s - args.row_begin) * args.n_layers + local_layer) * args.n_kv_heads + head;
+  c.scratch = args.scratch + group_item * args.head_scratch;
+  return true;
+}
+
+// Launch 1: w.c[slot] = 1 / (|k| + 1e-8) for the chunk's rows, and the chunk's Σ u over them (an empty
+// chunk writes zeros).
+__global__ void __launch_bounds__(kRedundancyThreads, 8) key_redundancy_norms_kernel(CudaSelectionArgs args) {
+  RedundancyChunk c;
+  if (!redundancy_chunk(args, c)) return;
+  const HeadScratch w(c.scratch, args.capacity);
+  __shared__ double partial[kRedundancyWarps][kMaxScoringHeadDim];
+  const int d = args.head_dim, warp = threadIdx.x / 32;
+  const auto* keys = static_cast<const __nv_bfloat16*>(args.layers[c.h.layer].keys);
+  const RowLanes r = row_lanes(d);
+  const int rows_a_read = 32 / r.lanes;
+  double acc[kRowPerLane];
+#pragma unroll
+  for (int k = 0; k < kRowPerLane; ++k) acc[k] = 0.0;
+  for (int base = c.begin + warp * rows_a_read; base < c.end; base += kRedundancyWarps * rows_a_read) {
+    const int a = base + r.group;
+    const bool valid = a < c.end;
+    double row[kRowPerLane];
+    read_key_row(keys, valid ? pool_index(c.h, a) : 0, valid, d, r, row);
+    double sq = 0.0;
+#pragma unroll
+    for (int k = 0; k < kRowPerLane; ++k) sq += row[k] * row[k];
+    const double inv = 1.0 / (sqrt(row_group_sum(sq, r.lanes)) + 1e-8);
+    if (valid && r.part == 0) w.c[a] = inv;
+#pragma unroll
+    for (int k = 0; k < kRowPerLane; ++k) acc[k] += row[k] * inv;
+  }
+  store_group_sums(r, acc, partial[warp]);
+  __syncthreads();
+  double* share = reinterpret_cast<double*>(w.sort) + static_cast<int64_t>(c.chunk) * d;
+  for (int e = threadIdx.x; e < d; e += blockDim.x) {
+    double total = 0.0;
+    for (int k = 0; k < kRedundancyWarps; ++k) total += partial[k][e];
+    share[e] = total;
+  }
+}
+
+// Launch 2: w.b[slot] = u · (S − u) / n for the chunk's rows.
+__global__ void __launch_bounds__(kRedundancyThreads, 8) key_redundancy_columns_kernel(CudaSelectionArgs args) {
+  RedundancyChunk c;
+  if (!redundancy_chunk(args, c)) return;
+  const HeadScratch w(c.scratch, args.capacity);
+  __shared__ double sum_unit[kMaxScoringHeadDim];
+  const int d = args.head_dim, warp = threadIdx.x / 32;
+  const auto* keys = static_cast<const __nv_bfloat16*>(args.layers[c.h.layer].keys);
+  const double* shares = reinterpret_cast<const double*>(w.sort);
+  for (int e = threadIdx.x; e < d; e += blockDim.x) {
+    double total = 0.0;
+    for (int k = 0; k < c.chunks; ++k) total += shares[static_cast<int64_t>(k) * d + e];
+    sum_unit[e] = total;
+  }
+  __syncthreads();
+  const RowLanes r = row_lanes(d);
+  const int rows_a_read = 32 / r.lanes;
+  double sum[kRowPerLane];  // this lane's dimensions of S
+#pragma unroll
+  for (int k = 0; k < kRowPerLane; ++k) sum[k] = r.part < r.chunks ? sum_unit[8 * r.part + k] : 0.0;
+  for (int base = c.begin + warp * rows_a_read; base < c.end; base += kRedundancyWarps * rows_a_read) {
+    const int a = base + r.group;
+    const bool valid = a < c.end;
+    double row[kRowPerLane];
+    read_key_row(keys, valid ? pool_index(c.h, a) : 0, valid, d, r, row);
+    const double inv = valid ? w.c[a] : 0.0;
+    double dot = 0.0;
+#pragma unroll
+    for (int k = 0; k < kRowPerLane; ++k) {
+      const double u = row[k] * inv;
+      dot += u * (sum[k] - u);
+    }
+    const double value = row_group_sum(dot, r.lanes) / c.n;
+    if (valid && r.part == 0) w.b[a] = value;
+  }
+}
+
+void launch_key_redundancy(const CudaSelectionArgs& args, void* stream) {
+  if (args.n_rows == 0 || args.n_layers == 0 || args.n_kv_heads == 0) return;
+  const dim3 grid(static_cast<unsigned>(args.n_layers * args.n_kv_heads), static_cast<unsigned>(args.n_rows),
+                  static_cast<unsigned>(redundancy_chunks(args.capacity)));
+  key_redundancy_norms_kernel<<<grid, kRedundancyThreads, 0, static_cast<cudaStream_t>(stream)>>>(args);
+  CUDA_CHECK_LAUNCH("key_redundancy_norms_kernel");
+  key_redundancy_columns_kernel<<<grid, kRedundancyThreads, 0, static_cast<cudaStream_t>(stream)>>>(args);
+  CUDA_CHECK_LAUNCH("key_redundancy_columns_kernel");
+}
+
+// The selection after launch_key_redundancy: its columns (w.b, by slot) into age order (w.a), softmaxed.
+struct RkvColumnsDevice {
+  __device__ static void select(const CudaSelectionArgs& args, const HeadSelect& h, int s, char* scratch,
+                                uint8_t* keep) {
+    HeadScratch w(scratch, args.capacity);
+    age_order(h, w);
+    for (int a = threadIdx.x; a < h.n_candidates; a += blockDim.x) w.a[a] = w.b[w.slot_of_age[a]];
+    __syncthreads();
+    softmax_in_place(w.a, h.n_candidates);
+    windowed_attention_device(args, h, w, scratch);  // w.b
+    rkv_keep(args, h, w, keep);
+  }
+};
+
+}  // namespace
+}  // namespace kvdice::policy::cuda
+
 namespace kvdice::policy {
 namespace {
 
@@ -20,8 +176,12 @@ CudaParams bind_rkv(PolicyOptions& options) {
 
 void cuda_select_rkv(const CudaSelectionArgs& args, void* stream) {
   const auto& p = args.params.as<cuda::RkvParams>();
-  cuda::launch_window_scoring_selection<cuda::RkvDevice>(
-      cuda::with_window(args, p.pool, p.temperature, p.window_fp32), stream);
+  const CudaSelectionArgs window_args = cuda::with_window(args, p.pool, p.temperature, p.window_fp32);
+  if (!cuda::key_redundancy_launches_fit(args.capacity, args.head_dim))
+    return cuda::launch_window_scoring_selection<cuda::RkvDevice>(window_args, stream);
+  cuda::launch_window_scores(window_args, stream);
+  cuda::launch_key_redundancy(window_args, stream);
+  cuda::launch_scoring_selection<cuda::RkvColumnsDevice>(window_args, stream);
 }
 
 }  // namespace

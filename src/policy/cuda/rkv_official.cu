@@ -133,7 +133,7 @@ __device__ void spared_redundancy_device(const CudaSelectionArgs& args, const cu
   // Plain column sums u_a · (S − u_a), S = Σ u_i (rkv_select.cuh), u = k times the inverse norm: the
   // Σ-trick's sums differ from the CPU's n x n sum by rounding already, so the CPU's division is not kept.
   auto to_unit = [&](int a, double (&row)[cuda::kRowPerLane]) {
-    const double inv = 1.0 / norm[a];
+    const double inv = a < n ? 1.0 / norm[a] : 0.0;
 #pragma unroll
     for (int k = 0; k < cuda::kRowPerLane; ++k) row[k] *= inv;
   };
@@ -406,6 +406,7 @@ __global__ void __launch_bounds__(cuda::kTileThreads) spare_kernel(CudaSelection
 }
 
 struct RkvOfficialDevice {
+  static constexpr int kMinBlocks = 4;  // 64 registers where the grid is large (scoring.cuh)
   __device__ static void select(const CudaSelectionArgs& args, const cuda::HeadSelect& h, int s, char* scratch,
                                 uint8_t* keep) {
     const double lambda = args.params.as<RkvOfficialParams>().lambda;

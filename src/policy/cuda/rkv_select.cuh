@@ -16,47 +16,96 @@ __device__ inline float key_element(const __nv_bfloat16* keys, int64_t index, in
   return __bfloat162float(keys[index * head_dim + c]);
 }
 
-// The sum of a double over the 32 lanes of a warp, every lane getting it (a fixed butterfly).
-__device__ inline double warp_sum_double(double x) {
-  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+// The candidates' key rows as warps read them: a row is d / 8 chunks of 16 bytes (8 dimensions), one
+// chunk a lane, so a load instruction moves whole rows; a "row group" of L lanes (d / 8 rounded up to a
+// power of two: 16 at d = 128) holds one row, and a warp reads 32 / L rows at once. Warp w takes the
+// row groups w, w + kRowWarps, ... (rows a = group index * rows a warp + group in warp); each lane of
+// a group looks up the row's pool index (one broadcast read). Dimensions past d read as 0.
+constexpr int kRowWarps = kSelectionThreads / 32, kRowPerLane = 8;
+static_assert(kMaxScoringHeadDim / 8 <= 32, "a row in one warp");
+
+struct RowLanes {
+  int lanes;   // L, a power of two
+  int group;   // which row of the warp's read this lane holds
+  int part;    // which 16-byte chunk of it
+  int chunks;  // d / 8
+};
+
+__device__ inline RowLanes row_lanes(int d) {
+  RowLanes r;
+  r.chunks = d / 8;
+  r.lanes = 1;
+  while (r.lanes < r.chunks) r.lanes *= 2;
+  const int lane = threadIdx.x % 32;
+  r.group = lane / r.lanes;
+  r.part = lane % r.lanes;
+  return r;
+}
+
+// The sum of x over the lanes of each row group, every lane of the group getting it (a fixed butterfly:
+// the same sum in every lane). Every lane of the warp takes part.
+__device__ inline double row_group_sum(double x, int lanes) {
+  for (int offset = lanes / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
   return x;
 }
 
-// The candidates' key rows as warps read them: warp w takes the age ranks a ≡ w (mod warps), lane l the
-// dimensions l, l + 32, ... of the row (one coalesced read of the whole row, one index lookup per
-// candidate and warp); dimensions past d read as 0.
-constexpr int kRowWarps = kSelectionThreads / 32, kRowPerLane = kMaxScoringHeadDim / 32;
-
-__device__ inline void read_key_row(const __nv_bfloat16* keys, const HeadSelect& h, const HeadScratch& w, int a,
-                                    int d, double (&row)[kRowPerLane]) {
-  const int lane = threadIdx.x % 32;
-  const int64_t index = pool_index(h, w.slot_of_age[a]);
+// This lane's 8 dimensions of the key at pool index `index` (zeros where valid is false or past d).
+__device__ inline void read_key_row(const __nv_bfloat16* keys, int64_t index, bool valid, int d, const RowLanes& r,
+                                    double (&row)[kRowPerLane]) {
 #pragma unroll
-  for (int k = 0; k < kRowPerLane; ++k) row[k] = lane + 32 * k < d ? key_element(keys, index, d, lane + 32 * k) : 0.0;
+  for (int k = 0; k < kRowPerLane; ++k) row[k] = 0.0;
+  if (!valid || r.part >= r.chunks) return;
+  const uint4 raw = reinterpret_cast<const uint4*>(keys + index * d)[r.part];
+  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 k = __bfloat1622float2(pairs[e]);
+    row[2 * e] = k.x;
+    row[2 * e + 1] = k.y;
+  }
+}
+
+// This lane's 8 dimensions of the a-th oldest candidate's key.
+__device__ inline void read_candidate_row(const __nv_bfloat16* keys, const HeadSelect& h, const HeadScratch& w,
+                                          int a, bool valid, int d, const RowLanes& r, double (&row)[kRowPerLane]) {
+  read_key_row(keys, valid ? pool_index(h, w.slot_of_age[a]) : 0, valid, d, r, row);
+}
+
+// The sums of acc over the row groups of a warp, into shared[8 * part + k] by the lanes of group 0
+// (a fixed butterfly over the groups).
+__device__ inline void store_group_sums(const RowLanes& r, double (&acc)[kRowPerLane], double* shared) {
+  for (int offset = r.lanes; offset < 32; offset *= 2)
+#pragma unroll
+    for (int k = 0; k < kRowPerLane; ++k) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], offset);
+  if (r.group == 0 && r.part < r.chunks)
+#pragma unroll
+    for (int k = 0; k < kRowPerLane; ++k) shared[8 * r.part + k] = acc[k];
 }
 
 // sum_unit[c] = S[c] = Σ_a u_a[c] over the n candidates (fp64, a fixed order): to_unit(a, row) turns the
-// warp's read of row a into its unit key in place (and may record what it learns, such as the norm); the
-// warps' partials are added in warp order. sum_unit has kMaxScoringHeadDim entries (shared memory).
-// Collective.
+// lane's part of row a into its unit key in place (every lane calls it, with a ≥ n for a group past the
+// last row, whose row is zeros: it may sum over the group with row_group_sum, and must neither write nor
+// read per-candidate state for a ≥ n); the row groups' partials are added in lane order, the warps' in
+// warp order. sum_unit has kMaxScoringHeadDim entries (shared memory). Collective.
 template <class ToUnit>
 __device__ void sum_unit_keys_device(const __nv_bfloat16* keys, const HeadSelect& h, const HeadScratch& w, int n,
                                      int d, ToUnit to_unit, double* sum_unit) {
   __shared__ double partial[kRowWarps][kMaxScoringHeadDim];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int warp = threadIdx.x / 32;
+  const RowLanes r = row_lanes(d);
+  const int rows_a_read = 32 / r.lanes;
   double acc[kRowPerLane];
 #pragma unroll
   for (int k = 0; k < kRowPerLane; ++k) acc[k] = 0.0;
-  for (int a = warp; a < n; a += kRowWarps) {
+  for (int base = warp * rows_a_read; base < n; base += kRowWarps * rows_a_read) {
+    const int a = base + r.group;
     double row[kRowPerLane];
-    read_key_row(keys, h, w, a, d, row);
+    read_candidate_row(keys, h, w, a, a < n, d, r, row);
     to_unit(a, row);
 #pragma unroll
     for (int k = 0; k < kRowPerLane; ++k) acc[k] += row[k];
   }
-#pragma unroll
-  for (int k = 0; k < kRowPerLane; ++k)
-    if (lane + 32 * k < d) partial[warp][lane + 32 * k] = acc[k];
+  store_group_sums(r, acc, partial[warp]);
   __syncthreads();
   for (int c = threadIdx.x; c < d; c += blockDim.x) {
     double total = 0.0;
@@ -66,24 +115,41 @@ __device__ void sum_unit_keys_device(const __nv_bfloat16* keys, const HeadSelect
   __syncthreads();
 }
 
-// column[a] = u_a · (S − u_a) / divisor for every candidate, warp per row as above (to_unit must not
+// column[a] = u_a · (S − u_a) / divisor for every candidate, rows read as above (to_unit must not
 // write, the warps read a row again). Collective.
 template <class ToUnit>
 __device__ void unit_key_columns_device(const __nv_bfloat16* keys, const HeadSelect& h, const HeadScratch& w, int n,
                                         int d, ToUnit to_unit, const double* sum_unit, double divisor,
                                         double* column) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int a = warp; a < n; a += kRowWarps) {
+  const int warp = threadIdx.x / 32;
+  const RowLanes r = row_lanes(d);
+  const int rows_a_read = 32 / r.lanes;
+  double s[kRowPerLane];  // this lane's dimensions of S, read once
+#pragma unroll
+  for (int k = 0; k < kRowPerLane; ++k) s[k] = r.part < r.chunks ? sum_unit[8 * r.part + k] : 0.0;
+  for (int base = warp * rows_a_read; base < n; base += kRowWarps * rows_a_read) {
+    const int a = base + r.group;
     double row[kRowPerLane];
-    read_key_row(keys, h, w, a, d, row);
+    read_candidate_row(keys, h, w, a, a < n, d, r, row);
     to_unit(a, row);
     double dot = 0.0;
 #pragma unroll
-    for (int k = 0; k < kRowPerLane; ++k)
-      if (lane + 32 * k < d) dot += row[k] * (sum_unit[lane + 32 * k] - row[k]);
-    const double value = warp_sum_double(dot) / divisor;
-    if (lane == 0) column[a] = value;
+    for (int k = 0; k < kRowPerLane; ++k) dot += row[k] * (s[k] - row[k]);
+    const double value = row_group_sum(dot, r.lanes) / divisor;
+    if (a < n && r.part == 0) column[a] = value;
   }
+  __syncthreads();
+}
+
+// x[0, n) = softmax(x[0, n)) in fp64 (the max first, sums by block_sum's fixed tree). Collective.
+__device__ inline void softmax_in_place(double* x, int n) {
+  double local_max = -INFINITY;
+  for (int a = threadIdx.x; a < n; a += blockDim.x) local_max = fmax(local_max, x[a]);
+  const double top = block_max(local_max);
+  double part = 0.0;
+  for (int a = threadIdx.x; a < n; a += blockDim.x) part += (x[a] = exp(x[a] - top));
+  const double denom = block_sum(part);
+  for (int a = threadIdx.x; a < n; a += blockDim.x) x[a] /= denom;
   __syncthreads();
 }
 
@@ -97,30 +163,24 @@ __device__ inline void key_redundancy_device(const CudaSelectionArgs& args, cons
   const auto* keys = static_cast<const __nv_bfloat16*>(args.layers[h.layer].keys);
   double* inv_norm = w.c;
   double* column = w.a;
+  const int lanes = row_lanes(d).lanes;
   auto first_read = [&](int a, double (&row)[kRowPerLane]) {
     double sq = 0.0;
 #pragma unroll
     for (int k = 0; k < kRowPerLane; ++k) sq += row[k] * row[k];
-    const double inv = 1.0 / (sqrt(warp_sum_double(sq)) + 1e-8);
-    if (threadIdx.x % 32 == 0) inv_norm[a] = inv;  // read back only by this warp
+    const double inv = 1.0 / (sqrt(row_group_sum(sq, lanes)) + 1e-8);
+    if (a < n && threadIdx.x % lanes == 0) inv_norm[a] = inv;  // read back only by this warp
 #pragma unroll
     for (int k = 0; k < kRowPerLane; ++k) row[k] *= inv;
   };
   auto second_read = [&](int a, double (&row)[kRowPerLane]) {
-    const double inv = inv_norm[a];
+    const double inv = a < n ? inv_norm[a] : 0.0;
 #pragma unroll
     for (int k = 0; k < kRowPerLane; ++k) row[k] *= inv;
   };
   sum_unit_keys_device(keys, h, w, n, d, first_read, sum_unit);
   unit_key_columns_device(keys, h, w, n, d, second_read, sum_unit, static_cast<double>(n), column);
-  double local_max = -INFINITY;
-  for (int a = threadIdx.x; a < n; a += blockDim.x) local_max = fmax(local_max, column[a]);
-  const double top = block_max(local_max);
-  double part = 0.0;
-  for (int a = threadIdx.x; a < n; a += blockDim.x) part += (column[a] = exp(column[a] - top));
-  const double denom = block_sum(part);
-  for (int a = threadIdx.x; a < n; a += blockDim.x) column[a] /= denom;
-  __syncthreads();
+  softmax_in_place(column, n);
 }
 
 // rkv's options (rkv.cu binds them).
@@ -131,19 +191,25 @@ struct RkvParams {
   bool window_fp32 = false;  // precision=fp32
 };
 
+// λ · windowed attention (w.b) − (1 − λ) · redundancy (w.a), both by age, then the prompt + top rule.
+__device__ inline void rkv_keep(const CudaSelectionArgs& args, const HeadSelect& h, HeadScratch& w, uint8_t* keep) {
+  const double lambda = args.params.as<RkvParams>().lambda;
+  for (int a = threadIdx.x; a < h.n_candidates; a += blockDim.x) w.b[a] = lambda * w.b[a] - (1.0 - lambda) * w.a[a];
+  __syncthreads();
+  keep_prompt_and_highest_device(h, w, w.b, keep);
+}
+
+// The selection computing the redundancy itself, where the head scratch cannot hold the launches'
+// partial sums (small capacities).
 struct RkvDevice {
   static constexpr int kMinBlocks = 4;  // 64 registers where the grid is large (scoring.cuh)
   __device__ static void select(const CudaSelectionArgs& args, const HeadSelect& h, int s, char* scratch,
                                 uint8_t* keep) {
-    const double lambda = args.params.as<RkvParams>().lambda;
     HeadScratch w(scratch, args.capacity);
     age_order(h, w);
-    windowed_attention_device(args, h, w, scratch);  // w.b; w.a is free again afterwards
-    key_redundancy_device(args, h, w);         // w.a
-    for (int a = threadIdx.x; a < h.n_candidates; a += blockDim.x)
-      w.b[a] = lambda * w.b[a] - (1.0 - lambda) * w.a[a];
-    __syncthreads();
-    keep_prompt_and_highest_device(h, w, w.b, keep);
+    windowed_attention_device(args, h, w, scratch);  // w.b
+    key_redundancy_device(args, h, w);               // w.a
+    rkv_keep(args, h, w, keep);
   }
 };
 
