@@ -55,10 +55,13 @@ struct SelectionLayer {
 };
 
 // Per-(row, layer, KV head) scratch of the scoring selections for a resident capacity of `capacity`
-// slots: a sort buffer of next_pow2(capacity) (key, index) pairs, a slot-by-age table and three fp64
-// per-candidate arrays (cuda/scoring.cuh carves it). constexpr: device code calls these too.
+// slots: a sort buffer of next_pow2(capacity) (key, index) pairs, at least kMinSortPairs, a slot-by-age
+// table and three fp64 per-candidate arrays (cuda/scoring.cuh carves it). constexpr: device code calls
+// these too. Before a selection runs, its sort pairs are free: rkv's redundancy launches keep per-head
+// partial sums there (cuda/rkv.cu), up to 256 fp64 at the smallest capacities.
+inline constexpr int64_t kMinSortPairs = 128;
 constexpr int64_t cuda_sort_capacity(int capacity) {
-  int64_t p = 1;
+  int64_t p = kMinSortPairs;
   while (p < capacity) p *= 2;
   return p;
 }

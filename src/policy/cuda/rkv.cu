@@ -1,5 +1,15 @@
 // rkv and rkv_pp on the device (twins of policy/rkv.cpp): past the row's n_protected prompt slots (0
-// for rkv), λ · smoothed windowed attention − (1 − λ) · key redundancy, top K_sel (rkv_select.cuh).
+// for rkv), λ · smoothed windowed attention − (1 − λ) · key redundancy (rkv_select.cuh), top K_sel.
+//
+// The redundancy runs in two launches of its own before the selection. Inside the selection, a head's
+// CTA read its n key rows twice with its 8 warps at the occupancy its radix select and age order leave
+// (64 registers, 4 CTAs an SM): a batch-128 round waited on ~140 dependent row reads a warp. Here a
+// head's candidates (slots [0, n), in slot order) are split into up to kMaxRedundancyChunks chunks, one
+// CTA of four warps each:
+//   launch 1: each row's inverse norm (w.c, by slot) and the chunk's share of S (chunk c's d doubles at
+//             the head's sort pairs, free until the selection's age order, running on into w.a);
+//   launch 2: S, the chunks' shares summed in chunk order, and each row's column u · (S − u) / n (w.b,
+//             by slot), which the selection puts in age order and softmaxes (RkvColumnsDevice).
 #include "policy/cuda/rkv_select.cuh"
 #include "policy/policy_options.h"
 #include "policy/window_attention.h"
@@ -7,15 +17,14 @@
 namespace kvdice::policy::cuda {
 namespace {
 
-// The same redundancy in two launches of their own before the selection, where the head scratch holds
-// their partial sums (key_redundancy_launches_fit): the selection CTA of a head read its n rows twice
-// with its 8 warps, at the occupancy its radix select and age order leave (64 registers, 4 CTAs an SM),
-// so a batch-128 round waited on ~270 dependent row reads a warp. Here a head's candidates (slots
-// [0, n), in slot order) are split into up to kMaxRedundancyChunks chunks, one small CTA each:
-//   launch 1: each row's inverse norm (w.c, by slot) and the chunk's share of S (chunk c's d doubles at
-//             the head's sort pairs, free until the selection's age order, running on into w.a);
-//   launch 2: S, the chunks' shares summed in chunk order, and each row's column u · (S − u) / n (w.b,
-//             by slot), which the selection puts in age order and softmaxes (RkvColumnsDevice).
+// rkv's options (bind_rkv).
+struct RkvParams {
+  double lambda = 0.5;
+  int pool = 1;
+  double temperature = 1.0;
+  bool window_fp32 = false;  // precision=fp32
+};
+
 constexpr int kRedundancyThreads = 128, kRedundancyWarps = kRedundancyThreads / 32;
 constexpr int kRedundancyChunkRows = 128;  // rows a chunk takes at least (unless n is smaller)
 constexpr int kMaxRedundancyChunks = 16;   // chunks a head at most: launch 2's CTAs each sum them all
@@ -25,10 +34,18 @@ __host__ __device__ constexpr int redundancy_chunks(int n) {
   return chunks < 1 ? 1 : chunks > kMaxRedundancyChunks ? kMaxRedundancyChunks : chunks;
 }
 
-// Whether the head scratch of `capacity` holds the partial sums of a head of up to `capacity` candidates.
-constexpr bool key_redundancy_launches_fit(int capacity, int head_dim) {
-  return int64_t{redundancy_chunks(capacity)} * head_dim <= 2 * cuda_sort_capacity(capacity) + capacity;
+// The chunks' shares of S fit the sort pairs and w.a of any head scratch: at most 16 x 256 doubles, and
+// 2 · sort pairs + capacity doubles are there (sort pairs ≥ kMinSortPairs): checked for every capacity
+// up to 2,048, past which 3 · capacity alone exceeds 16 x 256.
+constexpr bool shares_fit(int capacity) {
+  return int64_t{redundancy_chunks(capacity)} * kMaxScoringHeadDim <= 2 * cuda_sort_capacity(capacity) + capacity;
 }
+constexpr bool shares_fit_every_capacity() {
+  for (int capacity = 1; capacity <= 2048; ++capacity)
+    if (!shares_fit(capacity)) return false;
+  return 3 * 2048 > kMaxRedundancyChunks * kMaxScoringHeadDim;
+}
+static_assert(shares_fit_every_capacity(), "the redundancy's partial sums fit every head scratch");
 
 // One CTA's chunk: the head (grid as the selection's, chunk = blockIdx.z) and its rows [begin, end).
 struct RedundancyChunk {
@@ -143,6 +160,14 @@ void launch_key_redundancy(const CudaSelectionArgs& args, void* stream) {
   CUDA_CHECK_LAUNCH("key_redundancy_columns_kernel");
 }
 
+// λ · windowed attention (w.b) − (1 − λ) · redundancy (w.a), both by age, then the prompt + top rule.
+__device__ inline void rkv_keep(const CudaSelectionArgs& args, const HeadSelect& h, HeadScratch& w, uint8_t* keep) {
+  const double lambda = args.params.as<RkvParams>().lambda;
+  for (int a = threadIdx.x; a < h.n_candidates; a += blockDim.x) w.b[a] = lambda * w.b[a] - (1.0 - lambda) * w.a[a];
+  __syncthreads();
+  keep_prompt_and_highest_device(h, w, w.b, keep);
+}
+
 // The selection after launch_key_redundancy: its columns (w.b, by slot) into age order (w.a), softmaxed.
 struct RkvColumnsDevice {
   __device__ static void select(const CudaSelectionArgs& args, const HeadSelect& h, int s, char* scratch,
@@ -177,8 +202,6 @@ CudaParams bind_rkv(PolicyOptions& options) {
 void cuda_select_rkv(const CudaSelectionArgs& args, void* stream) {
   const auto& p = args.params.as<cuda::RkvParams>();
   const CudaSelectionArgs window_args = cuda::with_window(args, p.pool, p.temperature, p.window_fp32);
-  if (!cuda::key_redundancy_launches_fit(args.capacity, args.head_dim))
-    return cuda::launch_window_scoring_selection<cuda::RkvDevice>(window_args, stream);
   cuda::launch_window_scores(window_args, stream);
   cuda::launch_key_redundancy(window_args, stream);
   cuda::launch_scoring_selection<cuda::RkvColumnsDevice>(window_args, stream);

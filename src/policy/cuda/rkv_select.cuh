@@ -1,11 +1,11 @@
-// The device selection shared by rkv and rkv_pp (twin of policy/rkv.cpp; they differ only in the row's
-// n_protected): score = λ · smoothed windowed attention − (1 − λ) · key redundancy, prompt + top rule.
+// R-KV's key redundancy on the device (policy/key_redundancy.cpp without the spare rule), shared by
+// rkv.cu (rkv, rkv_pp: launches of its own) and rkv_official.cu (inside its selection, with the spares).
 //
-// Redundancy (policy/key_redundancy.cpp without the spare rule): unit keys u_j = k_j / (|k_j| + 1e-8),
-// column_j = mean_i over i ≠ j of u_i · u_j, softmax over the candidates. The CPU sums the n x n cosine
-// matrix; here column_j = u_j · (S − u_j) / n with S = Σ_i u_i, the same quantity in O(n·D) instead of
-// O(n²·D) (fp64, u_j as k_j times the inverse norm; it differs from the CPU's sum only by rounding,
-// about 1e-15 relative for n of a few thousand, far below the gaps that decide a keep-set).
+// Unit keys u_j = k_j / (|k_j| + 1e-8), column_j = mean_i over i ≠ j of u_i · u_j, softmax over the
+// candidates. The CPU sums the n x n cosine matrix; here column_j = u_j · (S − u_j) / n with
+// S = Σ_i u_i, the same quantity in O(n·D) instead of O(n²·D) (fp64, u_j as k_j times the inverse norm;
+// it differs from the CPU's sum only by rounding, about 1e-15 relative for n of a few thousand, far
+// below the gaps that decide a keep-set).
 #pragma once
 
 #include "policy/cuda/window_attention.cuh"
@@ -152,65 +152,5 @@ __device__ inline void softmax_in_place(double* x, int n) {
   for (int a = threadIdx.x; a < n; a += blockDim.x) x[a] /= denom;
   __syncthreads();
 }
-
-// w.a[a] = the redundancy of the a-th oldest candidate (needs w.slot_of_age; uses w.c). Collective.
-// Two reads of each key row: the first gives the row's inverse norm (kept in w.c) and its share of S,
-// the second, after S is complete, its column.
-__device__ inline void key_redundancy_device(const CudaSelectionArgs& args, const HeadSelect& h,
-                                             HeadScratch& w) {
-  __shared__ double sum_unit[kMaxScoringHeadDim];
-  const int n = h.n_candidates, d = args.head_dim;
-  const auto* keys = static_cast<const __nv_bfloat16*>(args.layers[h.layer].keys);
-  double* inv_norm = w.c;
-  double* column = w.a;
-  const int lanes = row_lanes(d).lanes;
-  auto first_read = [&](int a, double (&row)[kRowPerLane]) {
-    double sq = 0.0;
-#pragma unroll
-    for (int k = 0; k < kRowPerLane; ++k) sq += row[k] * row[k];
-    const double inv = 1.0 / (sqrt(row_group_sum(sq, lanes)) + 1e-8);
-    if (a < n && threadIdx.x % lanes == 0) inv_norm[a] = inv;  // read back only by this warp
-#pragma unroll
-    for (int k = 0; k < kRowPerLane; ++k) row[k] *= inv;
-  };
-  auto second_read = [&](int a, double (&row)[kRowPerLane]) {
-    const double inv = a < n ? inv_norm[a] : 0.0;
-#pragma unroll
-    for (int k = 0; k < kRowPerLane; ++k) row[k] *= inv;
-  };
-  sum_unit_keys_device(keys, h, w, n, d, first_read, sum_unit);
-  unit_key_columns_device(keys, h, w, n, d, second_read, sum_unit, static_cast<double>(n), column);
-  softmax_in_place(column, n);
-}
-
-// rkv's options (rkv.cu binds them).
-struct RkvParams {
-  double lambda = 0.5;
-  int pool = 1;
-  double temperature = 1.0;
-  bool window_fp32 = false;  // precision=fp32
-};
-
-// λ · windowed attention (w.b) − (1 − λ) · redundancy (w.a), both by age, then the prompt + top rule.
-__device__ inline void rkv_keep(const CudaSelectionArgs& args, const HeadSelect& h, HeadScratch& w, uint8_t* keep) {
-  const double lambda = args.params.as<RkvParams>().lambda;
-  for (int a = threadIdx.x; a < h.n_candidates; a += blockDim.x) w.b[a] = lambda * w.b[a] - (1.0 - lambda) * w.a[a];
-  __syncthreads();
-  keep_prompt_and_highest_device(h, w, w.b, keep);
-}
-
-// The selection computing the redundancy itself, where the head scratch cannot hold the launches'
-// partial sums (small capacities).
-struct RkvDevice {
-  static constexpr int kMinBlocks = 4;  // 64 registers where the grid is large (scoring.cuh)
-  __device__ static void select(const CudaSelectionArgs& args, const HeadSelect& h, int s, char* scratch,
-                                uint8_t* keep) {
-    HeadScratch w(scratch, args.capacity);
-    age_order(h, w);
-    windowed_attention_device(args, h, w, scratch);  // w.b
-    key_redundancy_device(args, h, w);               // w.a
-    rkv_keep(args, h, w, keep);
-  }
-};
 
 }  // namespace kvdice::policy::cuda
