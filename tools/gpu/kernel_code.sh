@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What the compiler made of one CUDA source, without a GPU: each kernel's registers, spills and static
 # shared memory (ptxas -v), and with nvdisasm its sm_90a instruction count and most frequent opcodes.
-# Compare two trees to see what a change does to a kernel's code before a GPU run.
+# Compare two trees by running each tree's own copy (the includes come from the script's tree) to see
+# what a change does to a kernel's code before a GPU run.
 #
 #   tools/gpu/kernel_code.sh BUILD_DIR SOURCE.cu [KERNEL_REGEX]
 #   tools/gpu/kernel_code.sh build-cuda src/policy/cuda/window_scores_tc.cu window_means
@@ -19,9 +20,13 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-"$nvcc" -DKVDICE_WITH_CUDA=1 -I"$build/generated" -I"$root/src" -O3 -DNDEBUG \
+if ! "$nvcc" -DKVDICE_WITH_CUDA=1 -I"$build/generated" -I"$root/src" -O3 -DNDEBUG \
   -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -std=c++20 -cubin -Xptxas -v \
-  -o "$work/k.cubin" "$source" 2> "$work/ptxas.txt"
+  -o "$work/k.cubin" "$source" 2> "$work/ptxas.txt"; then
+  cat "$work/ptxas.txt" >&2
+  echo "$0: $source did not compile (includes from $root/src)" >&2
+  exit 1
+fi
 
 # ptxas -v: "Compiling entry function 'NAME'", then its spills and "Used N registers" lines.
 awk -v pattern="$pattern" '
