@@ -6,8 +6,9 @@
 // Precision (as policy/window_attention.h states for both twins): queries (bf16 in the ring) and keys
 // (bf16 in the pool) enter tensor cores as they are stored, mma.sync m16n8k16 accumulates the logits in fp32, the
 // logit is that sum times the fp32 scale, here kept in the exp2 domain (times log2 e); softmax
-// statistics, weights and the per-query-head means are fp32, exp2f (2 ulp) of the logit minus the
-// query's max, times the reciprocal of its denominator; the selection kernel pools the means in double.
+// statistics, weights and the per-query-head means are fp32, 2^x by ex2.approx.ftz (2 ulp; a result
+// below 2^-126 flushes to 0, which moves a weight by less than that) of the logit minus the query's max,
+// times the reciprocal of its denominator; the selection kernel pools the means in double.
 // The CPU sums the same exact products in dimension order and takes expf and a division, so the scores
 // differ by a few fp32 roundings (about 1e-6 relative); docs/policies.md ("Precision and near-ties")
 // bounds the gap (2^-12 relative) and says which keep-set decisions can go either way.
@@ -44,12 +45,21 @@ constexpr int smem_bytes(int d) { return (kBlockRows + 2 * kKeyTile) * tile_smem
 using cuda_ptx::cp_async_commit;
 using cuda_ptx::cp_async_wait;
 
+// 2^x flushing subnormal results to 0: exp2f without -ftz is ex2.approx.f32, which keeps them
+// subnormal (ptxas wraps the hardware exp2 in a range check and two scalings), on every logit of both
+// passes.
+__device__ inline float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Online softmax statistics in the exp2 domain (max m, denominator d = sum 2^(l - m)) merged with
 // another pair; symmetric, so both lanes of a butterfly get the same pair.
 __device__ inline void merge_stats(float& m, float& d, float m2, float d2) {
   const float top = fmaxf(m, m2);
   if (top == -INFINITY) return;  // both empty
-  d = (m == -INFINITY ? 0.0f : d * exp2f(m - top)) + (m2 == -INFINITY ? 0.0f : d2 * exp2f(m2 - top));
+  d = (m == -INFINITY ? 0.0f : d * exp2_ftz(m - top)) + (m2 == -INFINITY ? 0.0f : d2 * exp2_ftz(m2 - top));
   m = top;
 }
 
@@ -185,11 +195,11 @@ __global__ void __launch_bounds__(kGroupThreads) window_means_tc_kernel(CudaSele
               top = fmaxf(top, l[nt][e]);
             }
           if (top == -INFINITY) continue;  // no key of the tile for this thread yet
-          float sum = m[mt][r] == -INFINITY ? 0.0f : den[mt][r] * exp2f(m[mt][r] - top);
+          float sum = m[mt][r] == -INFINITY ? 0.0f : den[mt][r] * exp2_ftz(m[mt][r] - top);
 #pragma unroll
           for (int nt = 0; nt < kKeyNTiles; ++nt)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) sum += exp2f(l[nt][e] - top);  // 2^-inf = 0
+            for (int e = 0; e < 2; ++e) sum += exp2_ftz(l[nt][e] - top);  // 2^-inf = 0
           den[mt][r] = sum;
           m[mt][r] = top;
         }
@@ -223,7 +233,7 @@ __global__ void __launch_bounds__(kGroupThreads) window_means_tc_kernel(CudaSele
           for (int mt = 0; mt < kRowTiles; ++mt)
 #pragma unroll
             for (int r = 0; r < 2; ++r)  // the product rounded as pass 1 rounded it: the max's term is 1
-              sum += exp2f(__fmul_rn(acc[mt][nt][2 * r + e], scale_log2) - m[mt][r]) * den[mt][r];
+              sum += exp2_ftz(__fmul_rn(acc[mt][nt][2 * r + e], scale_log2) - m[mt][r]) * den[mt][r];
           for (int offset = 4; offset < 32; offset *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
           if (g == 0) key_sums[warp][nt * 8 + 2 * t + e] = sum;
         }
