@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -37,6 +38,13 @@ std::vector<double> means_fp64(const SelectionInput& input, double temperature) 
   return mean;
 }
 
+// e^x in fp32 with a result below FLT_MIN (2^-126) taken as 0, as the CUDA twin's ex2.approx.ftz
+// flushes it: the two then agree on which weights are zero.
+float exp_flushed(float x) {
+  const float e = std::exp(x);
+  return e < std::numeric_limits<float>::min() ? 0.0f : e;
+}
+
 // The same from bf16-rounded queries and keys in fp32; each mean widened to double.
 std::vector<double> means_fp32(const SelectionInput& input, double temperature) {
   const int n = input.n_candidates, d = input.head_dim, group = input.group, nq = input.n_queries;
@@ -59,8 +67,8 @@ std::vector<double> means_fp32(const SelectionInput& input, double temperature) 
         max_logit = std::max(max_logit, logits[j]);
       }
       float denom = 0.0f;
-      for (int j = 0; j < n; ++j) denom += std::exp(logits[j] - max_logit);
-      for (int j = 0; j < n; ++j) sum[j] += std::exp(logits[j] - max_logit) / denom;
+      for (int j = 0; j < n; ++j) denom += exp_flushed(logits[j] - max_logit);
+      for (int j = 0; j < n; ++j) sum[j] += exp_flushed(logits[j] - max_logit) / denom;
     }
     for (int j = 0; j < n; ++j) mean[int64_t{gh} * n + j] = static_cast<double>(sum[j] / static_cast<float>(nq));
   }

@@ -9,11 +9,12 @@
 //     handed over as fp32) and the keys; the CUDA twin reproduces the logits bit for bit, so keep-sets
 //     equal the CPU's up to ~1e-15 near-ties.
 //   fp32: queries and keys rounded to bf16 (a no-op for the ring's queries), each logit the fp32 sum
-//     of their products (each exact in fp32) over the dimensions in order, times the fp32 scale; softmax statistics, weights and the
-//     per-query-head means fp32 (exp(l - max) / denominator, summed over the queries newest first, then
-//     divided by the query count); the pooling and the group mean add those means in double. The CUDA
-//     twin computes the logits on tensor cores and sums the same terms in another order, so the scores
-//     differ by a few fp32 roundings and keep-sets may differ at near-ties within the stated bound.
+//     of their products (each exact in fp32) over the dimensions in order, times the fp32 scale;
+//     softmax statistics, weights and the per-query-head means fp32 (exp(l - max), taken as 0 below
+//     2^-126, over the denominator, summed over the queries newest first, then divided by the query
+//     count); the pooling and the group mean add those means in double. The CUDA twin computes the
+//     logits on tensor cores and sums the same terms in another order, so the scores differ by a few
+//     fp32 roundings and keep-sets may differ at near-ties within the stated bound.
 #pragma once
 
 #include <string>

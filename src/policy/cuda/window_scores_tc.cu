@@ -180,7 +180,9 @@ __global__ void __launch_bounds__(kGroupThreads) window_means_tc_kernel(CudaSele
     const bool warp_live = warp_head < group;
     if (pass == 0) {
       // Per query row: the tile's max over the thread's keys, one rescale of the running sum, then the
-      // keys' terms (masked keys and queries add nothing).
+      // keys' terms (masked keys and queries add nothing). Only the last tile has keys past n to mask:
+      // a uniform branch, so full tiles spend no compare on a logit.
+      const bool tile_full = (tile + 1) * kKeyTile <= n;
 #pragma unroll
       for (int mt = 0; mt < kRowTiles; ++mt)
 #pragma unroll
@@ -190,10 +192,17 @@ __global__ void __launch_bounds__(kGroupThreads) window_means_tc_kernel(CudaSele
 #pragma unroll
           for (int nt = 0; nt < kKeyNTiles; ++nt)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              l[nt][e] = key0 + nt * 8 + e < n ? __fmul_rn(acc[mt][nt][2 * r + e], scale_log2) : -INFINITY;
-              top = fmaxf(top, l[nt][e]);
-            }
+            for (int e = 0; e < 2; ++e) l[nt][e] = __fmul_rn(acc[mt][nt][2 * r + e], scale_log2);
+          if (!tile_full)
+#pragma unroll
+            for (int nt = 0; nt < kKeyNTiles; ++nt)
+#pragma unroll
+              for (int e = 0; e < 2; ++e)
+                if (key0 + nt * 8 + e >= n) l[nt][e] = -INFINITY;
+#pragma unroll
+          for (int nt = 0; nt < kKeyNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) top = fmaxf(top, l[nt][e]);
           if (top == -INFINITY) continue;  // no key of the tile for this thread yet
           float sum = m[mt][r] == -INFINITY ? 0.0f : den[mt][r] * exp2_ftz(m[mt][r] - top);
 #pragma unroll
