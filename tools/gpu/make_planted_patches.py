@@ -119,8 +119,8 @@ plant('mma-tile-chunks-past-8', 'the tensor-core tiles (fp32 windowed attention,
 plant('rkv-redundancy-first-64-channels', "R-KV's key redundancy (its second launch) reads only the first 64 channels of each key",
       'Policies/CudaRealShape.Qwen3FourBKeepsWhatTheCpuKeeps/rkv',
       [('src/policy/cuda/rkv.cu',
-        '      const double u = row[k] * inv;',
-        '      const double u = r.part < 8 ? row[k] * inv : 0.0;')])
+        '    const double inv = a < end ? w.c[a] : 0.0;',
+        '    const double inv = a < end && threadIdx.x % 16 < 8 ? w.c[a] : 0.0;  // lanes 0-7 of a row at d = 128')])
 plant('rkv-redundancy-shares-from-chunk-1', "R-KV's key redundancy sums S from the second chunk's share on (the first chunk's rows left out)",
       'Policies/CudaScoringPolicy.SmallShapesKeepWhatTheCpuKeeps/rkv, Policies/CudaRealShape.Qwen3FourBKeepsWhatTheCpuKeeps/rkv',
       [('src/policy/cuda/rkv.cu',

@@ -82,35 +82,23 @@ __global__ void __launch_bounds__(kRedundancyThreads, 8) key_redundancy_norms_ke
   RedundancyChunk c;
   if (!redundancy_chunk(args, c)) return;
   const HeadScratch w(c.scratch, args.capacity);
-  __shared__ double partial[kRedundancyWarps][kMaxScoringHeadDim];
-  const int d = args.head_dim, warp = threadIdx.x / 32;
+  __shared__ double sum_unit[kMaxScoringHeadDim];
+  const int d = args.head_dim, end = c.end;
   const auto* keys = static_cast<const __nv_bfloat16*>(args.layers[c.h.layer].keys);
   const RowLanes r = row_lanes(d);
-  const int rows_a_read = 32 / r.lanes;
-  double acc[kRowPerLane];
-#pragma unroll
-  for (int k = 0; k < kRowPerLane; ++k) acc[k] = 0.0;
-  for (int base = c.begin + warp * rows_a_read; base < c.end; base += kRedundancyWarps * rows_a_read) {
-    const int a = base + r.group;
-    const bool valid = a < c.end;
-    double row[kRowPerLane];
-    read_key_row(keys, valid ? pool_index(c.h, a) : 0, valid, d, r, row);
+  auto to_unit = [&](int a, double (&row)[kRowPerLane]) {  // records the inverse norm
     double sq = 0.0;
 #pragma unroll
     for (int k = 0; k < kRowPerLane; ++k) sq += row[k] * row[k];
     const double inv = 1.0 / (sqrt(row_group_sum(sq, r.lanes)) + 1e-8);
-    if (valid && r.part == 0) w.c[a] = inv;
+    if (a < end && r.part == 0) w.c[a] = inv;
 #pragma unroll
-    for (int k = 0; k < kRowPerLane; ++k) acc[k] += row[k] * inv;
-  }
-  store_group_sums(r, acc, partial[warp]);
-  __syncthreads();
+    for (int k = 0; k < kRowPerLane; ++k) row[k] *= inv;
+  };
+  sum_unit_rows<kRedundancyWarps>(keys, c.begin, end, d, [&](int a) { return pool_index(c.h, a); }, to_unit,
+                                  sum_unit);
   double* share = reinterpret_cast<double*>(w.sort) + static_cast<int64_t>(c.chunk) * d;
-  for (int e = threadIdx.x; e < d; e += blockDim.x) {
-    double total = 0.0;
-    for (int k = 0; k < kRedundancyWarps; ++k) total += partial[k][e];
-    share[e] = total;
-  }
+  for (int e = threadIdx.x; e < d; e += blockDim.x) share[e] = sum_unit[e];
 }
 
 // Launch 2: w.b[slot] = u · (S − u) / n for the chunk's rows.
@@ -119,7 +107,7 @@ __global__ void __launch_bounds__(kRedundancyThreads, 8) key_redundancy_columns_
   if (!redundancy_chunk(args, c)) return;
   const HeadScratch w(c.scratch, args.capacity);
   __shared__ double sum_unit[kMaxScoringHeadDim];
-  const int d = args.head_dim, warp = threadIdx.x / 32;
+  const int d = args.head_dim, end = c.end;
   const auto* keys = static_cast<const __nv_bfloat16*>(args.layers[c.h.layer].keys);
   const double* shares = reinterpret_cast<const double*>(w.sort);
   for (int e = threadIdx.x; e < d; e += blockDim.x) {
@@ -128,26 +116,13 @@ __global__ void __launch_bounds__(kRedundancyThreads, 8) key_redundancy_columns_
     sum_unit[e] = total;
   }
   __syncthreads();
-  const RowLanes r = row_lanes(d);
-  const int rows_a_read = 32 / r.lanes;
-  double sum[kRowPerLane];  // this lane's dimensions of S
+  auto to_unit = [&](int a, double (&row)[kRowPerLane]) {
+    const double inv = a < end ? w.c[a] : 0.0;
 #pragma unroll
-  for (int k = 0; k < kRowPerLane; ++k) sum[k] = r.part < r.chunks ? sum_unit[8 * r.part + k] : 0.0;
-  for (int base = c.begin + warp * rows_a_read; base < c.end; base += kRedundancyWarps * rows_a_read) {
-    const int a = base + r.group;
-    const bool valid = a < c.end;
-    double row[kRowPerLane];
-    read_key_row(keys, valid ? pool_index(c.h, a) : 0, valid, d, r, row);
-    const double inv = valid ? w.c[a] : 0.0;
-    double dot = 0.0;
-#pragma unroll
-    for (int k = 0; k < kRowPerLane; ++k) {
-      const double u = row[k] * inv;
-      dot += u * (sum[k] - u);
-    }
-    const double value = row_group_sum(dot, r.lanes) / c.n;
-    if (valid && r.part == 0) w.b[a] = value;
-  }
+    for (int k = 0; k < kRowPerLane; ++k) row[k] *= inv;
+  };
+  unit_key_column_rows<kRedundancyWarps>(keys, c.begin, end, d, [&](int a) { return pool_index(c.h, a); },
+                                         to_unit, sum_unit, static_cast<double>(c.n), w.b);
 }
 
 void launch_key_redundancy(const CudaSelectionArgs& args, void* stream) {

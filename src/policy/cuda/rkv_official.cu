@@ -137,8 +137,9 @@ __device__ void spared_redundancy_device(const CudaSelectionArgs& args, const cu
 #pragma unroll
     for (int k = 0; k < cuda::kRowPerLane; ++k) row[k] *= inv;
   };
-  cuda::sum_unit_keys_device(keys, h, w, n, d, to_unit, sum_unit);
-  cuda::unit_key_columns_device(keys, h, w, n, d, to_unit, sum_unit, 1.0, column);
+  auto age_index = [&](int a) { return cuda::pool_index(h, w.slot_of_age[a]); };
+  cuda::sum_unit_rows<cuda::kRowWarps>(keys, 0, n, d, age_index, to_unit, sum_unit);
+  cuda::unit_key_column_rows<cuda::kRowWarps>(keys, 0, n, d, age_index, to_unit, sum_unit, 1.0, column);
   // Each row's spared entry comes off its spare's column, summed in row order as on the CPU (exact
   // entries, so the spare rule's share is the CPU's). A thread sweeps the rows once for kSweepColumns of
   // its candidates (a, a + kThreads, ...), the rows' spares staged in shared memory kStaged at a time.

@@ -18,9 +18,10 @@ __device__ inline float key_element(const __nv_bfloat16* keys, int64_t index, in
 
 // The candidates' key rows as warps read them: a row is d / 8 chunks of 16 bytes (8 dimensions), one
 // chunk a lane, so a load instruction moves whole rows; a "row group" of L lanes (d / 8 rounded up to a
-// power of two: 16 at d = 128) holds one row, and a warp reads 32 / L rows at once. Warp w takes the
-// row groups w, w + kRowWarps, ... (rows a = group index * rows a warp + group in warp); each lane of
-// a group looks up the row's pool index (one broadcast read). Dimensions past d read as 0.
+// power of two: 16 at d = 128) holds one row, and a warp reads 32 / L rows at once. Warp w of a block's
+// W warps takes the row groups w, w + W, ... (rows a = group index * rows a warp + group in warp); each
+// lane of a group looks up the row's pool index (one broadcast read). Dimensions past d read as 0.
+// kRowWarps: W in a selection CTA.
 constexpr int kRowWarps = kSelectionThreads / 32, kRowPerLane = 8;
 static_assert(kMaxScoringHeadDim / 8 <= 32, "a row in one warp");
 
@@ -65,12 +66,6 @@ __device__ inline void read_key_row(const __nv_bfloat16* keys, int64_t index, bo
   }
 }
 
-// This lane's 8 dimensions of the a-th oldest candidate's key.
-__device__ inline void read_candidate_row(const __nv_bfloat16* keys, const HeadSelect& h, const HeadScratch& w,
-                                          int a, bool valid, int d, const RowLanes& r, double (&row)[kRowPerLane]) {
-  read_key_row(keys, valid ? pool_index(h, w.slot_of_age[a]) : 0, valid, d, r, row);
-}
-
 // The sums of acc over the row groups of a warp, into shared[8 * part + k] by the lanes of group 0
 // (a fixed butterfly over the groups).
 __device__ inline void store_group_sums(const RowLanes& r, double (&acc)[kRowPerLane], double* shared) {
@@ -82,25 +77,28 @@ __device__ inline void store_group_sums(const RowLanes& r, double (&acc)[kRowPer
     for (int k = 0; k < kRowPerLane; ++k) shared[8 * r.part + k] = acc[k];
 }
 
-// sum_unit[c] = S[c] = Σ_a u_a[c] over the n candidates (fp64, a fixed order): to_unit(a, row) turns the
-// lane's part of row a into its unit key in place (every lane calls it, with a ≥ n for a group past the
-// last row, whose row is zeros: it may sum over the group with row_group_sum, and must neither write nor
-// read per-candidate state for a ≥ n); the row groups' partials are added in lane order, the warps' in
-// warp order. sum_unit has kMaxScoringHeadDim entries (shared memory). Collective.
-template <class ToUnit>
-__device__ void sum_unit_keys_device(const __nv_bfloat16* keys, const HeadSelect& h, const HeadScratch& w, int n,
-                                     int d, ToUnit to_unit, double* sum_unit) {
-  __shared__ double partial[kRowWarps][kMaxScoringHeadDim];
+// sum_unit[c] = S[c] = Σ_a u_a[c] over rows [begin, end) of a head (fp64, a fixed order), read by the
+// block's kWarps warps as above; row_index(a) gives row a's pool index (called for a < end only) and
+// to_unit(a, row) turns the lane's part of row a into its unit key in place (every lane calls it, with
+// a ≥ end for a group past the last row, whose row is zeros: it may sum over the group with
+// row_group_sum, and must neither write nor read per-row state for a ≥ end); the row groups' partials
+// are added in lane order, the warps' in warp order. sum_unit has kMaxScoringHeadDim entries (shared
+// memory). Collective.
+template <int kWarps, class RowIndex, class ToUnit>
+__device__ void sum_unit_rows(const __nv_bfloat16* keys, int begin, int end, int d, RowIndex row_index,
+                              ToUnit to_unit, double* sum_unit) {
+  __shared__ double partial[kWarps][kMaxScoringHeadDim];
   const int warp = threadIdx.x / 32;
   const RowLanes r = row_lanes(d);
   const int rows_a_read = 32 / r.lanes;
   double acc[kRowPerLane];
 #pragma unroll
   for (int k = 0; k < kRowPerLane; ++k) acc[k] = 0.0;
-  for (int base = warp * rows_a_read; base < n; base += kRowWarps * rows_a_read) {
+  for (int base = begin + warp * rows_a_read; base < end; base += kWarps * rows_a_read) {
     const int a = base + r.group;
+    const bool valid = a < end;
     double row[kRowPerLane];
-    read_candidate_row(keys, h, w, a, a < n, d, r, row);
+    read_key_row(keys, valid ? row_index(a) : 0, valid, d, r, row);
     to_unit(a, row);
 #pragma unroll
     for (int k = 0; k < kRowPerLane; ++k) acc[k] += row[k];
@@ -109,34 +107,34 @@ __device__ void sum_unit_keys_device(const __nv_bfloat16* keys, const HeadSelect
   __syncthreads();
   for (int c = threadIdx.x; c < d; c += blockDim.x) {
     double total = 0.0;
-    for (int k = 0; k < kRowWarps; ++k) total += partial[k][c];
+    for (int k = 0; k < kWarps; ++k) total += partial[k][c];
     sum_unit[c] = total;
   }
   __syncthreads();
 }
 
-// column[a] = u_a · (S − u_a) / divisor for every candidate, rows read as above (to_unit must not
-// write, the warps read a row again). Collective.
-template <class ToUnit>
-__device__ void unit_key_columns_device(const __nv_bfloat16* keys, const HeadSelect& h, const HeadScratch& w, int n,
-                                        int d, ToUnit to_unit, const double* sum_unit, double divisor,
-                                        double* column) {
+// column[a] = u_a · (S − u_a) / divisor for rows [begin, end), read as above (to_unit must not write,
+// the rows are read again). Collective.
+template <int kWarps, class RowIndex, class ToUnit>
+__device__ void unit_key_column_rows(const __nv_bfloat16* keys, int begin, int end, int d, RowIndex row_index,
+                                     ToUnit to_unit, const double* sum_unit, double divisor, double* column) {
   const int warp = threadIdx.x / 32;
   const RowLanes r = row_lanes(d);
   const int rows_a_read = 32 / r.lanes;
   double s[kRowPerLane];  // this lane's dimensions of S, read once
 #pragma unroll
   for (int k = 0; k < kRowPerLane; ++k) s[k] = r.part < r.chunks ? sum_unit[8 * r.part + k] : 0.0;
-  for (int base = warp * rows_a_read; base < n; base += kRowWarps * rows_a_read) {
+  for (int base = begin + warp * rows_a_read; base < end; base += kWarps * rows_a_read) {
     const int a = base + r.group;
+    const bool valid = a < end;
     double row[kRowPerLane];
-    read_candidate_row(keys, h, w, a, a < n, d, r, row);
+    read_key_row(keys, valid ? row_index(a) : 0, valid, d, r, row);
     to_unit(a, row);
     double dot = 0.0;
 #pragma unroll
     for (int k = 0; k < kRowPerLane; ++k) dot += row[k] * (s[k] - row[k]);
     const double value = row_group_sum(dot, r.lanes) / divisor;
-    if (a < n && r.part == 0) column[a] = value;
+    if (valid && r.part == 0) column[a] = value;
   }
   __syncthreads();
 }
