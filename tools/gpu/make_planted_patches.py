@@ -111,8 +111,8 @@ plant('vase-zero-weight-newest', "VaSE's draws past the last weight read the tak
       [('src/policy/cuda/vase_select.cuh',
         '      while (oldest_left < m && w.sort[oldest_left].unused) ++oldest_left;',
         '      while (oldest_left < m && w.sort[m - 1 - oldest_left].unused) ++oldest_left;')])
-plant('mma-tile-chunks-past-8', 'the tensor-core tiles (fp32 windowed attention, the spare search) leave the odd 16-byte chunks past the 8th of a row uncopied (head_dim 128)',
-      'Policies/CudaRealShape.Qwen3FourBKeepsWhatTheCpuKeeps/*fp32*',
+plant('mma-tile-chunks-past-8', "the tensor-core tiles (rkv_official's spare search) leave the odd 16-byte chunks past the 8th of a row uncopied (head_dim 128)",
+      'Policies/CudaRealShape.Qwen3FourBKeepsWhatTheCpuKeeps/rkv_official',
       [('src/policy/cuda/mma_tile.cuh',
         '  for (int c = half; c < d / 8; c += 2) cuda_ptx::cp_async_16(to + 16 * c, valid ? from + 8 * c : any, valid);',
         '  for (int c = half; c < (half ? min(d / 8, 8) : d / 8); c += 2) cuda_ptx::cp_async_16(to + 16 * c, valid ? from + 8 * c : any, valid);')])
@@ -295,8 +295,8 @@ FILTERS = {
     'vase-tree-root-stale': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
     'vase-zero-weight-newest': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*'),
     'vase-walk-run-tail': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
-    'mma-tile-chunks-past-8': ('mma_tile.cuh (fp32 windowed attention, spare search)',
-        'Policies/CudaScoringPolicy.*:Policies/CudaRealShape.*/*fp32*:' + real('rkv_official')),
+    'mma-tile-chunks-past-8': ('mma_tile.cuh (spare search)',
+        'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
     'rkv-redundancy-first-64-channels': ('rkv.cu (redundancy launches)', 'Policies/CudaScoringPolicy.*:' + real('rkv')),
     'rkv-redundancy-shares-from-chunk-1': ('rkv.cu (redundancy launches)', 'Policies/CudaScoringPolicy.*:' + real('rkv')),
     'rkv_official-query-heads-4-up': ('rkv_official.cu', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
