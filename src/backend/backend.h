@@ -172,6 +172,9 @@ class Backend {
   virtual void upload(void* dst, const void* src, size_t bytes) = 0;
   virtual void download(void* dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* dst, size_t bytes) = 0;
+  // Copies `bytes` between two regions of this backend's memory (which must not overlap), in order
+  // with the other ops.
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   // Writes a host fp32 matrix [rows, cols] into `dst`, converting to dst.dtype (round to nearest even).
   virtual void upload_matrix(const View& dst, const float* src) = 0;
   // Reads `src` back as fp32 [rows, cols] (tests and mechanism studies; not on the fast path).

@@ -3,19 +3,23 @@
 // layer) and per whole model (every layer in one call), at each batch size, for each policy; and its
 // share of decode time: round / (r x step + round), the step time measured by decode steps (forward,
 // sample, advance) over the same filled pool at the cycle's mean resident length (T + r/2 slots), with
-// the policy's signals recorded as in a real run. No prompt is prefilled: the pool is filled directly.
+// the policy's signals recorded as in a real run. The pool holds the model's own K/V: one template
+// sequence is prefilled with T + r pseudo-random tokens (drawn from --seed) and copied into every
+// sequence before each timed round and step (a round compacts the pool; the copy puts it back), so the
+// scores a policy computes have the spread real keys give, not the ties of an empty pool.
 // Where the backend records graphs, the timed round is a recorded graph replay (as inside the engine's
 // decode graph); otherwise the op runs eagerly. A policy that scores the whole model at once
 // (TriAttention: one keep-set per KV head shared by all layers) has no one-layer call: its per-layer
 // figure is the whole-model round over the layer count, and says so. A policy that records signals
 // on every step (the query ring, attention mass, value ranges) also gets the step timed without them
 // (random_pp's pool at the same batch and budget) and the share of decode its round and signals take.
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <chrono>
 #include <numeric>
 #include <optional>
-
-#include <fmt/ranges.h>
+#include <random>
 
 #include "backend/step_storage.h"
 #include "bench/protocols.h"
@@ -45,20 +49,25 @@ struct RoundTiming {
   std::vector<std::string> problems;
 };
 
+// Rows of one prefill step of the template sequence (the decode forward's arena holds at least these).
+constexpr int kFillRows = 256;
+
 // A pool of `batch` sequences at T + r slots each, and the decode batch that points at them.
 class FilledPool {
  public:
-  FilledPool(const BenchContext& ctx, const policy::EvictionPolicy& policy, int batch,
-             const kv::BudgetSpec& budget, int prompt_len)
+  FilledPool(const BenchContext& ctx, model::ForwardPass& forward, const policy::EvictionPolicy& policy,
+             int batch, const kv::BudgetSpec& budget, int prompt_len)
       : backend_(ctx.backend), batch_(batch), budget_(budget) {
     const model::ModelConfig& mc = ctx.model.config();
     const int page_slots = kv::KvPool::kDefaultPageSlots;
     len_ = budget.budget + budget.window;
-    const int pages_per_seq = (len_ + page_slots - 1) / page_slots;
-    // The query ring (window queries) holds one row of r queries per sequence, as in the engine.
-    pool_ = std::make_unique<kv::KvPool>(backend_, ctx.model.kv_shape(), int64_t{batch} * pages_per_seq,
+    pages_per_seq_ = (len_ + page_slots - 1) / page_slots;
+    const int pages_per_seq = pages_per_seq_;
+    // The batch's sequences and the template. The query ring (window queries) holds one row of r
+    // queries per sequence, as in the engine.
+    pool_ = std::make_unique<kv::KvPool>(backend_, ctx.model.kv_shape(), int64_t{batch + 1} * pages_per_seq,
                                          page_slots, policy.needs(),
-                                         kv::QueryRingShape{batch, budget.window, mc.n_heads});
+                                         kv::QueryRingShape{batch + 1, budget.window, mc.n_heads});
     storage_ = std::make_unique<backend::StepStorage>(backend_, batch, batch, pages_per_seq);
     backend::StepBatch& b = storage_->host();
     b.n_seqs = b.n_rows = batch;
@@ -81,8 +90,11 @@ class FilledPool {
       row.sample_key = philox_key(ctx.options.seed, static_cast<uint64_t>(s), RngDomain::Sampling);
       backend::write_row(b, s, s, row);
     }
+    template_pages_ = pool_->allocate(len_);
+    KVDICE_CHECK(!template_pages_.empty(), "evict bench: the pool is sized for the template");
+    template_ring_row_ = policy.needs().window_queries ? pool_->allocate_ring_row() : -1;
     const std::vector<std::vector<int32_t>>& pages = pages_;
-    // Every slot holds its absolute position (slot i of a sequence = token i); K and V are zero.
+    // Every slot holds its absolute position (slot i of a sequence = token i).
     shape_ = ctx.model.kv_shape();
     const kv::KvShape& shape = shape_;
     const int64_t n_pages = pool_->n_pages();
@@ -95,16 +107,22 @@ class FilledPool {
                 static_cast<int32_t>(j * page_slots + o);
     const size_t kv_bytes = static_cast<size_t>(n_pages) * shape.n_kv_heads * page_slots * shape.head_dim *
                             dtype_size(pool_->dtype());
-    for (const backend::KvLayer& layer : pool_->layers()) {
+    const size_t slot_signal_bytes =
+        static_cast<size_t>(n_pages) * shape.n_kv_heads * page_slots * sizeof(float);
+    for (const backend::KvLayer& layer : pool_->layers()) {  // defined bytes everywhere before the fill
       backend_.fill_zero(layer.keys, kv_bytes);
       backend_.fill_zero(layer.values, kv_bytes);
+      if (layer.value_range != nullptr) backend_.fill_zero(layer.value_range, slot_signal_bytes);
+      if (layer.attention_mass != nullptr) backend_.fill_zero(layer.attention_mass, slot_signal_bytes);
       if (layer.query_ring != nullptr)
         backend_.fill_zero(
             layer.query_ring,
             static_cast<size_t>(kv::KvPool::query_ring_bytes(shape, pool_->query_ring()) / shape.n_layers));
     }
+    fill_template(ctx, forward);
     view_ = storage_->device(/*self_feeding=*/true);
     reset();
+    check_fill();
   }
 
   // Every sequence back at `length` slots (T + r: due again), appended as many, each slot at its
@@ -112,6 +130,7 @@ class FilledPool {
   // next round would see positions twice, which a sequence never holds.
   void reset(int length = -1) {
     if (length < 0) length = len_;
+    restore();
     for (const backend::KvLayer& layer : pool_->layers())
       backend_.upload(layer.positions, positions_.data(), positions_.size() * sizeof(int32_t));
     backend::StepBatch& b = storage_->host();
@@ -193,8 +212,10 @@ class FilledPool {
             kept[static_cast<size_t>(i)] = positions[slot_index(s, h, i)];
           std::sort(kept.begin(), kept.end());
           if (std::adjacent_find(kept.begin(), kept.end()) != kept.end()) {
-            problems.push_back(fmt::format("sequence {}, layer {}, KV head {}: a position kept twice after a "
-                                           "round", s, layer - layers.data(), h));
+            problems.push_back(
+                fmt::format("sequence {}, layer {}, KV head {}: a position kept twice after a "
+                            "round",
+                            s, layer - layers.data(), h));
             return;
           }
         }
@@ -209,6 +230,7 @@ class FilledPool {
   RoundTiming time(const policy::EvictionPolicy& policy, const std::vector<backend::KvLayer>& layers,
                    int repeats, uint64_t graph_key) {
     RoundTiming t;
+    t.problems = fill_problems_;
     // Eager once first: scratch grows and the layer table uploads outside any recording.
     backend_.evict(view_, layers, policy, 0);
     check(t.problems);
@@ -235,6 +257,131 @@ class FilledPool {
   const std::vector<backend::KvLayer>& layers() const { return pool_->layers(); }
 
  private:
+  // The template sequence's K/V and signals: a forward over T + r pseudo-random tokens in steps of
+  // kFillRows rows, which records the signals the policy reads (its ring row takes the last r queries)
+  // as a prefill does.
+  void fill_template(const BenchContext& ctx, model::ForwardPass& forward) {
+    std::vector<int32_t> tokens(static_cast<size_t>(len_));
+    std::mt19937_64 rng(ctx.options.seed);
+    std::uniform_int_distribution<int32_t> draw(0, ctx.model.config().vocab - 1);
+    for (int32_t& token : tokens) token = draw(rng);
+    backend::StepStorage storage(backend_, 1, kFillRows, pages_per_seq_);
+    for (int at = 0; at < len_; at += kFillRows) {
+      const int n = std::min(kFillRows, len_ - at);
+      backend::StepBatch& b = storage.host();
+      b.n_seqs = 1;
+      b.n_rows = n;
+      b.max_rows_per_seq = n;
+      backend::SeqRow row;
+      row.tokens = std::span<const int32_t>(tokens).subspan(static_cast<size_t>(at), static_cast<size_t>(n));
+      row.length = at;
+      row.appended = at;
+      row.pages = template_pages_;
+      row.budget = budget_.budget;
+      row.window = budget_.window;
+      row.ring_row = template_ring_row_;
+      backend::write_row(b, 0, 0, row);
+      storage.upload_all();
+      forward.run(storage.device(), *pool_, /*all_positions=*/false);
+    }
+    backend_.synchronize();
+  }
+
+  // Every sequence's K/V, value ranges, attention mass and ring row as the template's.
+  void restore() {
+    const int page_slots = kv::KvPool::kDefaultPageSlots;
+    const int64_t kv_page =
+        int64_t{shape_.n_kv_heads} * page_slots * shape_.head_dim * dtype_size(pool_->dtype());
+    const int64_t signal_page = int64_t{shape_.n_kv_heads} * page_slots * static_cast<int64_t>(sizeof(float));
+    auto page_of = [&](int s, int j) {
+      return int64_t{pages_[static_cast<size_t>(s)][static_cast<size_t>(j)]};
+    };
+    auto template_page = [&](int j) { return int64_t{template_pages_[static_cast<size_t>(j)]}; };
+    auto ring_row_of = [&](int s, int) { return int64_t{rows_[static_cast<size_t>(s)].ring_row}; };
+    auto template_ring_row = [&](int) { return int64_t{template_ring_row_}; };
+    for (const backend::KvLayer& layer : pool_->layers()) {
+      replicate(layer.keys, kv_page, pages_per_seq_, page_of, template_page);
+      replicate(layer.values, kv_page, pages_per_seq_, page_of, template_page);
+      if (layer.value_range != nullptr)
+        replicate(layer.value_range, signal_page, pages_per_seq_, page_of, template_page);
+      if (layer.attention_mass != nullptr)
+        replicate(layer.attention_mass, signal_page, pages_per_seq_, page_of, template_page);
+      if (layer.query_ring != nullptr && template_ring_row_ >= 0) {
+        const int64_t ring_row_bytes =
+            (layer.ring_index(1, 0, 0) - layer.ring_index(0, 0, 0)) * kv::KvPool::kQueryRingElementBytes;
+        replicate(layer.query_ring, ring_row_bytes, 1, ring_row_of, template_ring_row);
+      }
+    }
+  }
+
+  // Copies the template's `per_seq` units of `unit_bytes` (its pages, or its ring row) into every
+  // sequence's: unit j of sequence s is unit_of(s, j) and the template's template_unit(j). A fresh pool
+  // hands both out as runs in order (checked), so the template goes into the first sequence and the
+  // copied block then doubles: 1 + log2(batch) copies.
+  template <class UnitOf, class TemplateUnit>
+  void replicate(void* base, int64_t unit_bytes, int per_seq, UnitOf unit_of, TemplateUnit template_unit) {
+    const int64_t first = unit_of(0, 0);
+    for (int s = 0; s < batch_; ++s)
+      for (int j = 0; j < per_seq; ++j)
+        KVDICE_CHECK(
+            unit_of(s, j) == first + int64_t{s} * per_seq + j && template_unit(j) == template_unit(0) + j,
+            "evict bench: the pool's pages and ring rows are handed out in order");
+    char* bytes = static_cast<char*>(base);
+    const int64_t seq_bytes = unit_bytes * per_seq;
+    char* block = bytes + first * unit_bytes;
+    backend_.copy(block, bytes + template_unit(0) * unit_bytes, static_cast<size_t>(seq_bytes));
+    for (int64_t done = 1; done < batch_; done *= 2)
+      backend_.copy(block + done * seq_bytes, block,
+                    static_cast<size_t>(std::min<int64_t>(done, batch_ - done) * seq_bytes));
+  }
+
+  // After the first restore: the template's keys are not all zero (the prefill wrote them), and every
+  // sequence holds them, in the first and the last layer, and the template's ring row (first layer).
+  void check_fill() {
+    const int page_slots = kv::KvPool::kDefaultPageSlots;
+    const size_t page_bytes =
+        static_cast<size_t>(shape_.n_kv_heads) * page_slots * shape_.head_dim * dtype_size(pool_->dtype());
+    auto sequence_keys = [&](const backend::KvLayer& layer, const std::vector<int32_t>& pages) {
+      std::vector<unsigned char> bytes(page_bytes * pages.size());
+      for (size_t j = 0; j < pages.size(); ++j)
+        backend_.download(bytes.data() + j * page_bytes,
+                          static_cast<const unsigned char*>(layer.keys) + int64_t{pages[j]} * page_bytes,
+                          page_bytes);
+      return bytes;
+    };
+    const std::vector<backend::KvLayer>& layers = pool_->layers();
+    for (const backend::KvLayer* layer : {&layers.front(), &layers.back()}) {
+      const std::vector<unsigned char> want = sequence_keys(*layer, template_pages_);
+      if (std::all_of(want.begin(), want.end(), [](unsigned char b) { return b == 0; })) {
+        fill_problems_.push_back(
+            fmt::format("pool fill: the template's keys are all zero in layer {}", layer->layer));
+        return;
+      }
+      for (int s = 0; s < batch_; ++s)
+        if (sequence_keys(*layer, pages_[static_cast<size_t>(s)]) != want) {
+          fill_problems_.push_back(fmt::format(
+              "pool fill: sequence {} does not hold the template's keys in layer {}", s, layer->layer));
+          return;
+        }
+    }
+    const backend::KvLayer& first = layers.front();
+    if (first.query_ring == nullptr || template_ring_row_ < 0) return;
+    const size_t row_elements = static_cast<size_t>(first.ring_index(1, 0, 0) - first.ring_index(0, 0, 0));
+    auto ring_row = [&](int row) {
+      std::vector<uint16_t> out(row_elements);
+      backend_.download(out.data(), first.query_ring + first.ring_index(row, 0, 0),
+                        row_elements * sizeof(uint16_t));
+      return out;
+    };
+    const std::vector<uint16_t> want = ring_row(template_ring_row_);
+    for (int s = 0; s < batch_; ++s)
+      if (ring_row(rows_[static_cast<size_t>(s)].ring_row) != want) {
+        fill_problems_.push_back(
+            fmt::format("pool fill: sequence {} does not hold the template's ring row", s));
+        return;
+      }
+  }
+
   // Index of sequence s's slot `slot` of KV head h in a layer's positions.
   size_t slot_index(int s, int h, int slot) const {
     const int page_slots = kv::KvPool::kDefaultPageSlots;
@@ -246,14 +393,18 @@ class FilledPool {
   int batch_;
   kv::BudgetSpec budget_;
   int len_ = 0;
+  int pages_per_seq_ = 0;
   std::unique_ptr<kv::KvPool> pool_;
   std::unique_ptr<backend::StepStorage> storage_;
   backend::StepBatch view_;
   static constexpr int32_t kToken[1] = {0};  // every row's input token
   std::vector<std::vector<int32_t>> pages_;  // each sequence's pages
+  std::vector<int32_t> template_pages_;      // the template's (fill_template), copied by restore()
+  int template_ring_row_ = -1;
+  std::vector<std::string> fill_problems_;  // check_fill's, reported with every timing
   kv::KvShape shape_;
-  std::vector<int32_t> positions_;  // every layer's positions as filled (slot i of a sequence = token i)
-  std::vector<backend::SeqRow> rows_;         // each sequence's row (reset() rewrites length and round)
+  std::vector<int32_t> positions_;     // every layer's positions as filled (slot i of a sequence = token i)
+  std::vector<backend::SeqRow> rows_;  // each sequence's row (reset() rewrites length and round)
 };
 
 }  // namespace
@@ -295,8 +446,9 @@ Json run_evict(const BenchContext& ctx) {
   const std::vector<std::string> policies = check_evict_options(o, ctx.backend);
   const int repeats = std::max(o.repeats, 1);
   const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
-  // The weights once, for the decode steps that give each round its share.
-  model::ForwardPass forward(ctx.model, ctx.backend, max_batch, max_batch, max_batch);
+  // The weights once, for the pools' template prefills and the decode steps that give each round its
+  // share.
+  model::ForwardPass forward(ctx.model, ctx.backend, std::max(max_batch, kFillRows), max_batch, max_batch);
   Json out;
   out["results"] = Json::array();
   for (size_t bi = 0; bi < o.batches.size(); ++bi) {
@@ -317,21 +469,21 @@ Json run_evict(const BenchContext& ctx) {
       const bool records = needs.any();
       if (records && !plain_step_ms) {
         const auto plain = policy::make_policy("random_pp");
-        FilledPool plain_pool(ctx, *plain, batch, spec.budget.engine, o.prompt_len);
-        plain_step_ms = plain_pool.decode_step_ms(forward, std::min(repeats, 10), key_base | 3, plain_problems);
+        FilledPool plain_pool(ctx, forward, *plain, batch, spec.budget.engine, o.prompt_len);
+        plain_step_ms =
+            plain_pool.decode_step_ms(forward, std::min(repeats, 10), key_base | 3, plain_problems);
       }
       std::vector<std::string> step_problems = records ? plain_problems : std::vector<std::string>{};
-      FilledPool pool(ctx, *policy, batch, spec.budget.engine, o.prompt_len);
+      FilledPool pool(ctx, forward, *policy, batch, spec.budget.engine, o.prompt_len);
       const bool whole_round = policy->scores_whole_round();
       const std::vector<backend::KvLayer> one_layer{pool.layers().front()};
       const RoundTiming model = pool.time(*policy, pool.layers(), repeats, key_base | 1);
       const double n_layers = static_cast<double>(pool.layers().size());
-      const RoundTiming layer =
-          whole_round ? RoundTiming{.mean_ms = model.mean_ms / n_layers,
-                                    .min_ms = model.min_ms / n_layers,
-                                    .graph = model.graph,
-                                    .problems = {}}
-                      : pool.time(*policy, one_layer, repeats, key_base);
+      const RoundTiming layer = whole_round ? RoundTiming{.mean_ms = model.mean_ms / n_layers,
+                                                          .min_ms = model.min_ms / n_layers,
+                                                          .graph = model.graph,
+                                                          .problems = {}}
+                                            : pool.time(*policy, one_layer, repeats, key_base);
       const double step_ms = pool.decode_step_ms(forward, std::min(repeats, 10), key_base | 2, step_problems);
       const double step_without_signals = records ? *plain_step_ms : step_ms;
       const double r = o.window;
@@ -342,43 +494,47 @@ Json run_evict(const BenchContext& ctx) {
       validation.problems.insert(validation.problems.end(), model.problems.begin(), model.problems.end());
       validation.rounds_reported = validation.problems.empty() ? validation.rounds_expected : -1;
       validation.problems.insert(validation.problems.end(), step_problems.begin(), step_problems.end());
-      Json metrics{{"batch", batch},
-                   {"policy", name},
-                   {"round_ms_layer", layer.mean_ms},
-                   {"round_ms_layer_min", layer.min_ms},
-                   {"round_ms_model", model.mean_ms},
-                   {"round_ms_model_min", model.min_ms},
-                   {"layers", static_cast<int>(pool.layers().size())},
-                   {"round_ms_layer_from", whole_round ? "whole-model round / layers (the policy scores every "
-                                                         "layer at once)"
-                                                       : "one-layer evict call"},
-                   {"timed_as", model.graph ? "graph replay" : "eager op"},
-                   {"decode_step_ms", step_ms},
-                   {"decode_share", model.mean_ms / (r * step_ms + model.mean_ms)},
-                   {"signals", signal_names(needs)},
-                   {"decode_step_ms_without_signals", step_without_signals},
-                   {"decode_share_with_signals",
-                    (model.mean_ms + r * (step_ms - step_without_signals)) / (r * step_ms + model.mean_ms)}};
+      Json metrics{
+          {"batch", batch},
+          {"policy", name},
+          {"round_ms_layer", layer.mean_ms},
+          {"round_ms_layer_min", layer.min_ms},
+          {"round_ms_model", model.mean_ms},
+          {"round_ms_model_min", model.min_ms},
+          {"layers", static_cast<int>(pool.layers().size())},
+          {"round_ms_layer_from", whole_round ? "whole-model round / layers (the policy scores every "
+                                                "layer at once)"
+                                              : "one-layer evict call"},
+          {"timed_as", model.graph ? "graph replay" : "eager op"},
+          {"decode_step_ms", step_ms},
+          {"decode_share", model.mean_ms / (r * step_ms + model.mean_ms)},
+          {"signals", signal_names(needs)},
+          {"decode_step_ms_without_signals", step_without_signals},
+          {"decode_share_with_signals",
+           (model.mean_ms + r * (step_ms - step_without_signals)) / (r * step_ms + model.mean_ms)}};
       out["results"].push_back(Json{{"label", fmt::format("{} batch {}", name, batch)},
                                     {"metrics", metrics},
                                     {"validation", validation.to_json()}});
     }
   }
-  out["parameters"] =
-      Json{{"budget", o.budget},
-           {"window", o.window},
-           {"budget_convention", o.convention},
-           {"prompt_len", o.prompt_len},
-           {"batches", o.batches},
-           {"policies", policies},
-           {"repeats", repeats},
-           {"step_time_from",
-            "decode steps (forward, sample, advance) over the filled pool at T + r/2 resident slots, same "
-            "batch, the policy's signals recorded"},
-           {"decode_share_rule", "round_model / (r * step + round_model)"},
-           {"decode_share_with_signals_rule",
-            "(round_model + r * (step - step_without_signals)) / (r * step + round_model): the round and the "
-            "signals' extra step time; the step without signals is random_pp's on the same batch and budget"}};
+  out["parameters"] = Json{
+      {"budget", o.budget},
+      {"window", o.window},
+      {"budget_convention", o.convention},
+      {"prompt_len", o.prompt_len},
+      {"batches", o.batches},
+      {"policies", policies},
+      {"repeats", repeats},
+      {"pool_fill",
+       "one sequence prefilled with T + r pseudo-random tokens (seed), its K/V, value ranges, attention "
+       "mass and ring row copied into every sequence before each timed round and step"},
+      {"step_time_from",
+       "decode steps (forward, sample, advance) over the filled pool at T + r/2 resident slots, same "
+       "batch, the policy's signals recorded"},
+      {"decode_share_rule", "round_model / (r * step + round_model)"},
+      {"decode_share_with_signals_rule",
+       "(round_model + r * (step - step_without_signals)) / (r * step + round_model): the round and the "
+       "signals' extra step time; the step without signals is random_pp's on the same batch and budget"}};
   return out;
 }
 

@@ -31,6 +31,37 @@ std::vector<int32_t> shuffled_page_table(int n_seqs, int max_pages, uint64_t see
   return pages;
 }
 
+// ---- copy --------------------------------------------------------------------------------------
+
+// Backend::copy on every backend this build has (the CPU always): an unaligned range lands where it
+// should and nothing around it moves, and it runs in order with the ops before and after it (a copy
+// of the copy sees the first one's bytes; a fill after it overwrites them).
+TEST(BackendCopy, MovesBytesInOrderWithTheOtherOps) {
+  BackendPair pair = make_pair();
+  const size_t n = (size_t{1} << 20) + 37, at = 3, len = n - 11;
+  std::vector<unsigned char> pattern(n);
+  for (size_t i = 0; i < n; ++i) pattern[i] = static_cast<unsigned char>((i * 2654435761u) >> 13);
+  std::vector<unsigned char> want_b(n, 0), want_c(n, 0);
+  std::copy(pattern.begin(), pattern.begin() + static_cast<std::ptrdiff_t>(len), want_b.begin() + at);
+  std::copy(want_b.begin(), want_b.end(), want_c.begin());
+  std::fill(want_b.begin(), want_b.begin() + 8, 0);
+  for (Backend* backend : {pair.cpu.get(), pair.gpu.get()}) {
+    if (backend == nullptr) continue;
+    SCOPED_TRACE(backend->name());
+    backend::Buffer a = backend->alloc(n, "a"), b = backend->alloc(n, "b"), c = backend->alloc(n, "c");
+    backend->upload(a.data(), pattern.data(), n);
+    backend->fill_zero(b.data(), n);
+    backend->copy(static_cast<unsigned char*>(b.data()) + at, a.data(), len);
+    backend->copy(c.data(), b.data(), n);
+    backend->fill_zero(b.data(), 8);
+    std::vector<unsigned char> got_b(n), got_c(n);
+    backend->download(got_b.data(), b.data(), n);
+    backend->download(got_c.data(), c.data(), n);
+    EXPECT_EQ(got_b, want_b);
+    EXPECT_EQ(got_c, want_c);
+  }
+}
+
 // ---- embed, rmsnorm, matmul, silu_mul, gather, advance ------------------------------------------
 
 TEST(CudaOps, Embed) {

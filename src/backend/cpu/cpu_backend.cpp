@@ -78,6 +78,9 @@ class CpuBackend final : public Backend {
   void upload(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void download(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void fill_zero(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes != 0) std::memcpy(dst, src, bytes);
+  }
   void upload_matrix(const View& dst, const float* src) override {
     for (int64_t r = 0; r < dst.rows; ++r) std::copy_n(src + r * dst.cols, dst.cols, row(dst, r));
   }

@@ -166,6 +166,10 @@ class CudaBackend final : public Backend {
     if (bytes != 0) CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
   }
 
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes != 0) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+
   void upload_matrix(const View& dst, const float* src) override {
     if (dst.rows == 0 || dst.cols == 0) return;
     const size_t elem = dtype_size(dst.dtype);
