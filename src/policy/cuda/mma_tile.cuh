@@ -1,7 +1,8 @@
 // Tensor-core tiles of rkv_official's spare search (rkv_official.cu; the fp32 windowed attention in
-// window_scores_tc.cu stages its own rows and takes only the pad zeroing from here): 64 bf16 A rows and stages of 64 bf16 B rows in shared memory (rows of
-// head_dim rounded up to 16, plus a pad), and the fp32 dot products of every A row with the B rows of a
-// stage by mma.sync m16n8k16: each of the four warps takes 16 B rows against all 64 A rows.
+// window_scores_tc.cu stages its own rows and takes only the pad zeroing from here): 64 bf16 A rows and
+// stages of 64 bf16 B rows in shared memory (rows of head_dim rounded up to 16, plus a pad), and the
+// fp32 dot products of every A row with the B rows of a stage by mma.sync m16n8k16: each of the four
+// warps takes 16 B rows against all 64 A rows.
 #pragma once
 
 #include <cuda_bf16.h>
