@@ -93,6 +93,19 @@ class FilledPool {
     template_pages_ = pool_->allocate(len_);
     KVDICE_CHECK(!template_pages_.empty(), "evict bench: the pool is sized for the template");
     template_ring_row_ = policy.needs().window_queries ? pool_->allocate_ring_row() : -1;
+    // A fresh pool hands pages and ring rows out as runs in order: the sequences' one block in sequence
+    // order, the template's after it, which restore() copies as whole blocks.
+    for (int s = 0; s < batch; ++s) {
+      for (int j = 0; j < pages_per_seq; ++j)
+        KVDICE_CHECK(pages_[static_cast<size_t>(s)][static_cast<size_t>(j)] ==
+                         pages_[0][0] + int64_t{s} * pages_per_seq + j,
+                     "evict bench: the pool hands out pages in order");
+      KVDICE_CHECK(template_ring_row_ < 0 || rows_[static_cast<size_t>(s)].ring_row == rows_[0].ring_row + s,
+                   "evict bench: the pool hands out ring rows in order");
+    }
+    for (int j = 0; j < pages_per_seq; ++j)
+      KVDICE_CHECK(template_pages_[static_cast<size_t>(j)] == template_pages_[0] + j,
+                   "evict bench: the pool hands out pages in order");
     const std::vector<std::vector<int32_t>>& pages = pages_;
     // Every slot holds its absolute position (slot i of a sequence = token i).
     shape_ = ctx.model.kv_shape();
@@ -293,43 +306,31 @@ class FilledPool {
     const int64_t kv_page =
         int64_t{shape_.n_kv_heads} * page_slots * shape_.head_dim * dtype_size(pool_->dtype());
     const int64_t signal_page = int64_t{shape_.n_kv_heads} * page_slots * static_cast<int64_t>(sizeof(float));
-    auto page_of = [&](int s, int j) {
-      return int64_t{pages_[static_cast<size_t>(s)][static_cast<size_t>(j)]};
-    };
-    auto template_page = [&](int j) { return int64_t{template_pages_[static_cast<size_t>(j)]}; };
-    auto ring_row_of = [&](int s, int) { return int64_t{rows_[static_cast<size_t>(s)].ring_row}; };
-    auto template_ring_row = [&](int) { return int64_t{template_ring_row_}; };
+    const int64_t first_page = pages_[0][0], template_page = template_pages_[0];
     for (const backend::KvLayer& layer : pool_->layers()) {
-      replicate(layer.keys, kv_page, pages_per_seq_, page_of, template_page);
-      replicate(layer.values, kv_page, pages_per_seq_, page_of, template_page);
+      replicate(layer.keys, kv_page * pages_per_seq_, first_page * kv_page, template_page * kv_page);
+      replicate(layer.values, kv_page * pages_per_seq_, first_page * kv_page, template_page * kv_page);
       if (layer.value_range != nullptr)
-        replicate(layer.value_range, signal_page, pages_per_seq_, page_of, template_page);
+        replicate(layer.value_range, signal_page * pages_per_seq_, first_page * signal_page,
+                  template_page * signal_page);
       if (layer.attention_mass != nullptr)
-        replicate(layer.attention_mass, signal_page, pages_per_seq_, page_of, template_page);
+        replicate(layer.attention_mass, signal_page * pages_per_seq_, first_page * signal_page,
+                  template_page * signal_page);
       if (layer.query_ring != nullptr && template_ring_row_ >= 0) {
-        const int64_t ring_row_bytes =
+        const int64_t row_bytes =
             (layer.ring_index(1, 0, 0) - layer.ring_index(0, 0, 0)) * kv::KvPool::kQueryRingElementBytes;
-        replicate(layer.query_ring, ring_row_bytes, 1, ring_row_of, template_ring_row);
+        replicate(layer.query_ring, row_bytes, rows_[0].ring_row * row_bytes, template_ring_row_ * row_bytes);
       }
     }
   }
 
-  // Copies the template's `per_seq` units of `unit_bytes` (its pages, or its ring row) into every
-  // sequence's: unit j of sequence s is unit_of(s, j) and the template's template_unit(j). A fresh pool
-  // hands both out as runs in order (checked), so the template goes into the first sequence and the
-  // copied block then doubles: 1 + log2(batch) copies.
-  template <class UnitOf, class TemplateUnit>
-  void replicate(void* base, int64_t unit_bytes, int per_seq, UnitOf unit_of, TemplateUnit template_unit) {
-    const int64_t first = unit_of(0, 0);
-    for (int s = 0; s < batch_; ++s)
-      for (int j = 0; j < per_seq; ++j)
-        KVDICE_CHECK(
-            unit_of(s, j) == first + int64_t{s} * per_seq + j && template_unit(j) == template_unit(0) + j,
-            "evict bench: the pool's pages and ring rows are handed out in order");
+  // The template's `seq_bytes` at byte `from` of `base` into every sequence's, which lie one after
+  // another from byte `first`: into the first sequence, then the copied block doubles (1 + log2(batch)
+  // copies).
+  void replicate(void* base, int64_t seq_bytes, int64_t first, int64_t from) {
     char* bytes = static_cast<char*>(base);
-    const int64_t seq_bytes = unit_bytes * per_seq;
-    char* block = bytes + first * unit_bytes;
-    backend_.copy(block, bytes + template_unit(0) * unit_bytes, static_cast<size_t>(seq_bytes));
+    char* block = bytes + first;
+    backend_.copy(block, bytes + from, static_cast<size_t>(seq_bytes));
     for (int64_t done = 1; done < batch_; done *= 2)
       backend_.copy(block + done * seq_bytes, block,
                     static_cast<size_t>(std::min<int64_t>(done, batch_ - done) * seq_bytes));
