@@ -11,6 +11,7 @@
 #include "cli/run_command.h"
 #include "core/file_io.h"
 #include "core/json.h"
+#include "policy/triattention_stats.h"
 
 namespace kvdice::testing {
 namespace {
@@ -238,6 +239,36 @@ TEST_F(BenchCli, EvictTimesAWholeModelScorerPerModel) {
   EXPECT_NE(tri["round_ms_layer_from"].get<std::string>().find("whole-model"), std::string::npos);
   EXPECT_EQ(results[1]["metrics"]["round_ms_layer_from"], "one-layer evict call");
   EXPECT_TRUE(results[1]["validation"]["ok"].get<bool>());
+}
+
+// A benchmark without a checkpoint times TriAttention on statistics of its own random weights: calibrate
+// --random-weights builds bench's model for the same --config and --seed and runs it over random ids.
+TEST_F(BenchCli, EvictTimesTriAttentionOnRandomWeightsItsCalibrationMatches) {
+  const std::string shape = kFixtures + "/qwen3/config.json", json = path("rw.json");
+  auto calibrate = [&](const std::string& out, const std::string& seed) {
+    return run_kvdice({"calibrate", "--random-weights", "--config", shape, "--seed", seed, "--tokens", "64",
+                       "--segment", "32", "--out", out, "--threads", "1"});
+  };
+  const CommandResult c = calibrate(path("s0.safetensors"), "0");
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.out.find("on 64 tokens of random token ids (seed 0)"), std::string::npos) << c.out;
+  ASSERT_EQ(calibrate(path("s0b.safetensors"), "0").exit_code, 0);
+  ASSERT_EQ(calibrate(path("s1.safetensors"), "1").exit_code, 0);
+  // The same seed, the same file byte for byte; another seed's weights and ids give other statistics.
+  EXPECT_EQ(read_regular_file(path("s0.safetensors"), 1 << 24), read_regular_file(path("s0b.safetensors"), 1 << 24));
+  const policy::TriAttentionStats s0 = policy::read_triattention_stats(path("s0.safetensors"));
+  const policy::TriAttentionStats s1 = policy::read_triattention_stats(path("s1.safetensors"));
+  EXPECT_NE(s0.q_mean_real, s1.q_mean_real);
+  EXPECT_NE(s0.q_weight_norm, s1.q_weight_norm);
+  EXPECT_NE(s0.metadata.at("model").find("seed 0"), std::string::npos) << s0.metadata.at("model");
+  const CommandResult r = run_kvdice(cpu({"bench", "evict", "--random-weights", "--config", shape, "--budget", "64",
+                                          "--window", "16", "--prompt-len", "8", "--batches", "2", "--repeats", "2",
+                                          "--policies", "triattention:stats=" + path("s0.safetensors"),
+                                          "--json-out", json}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json result = read_runs(json)[0]["results"][0];
+  EXPECT_TRUE(result["validation"]["ok"].get<bool>()) << result.dump();
+  EXPECT_GT(result["metrics"]["round_ms_model"].get<double>(), 0.0);
 }
 
 TEST_F(BenchCli, LatencyAgainstTheWeightsOnlyRoofline) {

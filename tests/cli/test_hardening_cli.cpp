@@ -372,6 +372,12 @@ TEST(HardeningCli, EverySubcommandChecksItsNumericFlags) {
       {{"bench", "thruput", "--random-weights", "--config", shape}, "thruput"},
       {{"calibrate", "-m", kModel, "--text", shape, "--out", results + "/x", "--threads", "5000"}, "--threads"},
       {{"calibrate", "-m", kModel, "--text", shape, "--out", results + "/x", "--tokens", "0"}, "--tokens"},
+      {{"calibrate", "--random-weights", "--out", results + "/x"}, "--random-weights needs --config"},
+      {{"calibrate", "--random-weights", "--config", shape, "-m", kModel, "--out", results + "/x"}, "not both"},
+      {{"calibrate", "--random-weights", "--config", shape, "--text", shape, "--out", results + "/x"}, "drop --text"},
+      {{"calibrate", "-m", kModel, "--out", results + "/x"}, "--text FILE is required"},
+      {{"calibrate", "-m", kModel, "--text", shape, "--seed", "3", "--out", results + "/x"}, "add --random-weights"},
+      {{"calibrate", "--out", results + "/x"}, "needs --model M --text FILE, or --random-weights"},
       {{"probe", "passcode", "--model", kModel, "--temperature", "1"}, "--temperature"},  // no such flag
   });
   fs::remove_all(results);
