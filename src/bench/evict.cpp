@@ -19,9 +19,9 @@
 #include <chrono>
 #include <numeric>
 #include <optional>
-#include <random>
 
 #include "backend/step_storage.h"
+#include "bench/bench_model.h"
 #include "bench/protocols.h"
 #include "core/error.h"
 #include "core/step_row.h"
@@ -274,10 +274,7 @@ class FilledPool {
   // kFillRows rows, which records the signals the policy reads (its ring row takes the last r queries)
   // as a prefill does.
   void fill_template(const BenchContext& ctx, model::ForwardPass& forward) {
-    std::vector<int32_t> tokens(static_cast<size_t>(len_));
-    std::mt19937_64 rng(ctx.options.seed);
-    std::uniform_int_distribution<int32_t> draw(0, ctx.model.config().vocab - 1);
-    for (int32_t& token : tokens) token = draw(rng);
+    const std::vector<int> tokens = random_prompt(ctx.model.config().vocab, len_, ctx.options.seed, 0);
     backend::StepStorage storage(backend_, 1, kFillRows, pages_per_seq_);
     for (int at = 0; at < len_; at += kFillRows) {
       const int n = std::min(kFillRows, len_ - at);
