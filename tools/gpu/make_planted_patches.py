@@ -161,6 +161,16 @@ plant('window-tc-head-second-warp', "the fp32 windowed attention's key sums leav
       [('src/policy/cuda/window_scores_tc.cu',
         '        for (int w2 = 0; w2 < kWarpsAHead; ++w2) sum += key_sums[hb * kWarpsAHead + w2][k];',
         '        for (int w2 = 0; w2 < 1; ++w2) sum += key_sums[hb * kWarpsAHead + w2][k];')])
+plant('window-redundancy-second-half-keys', "R-KV's key redundancy in the fp32 windowed attention leaves the second half of every key tile out of S",
+      'Policies/CudaScoringPolicy.*fp32*, Policies/CudaRealShape.*/rkv_precision_fp32',
+      [('src/policy/cuda/window_scores_tc.cu',
+        '          for (int e = threadIdx.x; e < d; e += blockDim.x) red_part[0][e] += red_part[1][e];',
+        '          for (int e = threadIdx.x; e < d; e += blockDim.x) red_part[0][e] += 0.0 * red_part[1][e];')])
+plant('window-redundancy-norm-first-quarter', "R-KV's key redundancy in the fp32 windowed attention takes each key's norm from the first quarter of its dimensions",
+      'Policies/CudaScoringPolicy.*fp32*, Policies/CudaRealShape.*/rkv_precision_fp32',
+      [('src/policy/cuda/window_scores_tc.cu',
+        '  const double inverse = 1.0 / (sqrt(key_part_sum(sq)) + 1e-8);',
+        '  const double inverse = 1.0 / (sqrt(sq) + 1e-8);')])
 plant('rkv_official-spared-first-columns', "R-KV (official) leaves the spared entries on the columns of its 256 oldest candidates",
       'Policies/CudaRealShape.*/rkv_official',
       [('src/policy/cuda/rkv_official.cu',
@@ -308,6 +318,8 @@ FILTERS = {
     'rkv_official-exact-other-stage': ('rkv_official.cu (spare search)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
     'window-tc-key-chunks-half': ('window_scores_tc.cu (fp32 windowed attention)', 'Policies/CudaScoringPolicy.*:Policies/CudaScoringPolicyQwen.*/8:Policies/CudaScoringPolicyQwen.*/10:' + real('*fp32*')),
     'window-tc-head-second-warp': ('window_scores_tc.cu (fp32 windowed attention)', 'Policies/CudaScoringPolicy.*:Policies/CudaScoringPolicyQwen.*/8:Policies/CudaScoringPolicyQwen.*/10:' + real('*fp32*')),
+    'window-redundancy-second-half-keys': ('window_scores_tc.cu (R-KV redundancy, fp32)', 'Policies/CudaScoringPolicy.*:' + real('rkv_precision_fp32')),
+    'window-redundancy-norm-first-quarter': ('window_scores_tc.cu (R-KV redundancy, fp32)', 'Policies/CudaScoringPolicy.*:' + real('rkv_precision_fp32')),
     'rkv_official-spared-first-columns': ('rkv_official.cu (spared redundancy)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
     'triattention-group-max-3': ('triattention.cu', 'CudaTriAttention.*:' + real('triattention')),
     'compaction-first-tile-only': ('compaction (evict.cu)', RANDOM + ':' + real('random') + ':' + real('recency')),

@@ -1,11 +1,12 @@
 // rkv and rkv_pp on the device (twins of policy/rkv.cpp): past the row's n_protected prompt slots (0
 // for rkv), λ · smoothed windowed attention − (1 − λ) · key redundancy (rkv_select.cuh), top K_sel.
 //
-// The redundancy runs in two launches of its own before the selection. Inside the selection, a head's
-// CTA read its n key rows twice with its 8 warps at the occupancy its radix select and age order leave
-// (64 registers, 4 CTAs an SM): a batch-128 round waited on ~140 dependent row reads a warp. Here a
-// head's candidates (slots [0, n), in slot order) are split into up to kMaxRedundancyChunks chunks, one
-// CTA of four warps each:
+// At precision=fp32 the windowed attention's launch gives the redundancy from the keys it stages
+// (window_scores_tc.cu). At the default fp64 it runs in two launches of its own before the selection.
+// Inside the selection, a head's CTA read its n key rows twice with its 8 warps at the occupancy its
+// radix select and age order leave (64 registers, 4 CTAs an SM): a batch-128 round waited on ~140
+// dependent row reads a warp. Here a head's candidates (slots [0, n), in slot order) are split into up
+// to kMaxRedundancyChunks chunks, one CTA of four warps each:
 //   launch 1: each row's inverse norm (w.c, by slot) and the chunk's share of S (chunk c's d doubles at
 //             the head's sort pairs, free until the selection's age order, running on into w.a);
 //   launch 2: S, the chunks' shares summed in chunk order, and each row's column u · (S − u) / n (w.b,
@@ -143,7 +144,8 @@ __device__ inline void rkv_keep(const CudaSelectionArgs& args, const HeadSelect&
   keep_prompt_and_highest_device(h, w, w.b, keep);
 }
 
-// The selection after launch_key_redundancy: its columns (w.b, by slot) into age order (w.a), softmaxed.
+// The selection after the redundancy (launch_key_redundancy, or at precision=fp32 the windowed attention's
+// launch): its columns (w.b, by slot) into age order (w.a), softmaxed.
 struct RkvColumnsDevice {
   __device__ static void select(const CudaSelectionArgs& args, const HeadSelect& h, int s, char* scratch,
                                 uint8_t* keep) {
@@ -177,8 +179,12 @@ CudaParams bind_rkv(PolicyOptions& options) {
 void cuda_select_rkv(const CudaSelectionArgs& args, void* stream) {
   const auto& p = args.params.as<cuda::RkvParams>();
   const CudaSelectionArgs window_args = cuda::with_window(args, p.pool, p.temperature, p.window_fp32);
-  cuda::launch_window_scores(window_args, stream);
-  cuda::launch_key_redundancy(window_args, stream);
+  if (p.window_fp32) {
+    cuda::launch_window_scores_fp32(window_args, stream, /*key_redundancy=*/true);  // the columns too
+  } else {
+    cuda::launch_window_scores(window_args, stream);
+    cuda::launch_key_redundancy(window_args, stream);
+  }
   cuda::launch_scoring_selection<cuda::RkvColumnsDevice>(window_args, stream);
 }
 

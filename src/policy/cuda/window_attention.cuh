@@ -173,7 +173,9 @@ struct WindowItem : WindowHead {
 // two fp64 launches (window_scores.cu) over (tiles, layers x KV heads x group, rows), or with
 // args.window_fp32 the tensor-core launch (window_scores_tc.cu) over (layers x KV heads x group, rows).
 void launch_window_scores(const CudaSelectionArgs& args, void* stream);
-void launch_window_scores_fp32(const CudaSelectionArgs& args, void* stream);
+// key_redundancy: the same launch also writes R-KV's key redundancy columns (HeadScratch::b by slot, as
+// rkv.cu's launch_key_redundancy), from the keys it stages anyway.
+void launch_window_scores_fp32(const CudaSelectionArgs& args, void* stream, bool key_redundancy = false);
 
 // A scoring selection whose policy reads the windowed attention: the window launches, then the policy.
 template <class Policy>

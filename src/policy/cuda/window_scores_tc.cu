@@ -23,6 +23,15 @@
 // queries (a warp's 32 by a fixed shuffle tree, then its two warps in order), writing the head's fp32
 // mean per candidate slot at the start of its window scratch (cuda_window_fp32_bytes). A key tile is
 // read twice per block of the group's heads (a CTA per query head read it twice per head).
+//
+// With R-KV's key redundancy (rkv, rkv_pp at precision=fp32: launch_window_scores_fp32's
+// key_redundancy), the first block's two passes also give it from the staged keys, so the keys are not
+// read a third and fourth time by launches of their own (rkv.cu's, which the fp64 precision keeps):
+// pass 1 each key's inverse norm (four threads a key, fp64; HeadScratch::c by slot) and S = Σ u over the
+// candidates (a thread a dimension and half of each tile's keys, in key order; the halves added at the
+// end), pass 2 each key's column u · (S − u) / n (HeadScratch::b by slot), as rkv_select.cuh defines it.
+// The sums run in another order than the launches', so the columns differ from theirs by fp64 rounding
+// only (rkv_select.cuh: the CPU sums the n x n cosines, and both differ from it by about 1e-15).
 #include <mutex>
 
 #include "policy/cuda/mma_tile.cuh"
@@ -38,6 +47,9 @@ constexpr int kWarpRows = 32;                                   // query rows a 
 constexpr int kBlockRows = kGroupWarps * kWarpRows;             // 256
 constexpr int kHeadsABlock = kBlockRows / kQueryChunk;          // 4
 constexpr int kRowTiles = kWarpRows / 16, kKeyNTiles = kKeyTile / 8;
+// The key redundancy's threads: four a key row (its norm and column), or a dimension and one of the
+// kRedundancyHalves halves of a tile's keys (S).
+constexpr int kRedundancyHalves = kGroupThreads / 128, kHalfKeys = kKeyTile / kRedundancyHalves;
 
 // Dynamic shared memory for head_dim d: a block of query rows and two key stages.
 constexpr int smem_bytes(int d) { return (kBlockRows + 2 * kKeyTile) * tile_smem_row(d) * 2; }
@@ -68,7 +80,7 @@ __device__ inline void merge_stats(float& m, float& d, float m2, float d2) {
 // [head_dim, row) of a stage stay zero from the kernel's start.
 __device__ inline void issue_key_tile(const HeadSelect& h, const __nv_bfloat16* keys, int d, int row, int first,
                                       __nv_bfloat16* stage) {
-  static_assert(kGroupThreads == 4 * kKeyTile, "four threads a key row");
+  static_assert(kGroupThreads == 4 * kKeyTile && kRedundancyHalves == 2, "four threads a key row");
   const int k = static_cast<int>(threadIdx.x) / 4, part = static_cast<int>(threadIdx.x) % 4;
   const bool valid = first + k < h.n_candidates;
   const __nv_bfloat16* from = valid ? keys + pool_index(h, first + k) * d : keys;
@@ -108,15 +120,89 @@ __device__ inline void warp_rows_dots(const __nv_bfloat16* rows, const __nv_bflo
   }
 }
 
-// One CTA: blockIdx.x = (layer of the launch, KV head), blockIdx.y = row of the launch.
-__global__ void __launch_bounds__(kGroupThreads) window_means_tc_kernel(CudaSelectionArgs args) {
+// Key k of a stage (k = thread / 4) as four threads hold it: 16-byte chunks part, part + 4, ... of the
+// row, as issue_key_tile copied them; f(x, e) gets each element x (fp64) and its dimension e.
+template <class F>
+__device__ inline void for_key_part(const __nv_bfloat16* stage, int d, int row, F f) {
+  const int k = static_cast<int>(threadIdx.x) / 4, part = static_cast<int>(threadIdx.x) % 4;
+  for (int c = part; c < d / 8; c += 4) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(stage + k * row + 8 * c);
+    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 x = __bfloat1622float2(pairs[e]);
+      f(static_cast<double>(x.x), 8 * c + 2 * e);
+      f(static_cast<double>(x.y), 8 * c + 2 * e + 1);
+    }
+  }
+}
+
+// The sum over the four threads of a key row (a fixed butterfly: the same sum in all four).
+__device__ inline double key_part_sum(double x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// The redundancy's pass-1 share of one key tile: each key's inverse norm (w_c[slot], and inv[k] for
+// the tile, 0 past the candidates), then Σ u over each half of the tile's keys in key order, added to
+// the half's running sum part[half][dimension] (a thread a dimension of a half). Collective.
+__device__ inline void redundancy_tile_sums(const __nv_bfloat16* stage, int d, int row, int first, int n,
+                                            double* w_c, double* inv, double (*part)[kMaxScoringHeadDim]) {
+  const int k = static_cast<int>(threadIdx.x) / 4;
+  double sq = 0.0;
+  for_key_part(stage, d, row, [&](double x, int) { sq += x * x; });
+  const double inverse = 1.0 / (sqrt(key_part_sum(sq)) + 1e-8);
+  const bool valid = first + k < n;
+  if (threadIdx.x % 4 == 0) {
+    inv[k] = valid ? inverse : 0.0;
+    if (valid) w_c[first + k] = inverse;
+  }
+  __syncthreads();  // the tile's inverse norms are visible
+  const int e0 = static_cast<int>(threadIdx.x) % 128, half = static_cast<int>(threadIdx.x) / 128;
+  for (int e = e0; e < d; e += 128) {
+    double sum = 0.0;
+#pragma unroll 4
+    for (int kk = half * kHalfKeys; kk < (half + 1) * kHalfKeys; ++kk)
+      sum += static_cast<double>(__bfloat162float(stage[kk * row + e])) * inv[kk];
+    part[half][e] += sum;
+  }
+}
+
+// The redundancy's pass-2 share of one key tile: w_b[slot] = u · (S − u) / n for its keys (S in
+// unit_sum, the inverse norms from pass 1), four threads a key as in pass 1.
+__device__ inline void redundancy_tile_columns(const __nv_bfloat16* stage, int d, int row, int first, int n,
+                                               const double* w_c, const double* unit_sum, double* w_b) {
+  const int k = static_cast<int>(threadIdx.x) / 4;
+  const bool valid = first + k < n;
+  const double inverse = valid ? w_c[first + k] : 0.0;
+  double dot = 0.0;
+  for_key_part(stage, d, row, [&](double x, int e) {
+    const double u = x * inverse;
+    dot += u * (unit_sum[e] - u);
+  });
+  const double value = key_part_sum(dot) / static_cast<double>(n);
+  if (valid && threadIdx.x % 4 == 0) w_b[first + k] = value;
+}
+
+// One CTA: blockIdx.x = (layer of the launch, KV head), blockIdx.y = row of the launch. kRedundancy:
+// R-KV's key redundancy too (above).
+// The redundancy's kernel is held to 128 registers (two CTAs an SM, as its shared memory allows at
+// head_dim 128); the plain one states no minimum, with which ptxas gives it 128 as well (a stated
+// minimum of one CTA made it take 176: one CTA an SM).
+template <bool kRedundancy>
+__global__ void __launch_bounds__(kGroupThreads, kRedundancy ? 2 : 0)
+    window_means_tc_kernel(CudaSelectionArgs args) {
   extern __shared__ __align__(16) unsigned char tc_smem[];
   __shared__ float key_sums[kGroupWarps][kKeyTile];
+  // The redundancy's tile inverse norms and the halves' running sums of u, S in red_part[0] after
+  // pass 1 (kRedundancy only).
+  __shared__ double red_inv[kRedundancy ? kKeyTile : 1];
+  __shared__ double red_part[kRedundancy ? kRedundancyHalves : 1][kMaxScoringHeadDim];
   WindowHead head;  // decoded at the group's first query head
   if (!head.decode(args, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x) * (args.n_heads / args.n_kv_heads)))
     return;
   const int n = head.h.n_candidates, nq = head.nq, group = head.group;
-  if (nq <= 0 || n <= 0) return;
+  if (n <= 0 || (nq <= 0 && !kRedundancy)) return;
   const SelectionLayer layer = args.layers[head.h.layer];
   const int d = args.head_dim, dp = (d + 15) / 16 * 16, row = tile_smem_row(d);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
@@ -130,7 +216,20 @@ __global__ void __launch_bounds__(kGroupThreads) window_means_tc_kernel(CudaSele
   float* means = reinterpret_cast<float*>(head.head_scratch(args) + cuda_head_scratch_bytes(args.capacity));
   zero_tile_pad_columns(stage(0), 2 * kKeyTile, d, row);  // both stages (the queries' are written below)
 
-  const int n_tiles = (n + kKeyTile - 1) / kKeyTile, n_chunks = (nq + kQueryChunk - 1) / kQueryChunk;
+  // The redundancy's inverse norms and columns (HeadScratch::c, ::b by slot).
+  double* red_c = nullptr;
+  double* red_b = nullptr;
+  if constexpr (kRedundancy) {
+    const HeadScratch w(head.head_scratch(args), args.capacity);
+    red_c = w.c;
+    red_b = w.b;
+    for (int e = threadIdx.x; e < kRedundancyHalves * kMaxScoringHeadDim; e += blockDim.x)
+      red_part[e / kMaxScoringHeadDim][e % kMaxScoringHeadDim] = 0.0;
+  }
+  // Without window queries (no means to write) the redundancy still takes one chunk's passes.
+  const int n_tiles = (n + kKeyTile - 1) / kKeyTile;
+  const int query_chunks = (nq + kQueryChunk - 1) / kQueryChunk;
+  const int n_chunks = kRedundancy ? max(1, query_chunks) : query_chunks;
   const int n_blocks = (group + kHeadsABlock - 1) / kHeadsABlock;
   const int steps = n_chunks * n_blocks * 2 * n_tiles;  // per (chunk, block of heads): pass 1, then pass 2
   issue_key_tile(head.h, keys, d, row, 0, stage(0));
@@ -173,6 +272,19 @@ __global__ void __launch_bounds__(kGroupThreads) window_means_tc_kernel(CudaSele
       cp_async_wait<0>();
     }
     __syncthreads();  // the stage and the queries are visible
+
+    if constexpr (kRedundancy) if (pair == 0) {
+      const int first = tile * kKeyTile;
+      if (pass == 0) {
+        redundancy_tile_sums(stage(step % 2), d, row, first, n, red_c, red_inv, red_part);
+        if (tile == n_tiles - 1) {
+          __syncthreads();  // S: the first half's sum plus the second's
+          for (int e = threadIdx.x; e < d; e += blockDim.x) red_part[0][e] += red_part[1][e];
+        }
+      } else {
+        redundancy_tile_columns(stage(step % 2), d, row, first, n, red_c, red_part[0], red_b);
+      }
+    }
 
     float acc[kRowTiles][kKeyNTiles][4];
     warp_rows_dots(qs + warp * kWarpRows * row, stage(step % 2), dp, row, acc);
@@ -250,7 +362,7 @@ __global__ void __launch_bounds__(kGroupThreads) window_means_tc_kernel(CudaSele
       static_assert(kGroupThreads == kHeadsABlock * kKeyTile, "a thread a (head of the block, key)");
       const int hb = static_cast<int>(threadIdx.x) / kKeyTile, k = static_cast<int>(threadIdx.x) % kKeyTile;
       const int gh = block * kHeadsABlock + hb, j = tile * kKeyTile + k;
-      if (gh < group && j < n) {
+      if (gh < group && j < n && (!kRedundancy || nq > 0)) {
         constexpr int kWarpsAHead = kQueryChunk / kWarpRows;
         float sum = 0.0f;
 #pragma unroll
@@ -266,17 +378,22 @@ __global__ void __launch_bounds__(kGroupThreads) window_means_tc_kernel(CudaSele
 
 }  // namespace
 
-void launch_window_scores_fp32(const CudaSelectionArgs& args, void* stream) {
+void launch_window_scores_fp32(const CudaSelectionArgs& args, void* stream, bool key_redundancy) {
   if (args.n_rows == 0 || args.n_layers == 0 || args.n_kv_heads == 0) return;
   // head_dim is a multiple of 8 and at most kMaxScoringHeadDim (the backend's check_scoring_inputs).
   static std::once_flag attribute;
   std::call_once(attribute, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(window_means_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(window_means_tc_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    smem_bytes(kMaxScoringHeadDim)));
+    CUDA_CHECK(cudaFuncSetAttribute(window_means_tc_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     smem_bytes(kMaxScoringHeadDim)));
   });
   const dim3 grid(static_cast<unsigned>(args.n_layers * args.n_kv_heads), static_cast<unsigned>(args.n_rows));
-  window_means_tc_kernel<<<grid, kGroupThreads, smem_bytes(args.head_dim), static_cast<cudaStream_t>(stream)>>>(
-      args);
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (key_redundancy)
+    window_means_tc_kernel<true><<<grid, kGroupThreads, smem_bytes(args.head_dim), s>>>(args);
+  else
+    window_means_tc_kernel<false><<<grid, kGroupThreads, smem_bytes(args.head_dim), s>>>(args);
   CUDA_CHECK_LAUNCH("window_means_tc_kernel");
 }
 
