@@ -403,6 +403,15 @@ TEST(CudaTriAttention, SmallShapesKeepWhatTheCpuKeeps) {
                small_rows(0), 3004);
 }
 
+// The round kernel scores a key against a few query heads a pass (triattention.cu): groups of 3 pad a
+// pass of 4 with zero weights, groups of 6 take three passes of 2, and at head_dim 40 (20 bands, not a
+// multiple of 8) a key is read element by element instead of 16 bytes at a time.
+TEST(CudaTriAttention, GroupsThatTakeSeveralPassesOrPaddingKeepWhatTheCpuKeeps) {
+  const Shape group_3{"group-3", 3, 2, 3, 64}, group_6{"group-6-dim-40", 3, 3, 6, 40};
+  check_policy("triattention:stats=" + write_random_stats(group_3, 34), group_3, small_rows(5), 3005);
+  check_policy("triattention:stats=" + write_random_stats(group_6, 35), group_6, small_rows(5), 3006);
+}
+
 TEST(CudaTriAttention, Qwen3FourBKeepsWhatTheCpuKeeps) {
   check_policy("triattention:stats=" + write_random_stats(kQwen3_4b, 33), kQwen3_4b, qwen_rows(100), 4004);
 }

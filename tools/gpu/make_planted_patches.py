@@ -191,6 +191,21 @@ plant('triattention-group-max-3', "TriAttention's max over the GQA group skips q
       [('src/policy/cuda/triattention.cu',
         '    for (int g = 0; g < group; ++g) {',
         '    for (int g = 0; g < (group < 3 ? group : 3); ++g) {')])
+plant('triattention-second-half-from-first', "TriAttention's 16-byte key reads take the second half's bands from the first half",
+      'CudaTriAttention.*',
+      [('src/policy/cuda/triattention.cu',
+        '            const uint4 raw2 = *reinterpret_cast<const uint4*>(k + nf + f);',
+        '            const uint4 raw2 = *reinterpret_cast<const uint4*>(k + f);')])
+plant('triattention-passes-first-weights', "TriAttention scores every pass of query heads after the first with the first pass's weights",
+      'CudaTriAttention.GroupsThatTakeSeveralPassesOrPaddingKeepWhatTheCpuKeeps',
+      [('src/policy/cuda/triattention.cu',
+        '        const int w0 = g0 * nf;',
+        '        const int w0 = 0;')])
+plant('triattention-element-reads-second-half', "TriAttention's element-by-element key reads (bands not a multiple of 8) take the second half's band from the first half",
+      'CudaTriAttention.GroupsThatTakeSeveralPassesOrPaddingKeepWhatTheCpuKeeps',
+      [('src/policy/cuda/triattention.cu',
+        '            const float k1 = __bfloat162float(k[f]), k2 = __bfloat162float(k[f + nf]);',
+        '            const float k1 = __bfloat162float(k[f]), k2 = __bfloat162float(k[f]);')])
 plant('compaction-first-tile-only', 'compaction moves only the first 512 (hole, survivor) pairs of a head',
       'Policies/CudaRealShape.*/random (a long prompt\'s round moves more)',
       [('src/backend/cuda/evict.cu',
@@ -322,6 +337,9 @@ FILTERS = {
     'window-redundancy-norm-first-quarter': ('window_scores_tc.cu (R-KV redundancy, fp32)', 'Policies/CudaScoringPolicy.*:' + real('rkv_precision_fp32')),
     'rkv_official-spared-first-columns': ('rkv_official.cu (spared redundancy)', 'Policies/CudaScoringPolicy.*:' + real('rkv_official')),
     'triattention-group-max-3': ('triattention.cu', 'CudaTriAttention.*:' + real('triattention')),
+    'triattention-second-half-from-first': ('triattention.cu (key reads)', 'CudaTriAttention.*:' + real('triattention')),
+    'triattention-passes-first-weights': ('triattention.cu (passes of query heads)', 'CudaTriAttention.*'),
+    'triattention-element-reads-second-half': ('triattention.cu (key reads)', 'CudaTriAttention.*'),
     'compaction-first-tile-only': ('compaction (evict.cu)', RANDOM + ':' + real('random') + ':' + real('recency')),
     'decode-attention-kv-heads-8-up': ('decode attention',
         'CudaOps.*Attention*:CudaEngine.*:Shapes/CudaEngineRealShape.*/phi_4'),

@@ -20,10 +20,40 @@ using cuda::HeadScratch;
 using cuda::HeadSelect;
 
 constexpr int kMaxBands = 128;        // head_dim <= 256 (checked by the backend)
-constexpr int kMaxGroupBands = 1024;  // GQA group x bands the shared W table holds
-constexpr int kGroupTile = 8;         // query heads scored per pass over a key
+constexpr int kMaxGroupBands = 1024;  // GQA group x bands the shared W table holds (checked by the backend)
 
-__global__ void __launch_bounds__(cuda::kSelectionThreads) triattention_round_kernel(CudaSelectionArgs args) {
+// Query heads scored per pass over a key: the largest of 8, 4, 2, 1 that divides the group, or for a
+// group under 8 that none but 1 divides (7, 5, 3), the next power of two, the W table's extra heads
+// zero (their sums are never stored). Either way no head of a pass needs a bounds check.
+int group_tile(int group) {
+  for (int tile : {8, 4, 2})
+    if (group % tile == 0) return tile;
+  if (group < 8) return group < 2 ? 1 : group < 4 ? 4 : 8;
+  return 1;
+}
+
+// score_g(slot) = sum_f (W_f.re k_f + W_f.im k_{f+D/2} + extra_f |k_f|), in the CPU's band order, for
+// query heads g0 .. g0 + kTile - 1; `k1` and `k2` hold bands f .. f + n - 1 of the key's two halves.
+template <int kTile, int kBands>
+__device__ __forceinline__ void score_bands(const double* w_re, const double* w_im, const double* w_extra,
+                                            int nf, int f, const float* k1s, const float* k2s,
+                                            double (&acc)[kTile]) {
+#pragma unroll
+  for (int e = 0; e < kBands; ++e) {
+    const double k1 = k1s[e], k2 = k2s[e];
+    const double mag = sqrt(k1 * k1 + k2 * k2);
+#pragma unroll
+    for (int g = 0; g < kTile; ++g) {
+      const int idx = g * nf + f + e;
+      acc[g] += w_re[idx] * k1 + w_im[idx] * k2 + w_extra[idx] * mag;
+    }
+  }
+}
+
+// Four CTAs an SM (the shared W table's bound) up to four heads a pass: 64 registers a thread.
+template <int kTile>
+__global__ void __launch_bounds__(cuda::kSelectionThreads)
+    triattention_round_kernel(CudaSelectionArgs args) {
   __shared__ double rot_re[kMaxBands], rot_im[kMaxBands];
   __shared__ double w_re[kMaxGroupBands], w_im[kMaxGroupBands], w_extra[kMaxGroupBands];
   __shared__ int layers_differ;
@@ -40,6 +70,7 @@ __global__ void __launch_bounds__(cuda::kSelectionThreads) triattention_round_ke
   }
   const int n = h.n_candidates, pl = h.n_protected, d = args.head_dim, nf = d / 2;
   const int n_layers = args.n_model_layers, group = args.n_heads / args.n_kv_heads;
+  const int padded_group = (group + kTile - 1) / kTile * kTile;
   const int64_t item = static_cast<int64_t>(s) * args.n_kv_heads + head;
   char* base =
       args.scratch + (static_cast<int64_t>(s - args.row_begin) * args.n_kv_heads + head) * args.head_scratch;
@@ -80,8 +111,12 @@ __global__ void __launch_bounds__(cuda::kSelectionThreads) triattention_round_ke
 
   for (int l = 0; l < n_layers; ++l) {
     const auto* keys = static_cast<const __nv_bfloat16*>(args.layers[l].keys);
-    for (int idx = threadIdx.x; idx < group * nf; idx += blockDim.x) {
+    for (int idx = threadIdx.x; idx < padded_group * nf; idx += blockDim.x) {
       const int g = idx / nf, f = idx % nf;
+      if (g >= group) {
+        w_re[idx] = w_im[idx] = w_extra[idx] = 0.0;
+        continue;
+      }
       const double* e =
           args.table + ((static_cast<int64_t>(l) * args.n_heads + head * group + g) * nf + f) * 3;
       w_re[idx] = e[0] * rot_re[f] - e[1] * rot_im[f];
@@ -89,26 +124,38 @@ __global__ void __launch_bounds__(cuda::kSelectionThreads) triattention_round_ke
       w_extra[idx] = e[2];
     }
     __syncthreads();
-    // score_g(slot) = sum_f (W_f.re k_f + W_f.im k_{f+D/2} + extra_f |k_f|), in the CPU's band order.
+    // A thread scores its own key: eight bands of each half a 16-byte load where the halves start
+    // 16-byte aligned (bands a multiple of 8), so a warp's loads take whole sectors of its 32 rows
+    // instead of 2 bytes a row a load.
     for (int slot = threadIdx.x; slot < n; slot += blockDim.x) {
       const __nv_bfloat16* k = keys + cuda::pool_index(h, slot) * d;
-      for (int g0 = 0; g0 < group; g0 += kGroupTile) {
-        double acc[kGroupTile];
+      for (int g0 = 0; g0 < padded_group; g0 += kTile) {
+        const int w0 = g0 * nf;
+        double acc[kTile];
 #pragma unroll
-        for (int g = 0; g < kGroupTile; ++g) acc[g] = 0.0;
-        for (int f = 0; f < nf; ++f) {
-          const double k1 = __bfloat162float(k[f]), k2 = __bfloat162float(k[f + nf]);
-          const double mag = sqrt(k1 * k1 + k2 * k2);
+        for (int g = 0; g < kTile; ++g) acc[g] = 0.0;
+        if (nf % 8 == 0) {
+          for (int f = 0; f < nf; f += 8) {
+            const uint4 raw1 = *reinterpret_cast<const uint4*>(k + f);
+            const uint4 raw2 = *reinterpret_cast<const uint4*>(k + nf + f);
+            const __nv_bfloat162* p1 = reinterpret_cast<const __nv_bfloat162*>(&raw1);
+            const __nv_bfloat162* p2 = reinterpret_cast<const __nv_bfloat162*>(&raw2);
+            float k1s[8], k2s[8];
 #pragma unroll
-          for (int g = 0; g < kGroupTile; ++g) {
-            if (g0 + g < group) {
-              const int idx = (g0 + g) * nf + f;
-              acc[g] += w_re[idx] * k1 + w_im[idx] * k2 + w_extra[idx] * mag;
+            for (int e = 0; e < 4; ++e) {
+              const float2 a = __bfloat1622float2(p1[e]), b = __bfloat1622float2(p2[e]);
+              k1s[2 * e] = a.x, k1s[2 * e + 1] = a.y, k2s[2 * e] = b.x, k2s[2 * e + 1] = b.y;
             }
+            score_bands<kTile, 8>(w_re + w0, w_im + w0, w_extra + w0, nf, f, k1s, k2s, acc);
+          }
+        } else {
+          for (int f = 0; f < nf; ++f) {
+            const float k1 = __bfloat162float(k[f]), k2 = __bfloat162float(k[f + nf]);
+            score_bands<kTile, 1>(w_re + w0, w_im + w0, w_extra + w0, nf, f, &k1, &k2, acc);
           }
         }
 #pragma unroll
-        for (int g = 0; g < kGroupTile; ++g)
+        for (int g = 0; g < kTile; ++g)
           if (g0 + g < group) head_score[static_cast<int64_t>(g0 + g) * args.capacity + slot] = acc[g];
       }
     }
@@ -158,7 +205,13 @@ struct TriAttentionCopy {
 void cuda_round_triattention(const CudaSelectionArgs& args, void* stream) {
   if (args.n_rows == 0 || args.n_kv_heads == 0) return;
   const dim3 grid(static_cast<unsigned>(args.n_kv_heads), static_cast<unsigned>(args.n_rows));
-  triattention_round_kernel<<<grid, cuda::kSelectionThreads, 0, static_cast<cudaStream_t>(stream)>>>(args);
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch (group_tile(args.n_heads / args.n_kv_heads)) {
+    case 8: triattention_round_kernel<8><<<grid, cuda::kSelectionThreads, 0, s>>>(args); break;
+    case 4: triattention_round_kernel<4><<<grid, cuda::kSelectionThreads, 0, s>>>(args); break;
+    case 2: triattention_round_kernel<2><<<grid, cuda::kSelectionThreads, 0, s>>>(args); break;
+    default: triattention_round_kernel<1><<<grid, cuda::kSelectionThreads, 0, s>>>(args); break;
+  }
   CUDA_CHECK_LAUNCH("triattention_round_kernel");
 }
 
