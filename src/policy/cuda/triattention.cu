@@ -50,10 +50,8 @@ __device__ __forceinline__ void score_bands(const double* w_re, const double* w_
   }
 }
 
-// Four CTAs an SM (the shared W table's bound) up to four heads a pass: 64 registers a thread.
 template <int kTile>
-__global__ void __launch_bounds__(cuda::kSelectionThreads)
-    triattention_round_kernel(CudaSelectionArgs args) {
+__global__ void __launch_bounds__(cuda::kSelectionThreads) triattention_round_kernel(CudaSelectionArgs args) {
   __shared__ double rot_re[kMaxBands], rot_im[kMaxBands];
   __shared__ double w_re[kMaxGroupBands], w_im[kMaxGroupBands], w_extra[kMaxGroupBands];
   __shared__ int layers_differ;
