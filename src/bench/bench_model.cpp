@@ -2,11 +2,41 @@
 
 #include <chrono>
 
+#include "backend/backend.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/philox.h"
 #include "model/random_weights.h"
+#include "model/weights.h"
 
 namespace kvdice::bench {
+namespace {
+
+// Random weights are generated in fp32 and kept by the model; a backend whose memory is the host's (the
+// CPU's) copies them into its own fp32 buffer again (ForwardPass). A shape that cannot fit is refused
+// before anything is generated, where the kernel's OOM killer would end the process part way.
+void check_random_weights_fit(const model::ModelConfig& config, const BenchOptions& options) {
+  const std::optional<uint64_t> available = available_host_memory();
+  if (!available) return;
+  int64_t parameters = 0;
+  for (const model::RequiredTensor& t : model::required_tensors(config)) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    parameters += n;
+  }
+  const std::string& backend = options.backend.name;
+  const bool host_backend = backend == "cpu" || (backend == "auto" && !backend::cuda_available());
+  const double bytes = static_cast<double>(parameters) * sizeof(float) * (host_backend ? 2 : 1);
+  if (bytes > static_cast<double>(*available))
+    fail(
+        "--random-weights: the shape in {} has {:.2f}B parameters, whose fp32 weights take about {:.1f} GB of "
+        "host memory{}, and {:.1f} GB is available (MemAvailable); use a smaller shape or a machine with more "
+        "memory",
+        options.config_path, static_cast<double>(parameters) * 1e-9, bytes * 1e-9,
+        host_backend ? " (the model's and the CPU backend's copy)" : "", static_cast<double>(*available) * 1e-9);
+}
+
+}  // namespace
 
 BenchModel load_bench_model(const BenchOptions& options, const model::LoadOptions& load) {
   const auto start = std::chrono::steady_clock::now();
@@ -15,6 +45,7 @@ BenchModel load_bench_model(const BenchOptions& options, const model::LoadOption
     if (options.config_path.empty())
       fail("--random-weights needs --config FILE (an HF config.json, e.g. configs/shapes/qwen3-4b.json)");
     const model::ModelConfig config = model::read_shape_config(options.config_path);
+    check_random_weights_fit(config, options);
     out.owned = model::make_random_model(config, options.seed);
     out.source = fmt::format("random weights (uniform, std 0.02, norms 1, seed {}) of the shape in {}",
                              options.seed, options.config_path);

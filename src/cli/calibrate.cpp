@@ -62,6 +62,7 @@ void run_calibrate(const CalibrateOptions& o) {
     shape.random_weights = true;
     shape.config_path = o.config;
     shape.seed = o.seed;
+    shape.backend.name = "cpu";  // calibration runs on the CPU backend (below)
     random = bench::load_bench_model(shape);
     tokens = bench::random_prompt(random.model().config().vocab, static_cast<int>(o.tokens), o.seed, 0);
     text_source = fmt::format("random token ids (seed {})", o.seed);

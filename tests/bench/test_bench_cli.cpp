@@ -341,6 +341,19 @@ TEST_F(BenchCli, BadInputIsRefusedByName) {
     expect_failure(with({"bench", "capacity", "--memory-gib", "1", "--policy", "h2o_pp:turbo=1"}), "turbo");
   }
   {
+    // A shape whose random fp32 weights cannot fit this machine's memory (Qwen3-4B's with 4,096 layers,
+    // the most a config may have: about 400 billion parameters, 1.6 TB) is refused before any weight is generated, by bench and by
+    // calibrate, where the kernel's OOM killer would otherwise end the process.
+    Json config = read_json_file(std::string(KVDICE_SOURCE_DIR) + "/configs/shapes/qwen3-4b.json");
+    config["num_hidden_layers"] = 4096;
+    std::ofstream(path("huge.json")) << config.dump();
+    expect_failure(cpu({"bench", "latency", "--random-weights", "--config", path("huge.json")}),
+                   "GB is available (MemAvailable)");
+    expect_failure({"calibrate", "--random-weights", "--config", path("huge.json"), "--out", path("huge.tri")},
+                   "of host memory (the model's and the CPU backend's copy)");
+    EXPECT_FALSE(fs::exists(path("huge.tri")));
+  }
+  {
     // An existing file that is not a bench record is never overwritten.
     std::ofstream(path("notes.json")) << "{\"mine\": 1}";
     expect_failure(
