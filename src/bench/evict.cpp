@@ -299,10 +299,9 @@ class FilledPool {
 
   // Every sequence's K/V, value ranges, attention mass and ring row as the template's.
   void restore() {
-    const int page_slots = kv::KvPool::kDefaultPageSlots;
-    const int64_t kv_page =
-        int64_t{shape_.n_kv_heads} * page_slots * shape_.head_dim * dtype_size(pool_->dtype());
-    const int64_t signal_page = int64_t{shape_.n_kv_heads} * page_slots * static_cast<int64_t>(sizeof(float));
+    const int64_t kv_page = kv_page_bytes();
+    const int64_t signal_page =
+        int64_t{shape_.n_kv_heads} * pool_->page_slots() * static_cast<int64_t>(sizeof(float));
     const int64_t first_page = pages_[0][0], template_page = template_pages_[0];
     for (const backend::KvLayer& layer : pool_->layers()) {
       replicate(layer.keys, kv_page * pages_per_seq_, first_page * kv_page, template_page * kv_page);
@@ -321,6 +320,12 @@ class FilledPool {
     }
   }
 
+  // Bytes of one page of one layer's keys (or values): the unit restore() copies and check_fill() reads.
+  int64_t kv_page_bytes() const {
+    return int64_t{shape_.n_kv_heads} * pool_->page_slots() * shape_.head_dim *
+           static_cast<int64_t>(dtype_size(pool_->dtype()));
+  }
+
   // The template's `seq_bytes` at byte `from` of `base` into every sequence's, which lie one after
   // another from byte `first`: into the first sequence, then the copied block doubles (1 + log2(batch)
   // copies).
@@ -336,9 +341,7 @@ class FilledPool {
   // After the first restore: the template's keys are not all zero (the prefill wrote them), and every
   // sequence holds them, in the first and the last layer, and the template's ring row (first layer).
   void check_fill() {
-    const int page_slots = kv::KvPool::kDefaultPageSlots;
-    const size_t page_bytes =
-        static_cast<size_t>(shape_.n_kv_heads) * page_slots * shape_.head_dim * dtype_size(pool_->dtype());
+    const auto page_bytes = static_cast<size_t>(kv_page_bytes());
     auto sequence_keys = [&](const backend::KvLayer& layer, const std::vector<int32_t>& pages) {
       std::vector<unsigned char> bytes(page_bytes * pages.size());
       for (size_t j = 0; j < pages.size(); ++j)
