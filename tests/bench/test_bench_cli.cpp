@@ -10,6 +10,7 @@
 
 #include "cli/run_command.h"
 #include "core/file_io.h"
+#include "core/host_memory.h"
 #include "core/json.h"
 #include "policy/triattention_stats.h"
 
@@ -298,6 +299,22 @@ void expect_failure(const std::vector<std::string>& args, const std::string& mes
   EXPECT_NE(r.err.find(message_part), std::string::npos) << "stderr was: " << r.err;
 }
 
+// A shape whose random fp32 weights cannot fit this machine's memory (Qwen3-4B's with 4,096 layers, the
+// most a config may have: about 400 billion parameters, 1.6 TB) is refused before any weight is
+// generated, by bench and by calibrate, where the kernel's OOM killer would otherwise end the process.
+TEST_F(BenchCli, RandomWeightsThatCannotFitAreRefusedByName) {
+  // Without MemAvailable (not Linux) nothing is checked, and the generation would run out of memory.
+  if (!available_host_memory()) GTEST_SKIP() << "no /proc/meminfo";
+  Json config = read_json_file(std::string(KVDICE_SOURCE_DIR) + "/configs/shapes/qwen3-4b.json");
+  config["num_hidden_layers"] = 4096;
+  std::ofstream(path("huge.json")) << config.dump();
+  expect_failure(cpu({"bench", "latency", "--random-weights", "--config", path("huge.json")}),
+                 "GB is available (MemAvailable)");
+  expect_failure({"calibrate", "--random-weights", "--config", path("huge.json"), "--out", path("huge.tri")},
+                 "of host memory (the model's and the CPU backend's copy)");
+  EXPECT_FALSE(fs::exists(path("huge.tri")));
+}
+
 TEST_F(BenchCli, BadInputIsRefusedByName) {
   expect_failure(cpu({"bench", "warp", "--model", kModel}), "protocol: warp not in");
   expect_failure(cpu({"bench", "throughput", "--model", kModel, "--prompt-len", "40", "--budget", "32",
@@ -339,19 +356,6 @@ TEST_F(BenchCli, BadInputIsRefusedByName) {
                          "--short-context", "8", "--long-context", "100"}),
                    "--prompt-len 100 does not fit the budget");
     expect_failure(with({"bench", "capacity", "--memory-gib", "1", "--policy", "h2o_pp:turbo=1"}), "turbo");
-  }
-  {
-    // A shape whose random fp32 weights cannot fit this machine's memory (Qwen3-4B's with 4,096 layers,
-    // the most a config may have: about 400 billion parameters, 1.6 TB) is refused before any weight is generated, by bench and by
-    // calibrate, where the kernel's OOM killer would otherwise end the process.
-    Json config = read_json_file(std::string(KVDICE_SOURCE_DIR) + "/configs/shapes/qwen3-4b.json");
-    config["num_hidden_layers"] = 4096;
-    std::ofstream(path("huge.json")) << config.dump();
-    expect_failure(cpu({"bench", "latency", "--random-weights", "--config", path("huge.json")}),
-                   "GB is available (MemAvailable)");
-    expect_failure({"calibrate", "--random-weights", "--config", path("huge.json"), "--out", path("huge.tri")},
-                   "of host memory (the model's and the CPU backend's copy)");
-    EXPECT_FALSE(fs::exists(path("huge.tri")));
   }
   {
     // An existing file that is not a bench record is never overwritten.
