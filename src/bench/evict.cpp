@@ -12,13 +12,14 @@
 // (TriAttention: one keep-set per KV head shared by all layers) has no one-layer call: its per-layer
 // figure is the whole-model round over the layer count, and says so. A policy that records signals
 // on every step (the query ring, attention mass, value ranges) also gets the step timed without them
-// (random_pp's pool at the same batch and budget) and the share of decode its round and signals take.
+// (the same pool's step with its signal arrays left out, in turn with the one that records them) and
+// the share of decode its round and signals take.
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
 #include <numeric>
-#include <optional>
+#include <span>
 
 #include "backend/step_storage.h"
 #include "bench/bench_model.h"
@@ -160,44 +161,74 @@ class FilledPool {
 
   // Mean time of one decode step (forward, sample, advance) of the whole batch at T + r/2 resident
   // slots, the middle of the cycle a bounded sequence runs through; the step appends one slot inside
-  // the reservation. No round runs (every row is below its trigger).
+  // the reservation. No round runs (every row is below its trigger). With `without_signals`, each
+  // repeat also times the same step over views of the pool that leave out its signal arrays (query
+  // ring, value ranges, attention mass), right after the one that records them, so both means see the
+  // device in the same state and the difference is what recording the signals costs.
   // Timed as a recorded graph replay where the backend records graphs (as the engine runs it).
-  // Checks after the last timed step that it ran: every row one slot longer.
-  double decode_step_ms(model::ForwardPass& forward, int repeats, uint64_t graph_key,
-                        std::vector<std::string>& problems) {
+  // Checks after each variant's last timed step that it ran: every row one slot longer.
+  struct StepTimes {
+    double ms = 0.0, without_signals_ms = 0.0;
+  };
+  StepTimes decode_step_ms(model::ForwardPass& forward, int repeats, uint64_t graph_key, bool without_signals,
+                           std::vector<std::string>& problems) {
     const int length = budget_.budget + budget_.window / 2 - 1;
-    auto step = [&] {
-      backend_.sample(view_, forward.run(view_, *pool_, false));
+    std::vector<backend::KvLayer> plain = pool_->layers();
+    for (backend::KvLayer& layer : plain) {
+      layer.query_ring = nullptr;
+      layer.value_range = nullptr;
+      layer.attention_mass = nullptr;
+    }
+    struct Variant {
+      std::span<const backend::KvLayer> layers;
+      uint64_t key;
+      bool graph = false;
+      double total_ms = 0.0;
+    };
+    std::vector<Variant> variants = {{pool_->layers(), graph_key}};
+    if (without_signals) variants.push_back({plain, graph_key ^ kWithoutSignalsKey});
+    auto step = [&](const Variant& v) {
+      backend_.sample(view_, forward.run(view_, v.layers, false));
       backend_.advance(view_);
     };
-    reset(length);
-    step();  // eager once: scratch grows outside any recording
-    reset(length);
-    const bool graph = backend_.begin_capture();
-    if (graph) {
-      step();
-      backend_.end_capture(this, graph_key);
-    }
-    std::vector<double> ms;
-    for (int i = 0; i < repeats; ++i) {
+    for (Variant& v : variants) {
       reset(length);
-      const auto start = Clock::now();
-      if (!graph || !backend_.replay(this, graph_key)) step();
-      backend_.synchronize();
-      ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - start).count());
+      step(v);  // eager once: scratch grows outside any recording
+      reset(length);
+      v.graph = backend_.begin_capture();
+      if (v.graph) {
+        step(v);
+        backend_.end_capture(this, v.key);
+      }
     }
+    for (int i = 0; i < repeats; ++i) {
+      for (Variant& v : variants) {
+        reset(length);
+        const auto start = Clock::now();
+        if (!v.graph || !backend_.replay(this, v.key)) step(v);
+        backend_.synchronize();
+        v.total_ms += 1e3 * std::chrono::duration<double>(Clock::now() - start).count();
+        if (i + 1 == repeats) check_one_slot_longer(length, problems);
+      }
+    }
+    reset();
+    const double n = static_cast<double>(repeats);
+    return {variants[0].total_ms / n, variants.back().total_ms / n};
+  }
+
+  // After a step from `length` slots every sequence holds one more.
+  void check_one_slot_longer(int length, std::vector<std::string>& problems) {
     std::vector<int32_t> lengths(static_cast<size_t>(batch_));
     backend_.download(lengths.data(), view_.length, lengths.size() * sizeof(int32_t));
     for (int s = 0; s < batch_; ++s) {
       if (lengths[static_cast<size_t>(s)] != length + 1) {
         problems.push_back(fmt::format("decode step: sequence {} holds {} slots after a step from {}", s,
                                        lengths[static_cast<size_t>(s)], length));
-        break;
+        return;
       }
     }
-    reset();
-    return std::accumulate(ms.begin(), ms.end(), 0.0) / static_cast<double>(ms.size());
   }
+  static constexpr uint64_t kWithoutSignalsKey = 1;  // the step without signals' graph: the key ^ 1
 
   // After a round every sequence must hold exactly T slots, each (layer, KV head) T distinct
   // positions (checked in the first and last layer), and have counted the round (reset() puts the
@@ -454,27 +485,17 @@ Json run_evict(const BenchContext& ctx) {
   out["results"] = Json::array();
   for (size_t bi = 0; bi < o.batches.size(); ++bi) {
     const int batch = o.batches[bi];
-    // The step without signals (random_pp's pool at this batch: the budget is the same for every
-    // evicting policy), timed once per batch for the policies that record signals.
-    std::optional<double> plain_step_ms;
-    std::vector<std::string> plain_problems;
     for (size_t pi = 0; pi < policies.size(); ++pi) {
       const std::string& name = policies[pi];
       const auto policy = policy::make_policy(name);
       const LoadSpec spec = load_spec(o, name);
       const uint64_t key_base = (uint64_t{1} << 63) | (uint64_t{bi} << 40) | (uint64_t{pi} << 20);
       // A policy that records signals makes every decode step dearer (H2O's attention mass after each
-      // layer's attention, the query ring, value ranges): the same step on a pool that records none
-      // says by how much. Measured before this policy's pool exists, so the two never coexist.
+      // layer's attention, the query ring, value ranges): the same step over the same pool without
+      // them, timed in turn with it, says by how much.
       const policy::SignalNeeds needs = policy->needs();
       const bool records = needs.any();
-      if (records && !plain_step_ms) {
-        const auto plain = policy::make_policy("random_pp");
-        FilledPool plain_pool(ctx, forward, *plain, batch, spec.budget.engine, o.prompt_len);
-        plain_step_ms =
-            plain_pool.decode_step_ms(forward, std::min(repeats, 10), key_base | 3, plain_problems);
-      }
-      std::vector<std::string> step_problems = records ? plain_problems : std::vector<std::string>{};
+      std::vector<std::string> step_problems;
       FilledPool pool(ctx, forward, *policy, batch, spec.budget.engine, o.prompt_len);
       const bool whole_round = policy->scores_whole_round();
       const std::vector<backend::KvLayer> one_layer{pool.layers().front()};
@@ -485,8 +506,8 @@ Json run_evict(const BenchContext& ctx) {
                                                           .graph = model.graph,
                                                           .problems = {}}
                                             : pool.time(*policy, one_layer, repeats, key_base);
-      const double step_ms = pool.decode_step_ms(forward, std::min(repeats, 10), key_base | 2, step_problems);
-      const double step_without_signals = records ? *plain_step_ms : step_ms;
+      const auto steps = pool.decode_step_ms(forward, std::min(repeats, 10), key_base | 2, records, step_problems);
+      const double step_ms = steps.ms, step_without_signals = steps.without_signals_ms;
       const double r = o.window;
       Validation validation;
       validation.sequences = batch;
@@ -535,7 +556,8 @@ Json run_evict(const BenchContext& ctx) {
       {"decode_share_rule", "round_model / (r * step + round_model)"},
       {"decode_share_with_signals_rule",
        "(round_model + r * (step - step_without_signals)) / (r * step + round_model): the round and the "
-       "signals' extra step time; the step without signals is random_pp's on the same batch and budget"}};
+       "signals' extra step time; the step without signals is the same pool's with its signal arrays left out, "
+       "timed in turn with the step that records them"}};
   return out;
 }
 

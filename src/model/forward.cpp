@@ -180,7 +180,14 @@ ForwardPass::ForwardPass(const Model& model, backend::Backend& backend, int max_
 }
 
 backend::View ForwardPass::run(const backend::StepBatch& batch, const kv::KvPool& pool, bool all_positions) {
+  return run(batch, std::span<const backend::KvLayer>(pool.layers()), all_positions);
+}
+
+backend::View ForwardPass::run(const backend::StepBatch& batch, std::span<const backend::KvLayer> layers,
+                               bool all_positions) {
   const ModelConfig& c = model_.config();
+  KVDICE_CHECK(static_cast<int>(layers.size()) == c.n_layers, "{} KV layers for a model of {}", layers.size(),
+               c.n_layers);
   const int rows = batch.n_rows, seqs = batch.n_seqs;
   KVDICE_CHECK(rows >= 1 && rows <= max_rows_ && seqs >= 1 && seqs <= max_seqs_,
                "step of {} rows / {} sequences "
@@ -200,7 +207,7 @@ backend::View ForwardPass::run(const backend::StepBatch& batch, const kv::KvPool
   }
   for (int layer = 0; layer < c.n_layers; ++layer) {
     const UploadedLayer& w = weights_.layers[static_cast<size_t>(layer)];
-    const backend::KvLayer& kv = pool.layer(layer);
+    const backend::KvLayer& kv = layers[static_cast<size_t>(layer)];
     be.rmsnorm_matmul(x, w.attn_norm, c.rms_eps, h, w.qkv, qkv);
     be.rope_attention(batch, qkv, w.q_norm, w.k_norm, c.rms_eps, weights_.rope, kv, q, attn, c.n_heads,
                       scale);

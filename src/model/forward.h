@@ -4,6 +4,8 @@
 // allocation between ops, so the CUDA backend can capture it as a graph.
 #pragma once
 
+#include <span>
+
 #include <vector>
 
 #include "backend/backend.h"
@@ -38,6 +40,9 @@ class ForwardPass {
   // Runs the step (tokens, positions and pages from `batch`), appending K/V into `pool`. Returns logits
   // [n_seqs, vocab] fp32 (each sequence's last row), or [n_rows, vocab] when `all_positions`.
   backend::View run(const backend::StepBatch& batch, const kv::KvPool& pool, bool all_positions);
+  // The same over views of the pool's layers (one a layer), e.g. the pool's own with some signal arrays
+  // left out, so that a step records only what the views point at.
+  backend::View run(const backend::StepBatch& batch, std::span<const backend::KvLayer> layers, bool all_positions);
 
   const UploadedWeights& weights() const { return weights_; }
   int64_t activation_bytes() const { return static_cast<int64_t>(arena_.bytes()); }
