@@ -191,9 +191,13 @@ class FilledPool {
       backend_.sample(view_, forward.run(view_, v.layers, false));
       backend_.advance(view_);
     };
-    for (Variant& v : variants) {
+    // Each eagerly once first: scratch grows outside any recording (a backend drops its recordings when
+    // a scratch grows, so both are recorded after both have run).
+    for (const Variant& v : variants) {
       reset(length);
-      step(v);  // eager once: scratch grows outside any recording
+      step(v);
+    }
+    for (Variant& v : variants) {
       reset(length);
       v.graph = backend_.begin_capture();
       if (v.graph) {
