@@ -78,6 +78,10 @@ void Backend::embed_blocks(const StepBatch& batch, const Weight& table, const Vi
   fail("backend {} cannot read a weight kept in GGUF blocks", name());
 }
 
+bool runs_on_cpu(const BackendOptions& options) {
+  return options.name == "cpu" || (options.name == "auto" && !cuda_available());
+}
+
 std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
   const CpuMath math = parse_cpu_math(options.cpu_math);
   if (options.name == "cpu") return make_cpu_backend(options.threads, math);

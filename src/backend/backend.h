@@ -299,6 +299,8 @@ struct BackendOptions {
 };
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& options);
+// Whether make_backend(options) gives the CPU backend ("cpu", or "auto" where no CUDA GPU is visible).
+bool runs_on_cpu(const BackendOptions& options);
 // `threads` in [0, kMaxCpuThreads] (0 = all cores); Error otherwise.
 std::unique_ptr<Backend> make_cpu_backend(int threads, CpuMath math = CpuMath::Exact);
 // True when this build has the CUDA backend and a GPU is visible.

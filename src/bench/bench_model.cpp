@@ -18,14 +18,8 @@ namespace {
 void check_random_weights_fit(const model::ModelConfig& config, const BenchOptions& options) {
   const std::optional<uint64_t> available = available_host_memory();
   if (!available) return;
-  int64_t parameters = 0;
-  for (const model::RequiredTensor& t : model::required_tensors(config)) {
-    int64_t n = 1;
-    for (int64_t d : t.shape) n *= d;
-    parameters += n;
-  }
-  const std::string& backend = options.backend.name;
-  const bool host_backend = backend == "cpu" || (backend == "auto" && !backend::cuda_available());
+  const int64_t parameters = model::parameter_count(config);
+  const bool host_backend = backend::runs_on_cpu(options.backend);
   const double bytes = static_cast<double>(parameters) * sizeof(float) * (host_backend ? 2 : 1);
   if (bytes > static_cast<double>(*available))
     fail(

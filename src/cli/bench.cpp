@@ -101,7 +101,7 @@ void apply_defaults(bench::BenchOptions& o, const CLI::App& cmd) {
     if (unset(flag)) field = q ? quick : full;
   };
   // On the CPU (the fp32 reference) --quick also shrinks the batch, so the fixture runs in seconds.
-  const bool cpu = o.backend.name == "cpu" || (o.backend.name == "auto" && !backend::cuda_available());
+  const bool cpu = backend::runs_on_cpu(o.backend);
   if (q && cpu) {
     if (unset("--requests")) o.requests = 16;
     if (unset("--batches")) o.batches = {1, 16};
@@ -144,7 +144,7 @@ void run_serve(BenchFlags& f, const CLI::App& cmd) {
       if (given(&cmd, flag)) fail("{} configures the server bench serve starts; with --url the server has its own", flag);
   s.request_rate = f.request_rate == "inf" ? INFINITY : std::stod(f.request_rate);
   if (!given(&cmd, "--num-requests") && o.quick) {
-    const bool cpu = o.backend.name == "cpu" || (o.backend.name == "auto" && !backend::cuda_available());
+    const bool cpu = backend::runs_on_cpu(o.backend);
     s.num_requests = cpu && s.url.empty() ? 8 : 64;
   }
   if (!f.model.empty()) o.model_path = resolve_model_argument(f.model).string();
