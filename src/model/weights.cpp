@@ -141,6 +141,16 @@ LayerWeights load_layer(const ModelConfig& c, const FamilyTraits& traits, const 
 
 }  // namespace
 
+int64_t parameter_count(const ModelConfig& config) {
+  int64_t parameters = 0;
+  for (const RequiredTensor& t : required_tensors(config)) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    parameters += n;
+  }
+  return parameters;
+}
+
 int64_t ModelWeights::parameter_count() const {
   // data.size(), not numel(): an absent tensor has an empty shape, whose numel() is 1.
   size_t count = embed.data.size() + final_norm.data.size() + lm_head.data.size();

@@ -49,6 +49,8 @@ struct RequiredTensor {
   std::vector<int64_t> shape;
 };
 std::vector<RequiredTensor> required_tensors(const ModelConfig& config);
+// Elements of every tensor required_tensors(config) names: the parameters of that shape, before any load.
+int64_t parameter_count(const ModelConfig& config);
 
 // Validates the config and that `source` holds every required tensor with its expected shape and a
 // loadable dtype, converting nothing: what `inspect --check` runs and load_weights runs first.

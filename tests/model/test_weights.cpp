@@ -185,6 +185,7 @@ TEST_P(FamilyWeights, TiedEmbeddingsNeedNoLmHead) {
   EXPECT_TRUE(w.lm_head.empty());
   EXPECT_EQ(&w.output_matrix(), &w.embed);
   EXPECT_EQ(w.parameter_count(), ckpt.written_elements());
+  EXPECT_EQ(parameter_count(ckpt.config()), ckpt.written_elements());
 }
 
 TEST_P(FamilyWeights, MissingTensorIsNamed) {
@@ -286,6 +287,7 @@ TEST_P(FixtureWeights, LoadWithTransformersCountsAndSums) {
   EXPECT_EQ(c.family, e.family);
   ModelWeights w = load_weights(c, *open_safetensors_dir(dir));
   EXPECT_EQ(w.parameter_count(), e.parameters);
+  EXPECT_EQ(parameter_count(c), e.parameters) << "the shape's count, before any load";
   ASSERT_EQ(w.layers.size(), 2u);
   const LayerWeights& l = w.layers[1];
   // Sums of a few hundred fp32 values in a different order: agreement to ~1e-12 relative.
