@@ -207,17 +207,48 @@ class FilledPool {
     }
     for (int i = 0; i < repeats; ++i) {
       for (Variant& v : variants) {
+        const bool last = i + 1 == repeats;
         reset(length);
+        const std::vector<unsigned char> before = last ? first_signals() : std::vector<unsigned char>{};
         const auto start = Clock::now();
         if (!v.graph || !backend_.replay(this, v.key)) step(v);
         backend_.synchronize();
         v.total_ms += 1e3 * std::chrono::duration<double>(Clock::now() - start).count();
-        if (i + 1 == repeats) check_one_slot_longer(length, problems);
+        if (!last) continue;
+        check_one_slot_longer(length, problems);
+        // The step records the policy's signals, and the step without them records none.
+        const bool records = &v == &variants.front();
+        if (!before.empty() && (first_signals() != before) != records)
+          problems.push_back(fmt::format("decode step {}: sequence 0's signals in layer 0 {}",
+                                         records ? "with signals" : "without signals",
+                                         records ? "were not recorded" : "changed"));
       }
     }
     reset();
     const double n = static_cast<double>(repeats);
     return {variants[0].total_ms / n, variants.back().total_ms / n};
+  }
+
+  // Sequence 0's signals in the first layer, as bytes: its pages' attention mass and value ranges and
+  // its ring row (empty for a pool that records none).
+  std::vector<unsigned char> first_signals() {
+    const backend::KvLayer& layer = pool_->layers().front();
+    const int64_t signal_page = signal_page_bytes();
+    std::vector<unsigned char> out;
+    auto append = [&](const void* base, int64_t offset, int64_t bytes) {
+      const size_t at = out.size();
+      out.resize(at + static_cast<size_t>(bytes));
+      backend_.download(out.data() + at, static_cast<const unsigned char*>(base) + offset, static_cast<size_t>(bytes));
+    };
+    for (const float* signal : {layer.attention_mass, layer.value_range})
+      if (signal != nullptr)
+        for (int32_t page : pages_[0]) append(signal, int64_t{page} * signal_page, signal_page);
+    if (layer.query_ring != nullptr && rows_[0].ring_row >= 0) {
+      const int64_t row_elements = layer.ring_index(1, 0, 0) - layer.ring_index(0, 0, 0);
+      append(layer.query_ring, layer.ring_index(rows_[0].ring_row, 0, 0) * kv::KvPool::kQueryRingElementBytes,
+             row_elements * kv::KvPool::kQueryRingElementBytes);
+    }
+    return out;
   }
 
   // After a step from `length` slots every sequence holds one more.
@@ -334,9 +365,7 @@ class FilledPool {
 
   // Every sequence's K/V, value ranges, attention mass and ring row as the template's.
   void restore() {
-    const int64_t kv_page = kv_page_bytes();
-    const int64_t signal_page =
-        int64_t{shape_.n_kv_heads} * pool_->page_slots() * static_cast<int64_t>(sizeof(float));
+    const int64_t kv_page = kv_page_bytes(), signal_page = signal_page_bytes();
     const int64_t first_page = pages_[0][0], template_page = template_pages_[0];
     for (const backend::KvLayer& layer : pool_->layers()) {
       replicate(layer.keys, kv_page * pages_per_seq_, first_page * kv_page, template_page * kv_page);
@@ -359,6 +388,10 @@ class FilledPool {
   int64_t kv_page_bytes() const {
     return int64_t{shape_.n_kv_heads} * pool_->page_slots() * shape_.head_dim *
            static_cast<int64_t>(dtype_size(pool_->dtype()));
+  }
+  // Bytes of one page of one layer's per-slot fp32 signal (attention mass, value ranges).
+  int64_t signal_page_bytes() const {
+    return int64_t{shape_.n_kv_heads} * pool_->page_slots() * static_cast<int64_t>(sizeof(float));
   }
 
   // The template's `seq_bytes` at byte `from` of `base` into every sequence's, which lie one after
