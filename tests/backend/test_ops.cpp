@@ -554,22 +554,24 @@ TEST(CudaOps, RopeAttentionEqualsRopeAppendThenAttention) {
     bool norms;
     std::vector<int> lengths;  // one decode row each
     bool mass = false;         // the pool records H2O's attention mass (from stale values, as after evictions)
+    bool window_signals = false;  // the pool records the query ring and value ranges (SnapKV, R-KV, VaSE)
   };
   const Case cases[] = {
       {"qwen3-4b batch 1 short", 32, 8, 128, 128, true, {20}},
-      {"qwen3-4b batch 1 long (splits; the last holds the new slot)", 32, 8, 128, 128, true, {2111}, true},
+      {"qwen3-4b batch 1 long (splits; the last holds the new slot)", 32, 8, 128, 128, true, {2111}, true, true},
       {"qwen3-4b batch 4 mixed, first slot of a page", 32, 8, 128, 128, true, {0, 16, 255, 1000}, true},
+      {"qwen3-4b batch 7, window signals", 32, 8, 128, 128, true, {0, 16, 255, 1000, 2, 64, 129}, false, true},
       // One split of eight warps whose new slot lies past the pages fetched before the wait.
       {"qwen3-4b batch 1, one split, the new slot past the prologue", 32, 8, 128, 128, true, {400}},
       {"qwen3-4b batch 1, splits as one cluster (the last holds the new slot)", 32, 8, 128, 128, true, {1000}},
-      {"hd64 g7 no norms", 14, 2, 64, 64, false, {33, 700}, true},
+      {"hd64 g7 no norms", 14, 2, 64, 64, false, {33, 700}, true, true},
       {"phi-4 batch 2, 10 KV heads", 40, 10, 128, 128, false, {20, 1000}},
       {"hd128 partial rotary", 8, 2, 128, 64, true, {5}},
       // 40 x 8 (sequence, KV head) pairs: past the SM count, so four warps a CTA (the rest take eight).
       {"qwen3-4b batch 40, four warps a CTA", 32, 8, 128, 128, true,
        {0, 1, 15, 16, 17, 31, 63, 64, 65, 100, 127, 128, 129, 200, 255, 256, 257, 300, 511, 512,
         3, 7, 40, 80, 96, 150, 190, 230, 250, 270, 33, 47, 79, 111, 143, 175, 207, 239, 271, 1000},
-       true},
+       true, true},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -582,6 +584,13 @@ TEST(CudaOps, RopeAttentionEqualsRopeAppendThenAttention) {
       h.appended[s] = c.lengths[s] + 37 * s;  // positions run ahead of lengths after evictions
     }
     h.page_table = shuffled_page_table(n_seqs, max_pages, 71);
+    // Ring rows in reverse (a reader of the batch row for the ring row fails), windows of several sizes,
+    // a sequence without a row and one whose window is wider than the ring (both record nothing).
+    const int ring_rows = n_seqs + 1, ring_window = 8;
+    for (int s = 0; s < n_seqs; ++s) {
+      h.ring_row[s] = s % 5 == 3 ? -1 : n_seqs - s;
+      h.window[s] = std::vector<int>{8, 4, 1, 8, 3, 5, 16}[size_t(s % 7)];
+    }
     const int n_pages = n_seqs * max_pages;
     const size_t pool = size_t(n_pages) * c.n_kv * page_slots * c.head_dim;
     const auto k_host = random_values(pool, 72), v_host = random_values(pool, 73);
@@ -592,7 +601,12 @@ TEST(CudaOps, RopeAttentionEqualsRopeAppendThenAttention) {
     std::vector<float> mass_before(pool / c.head_dim);
     std::mt19937_64 rng(75);
     for (float& x : mass_before) x = static_cast<float>(rng() % 1000) / 100.0f;
-    std::vector<float> out[3], keys[3], values[3], mass[3];
+    // Stale signals no step writes: NaN ring bits, negative ranges.
+    const size_t ring_elements = size_t(ring_rows) * c.n_heads * ring_window * c.head_dim;
+    const std::vector<uint16_t> ring_before(ring_elements, 0xffff);
+    const std::vector<float> range_before(pool / c.head_dim, -1.0f);
+    std::vector<float> out[3], keys[3], values[3], mass[3], range[3];
+    std::vector<uint16_t> ring[3];
     std::vector<int32_t> positions[3];
     int i = 0;
     for (Backend* b : {pair.gpu.get(), pair.gpu.get(), pair.cpu.get()}) {
@@ -602,6 +616,17 @@ TEST(CudaOps, RopeAttentionEqualsRopeAppendThenAttention) {
       if (c.mass) {
         b->upload(mass_memory.data(), mass_before.data(), mass_before.size() * sizeof(float));
         kv.layer.attention_mass = static_cast<float*>(mass_memory.data());
+      }
+      Guarded ring_memory(*b, ring_elements * sizeof(uint16_t), "query ring"),
+          range_memory(*b, range_before.size() * sizeof(float), "value range");
+      if (c.window_signals) {
+        b->upload(ring_memory.data(), ring_before.data(), ring_elements * sizeof(uint16_t));
+        b->upload(range_memory.data(), range_before.data(), range_before.size() * sizeof(float));
+        kv.layer.query_ring = static_cast<uint16_t*>(ring_memory.data());
+        kv.layer.n_heads = c.n_heads;
+        kv.layer.ring_window = ring_window;
+        kv.layer.ring_rows = ring_rows;
+        kv.layer.value_range = static_cast<float*>(range_memory.data());
       }
       const int64_t q_cols = int64_t{c.n_heads} * c.head_dim;
       Matrix qkv(*b, DType::F32, n_seqs, qkv_cols, "qkv"), q(*b, b->activation_dtype(), n_seqs, q_cols, "q");
@@ -625,8 +650,12 @@ TEST(CudaOps, RopeAttentionEqualsRopeAppendThenAttention) {
       positions[i] = kv.download_positions();
       mass[i].resize(mass_before.size());
       b->download(mass[i].data(), mass_memory.data(), mass_before.size() * sizeof(float));
+      ring[i].resize(ring_elements);
+      b->download(ring[i].data(), ring_memory.data(), ring_elements * sizeof(uint16_t));
+      range[i].resize(range_before.size());
+      b->download(range[i].data(), range_memory.data(), range_before.size() * sizeof(float));
       EXPECT_TRUE(o.memory.sentinel_intact() && q.memory.sentinel_intact() && kv.sentinels_intact() &&
-                  mass_memory.sentinel_intact());
+                  mass_memory.sentinel_intact() && ring_memory.sentinel_intact() && range_memory.sentinel_intact());
       ++i;
     }
     EXPECT_EQ(out[0], out[1]);
@@ -634,6 +663,20 @@ TEST(CudaOps, RopeAttentionEqualsRopeAppendThenAttention) {
     EXPECT_EQ(values[0], values[1]);
     EXPECT_EQ(positions[0], positions[1]);
     EXPECT_EQ(mass[0], mass[1]) << "attention mass, fused against the two ops";
+    EXPECT_EQ(ring[0], ring[1]) << "query ring, fused against the two ops";
+    EXPECT_EQ(range[0], range[1]) << "value ranges, fused against the two ops";
+    EXPECT_EQ(range[0], range[2]) << "value ranges (max - min of the fp32 values), CUDA against the CPU";
+    if (c.window_signals) {
+      // Every sequence with a ring row and a window that fits writes one slot of each query head; every
+      // sequence writes its appended slot's range in each KV head.
+      int ring_writers = 0;
+      for (int s = 0; s < n_seqs; ++s) ring_writers += h.ring_row[s] >= 0 && h.window[s] <= ring_window;
+      size_t ring_written = 0, ranges_written = 0;
+      for (size_t j = 0; j < ring_elements; ++j) ring_written += ring[0][j] != 0xffff;
+      for (float x : range[0]) ranges_written += x != -1.0f;
+      EXPECT_EQ(ring_written, size_t(ring_writers) * c.n_heads * c.head_dim);
+      EXPECT_EQ(ranges_written, size_t(n_seqs) * c.n_kv);
+    }
     EXPECT_LE(relative_error(out[0], out[2]), 1e-2);
     // fp32 weights in different orders from each backend's own RoPE'd bf16 q and k (one rounding apart
     // here and there): 1.3e-5 measured on an H100; a stale appended slot is off by about 2e-2.

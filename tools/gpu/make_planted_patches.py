@@ -256,6 +256,21 @@ plant('decode-mass-kv-heads-4-up', "the decode attention's own mass (one-split l
       [('src/backend/cuda/decode_attention.cu',
         '    const int64_t index = pool_slot_index(pages, a.n_kv_heads, kPageSlots, g, j);',
         '    const int64_t index = pool_slot_index(pages, a.n_kv_heads, kPageSlots, g >= 4 ? g - 4 : g, j);')])
+plant('decode-rope-ring-next-slot', "the decode attention with RoPE writes each query into the ring slot after its position's",
+      'CudaOps.RopeAttentionEqualsRopeAppendThenAttention',
+      [('src/backend/cuda/decode_attention.cu',
+        '                                        batch.appended[s] % window) *',
+        '                                        (batch.appended[s] + 1) % window) *')])
+plant('decode-rope-ring-group-0-heads', "the decode attention with RoPE writes every KV group's queries into the ring rows of group 0's heads",
+      'CudaOps.RopeAttentionEqualsRopeAppendThenAttention',
+      [('src/backend/cuda/decode_attention.cu',
+        '            ring ? a.rope.query_ring + ((static_cast<int64_t>(ring_row) * a.n_heads + g * a.group + item) *',
+        '            ring ? a.rope.query_ring + ((static_cast<int64_t>(ring_row) * a.n_heads + item) *')])
+plant('decode-rope-value-range-half-lanes', "the decode attention with RoPE takes the appended slot's value range over half of the warp's lanes",
+      'CudaOps.RopeAttentionEqualsRopeAppendThenAttention',
+      [('src/backend/cuda/decode_attention.cu',
+        '          for (int offset = 16; offset > 0; offset /= 2) {',
+        '          for (int offset = 8; offset > 0; offset /= 2) {')])
 plant('decode-mass-last-head', "the decode attention's own mass (one-split launches) leaves out the GQA group's last query head",
       'CudaSignals.AttentionMassMatchesTheCpu (batch 48)',
       [('src/backend/cuda/decode_attention.cu',
@@ -353,6 +368,9 @@ FILTERS = {
     'decode-mass-kv-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:CudaOps.RopeAttention*'),
     'decode-mass-shared-rows-past-2': ('signals (attention mass)', 'CudaSignals.*:CudaOps.RopeAttention*'),
     'decode-mass-last-head': ('signals (attention mass)', 'CudaSignals.*:CudaOps.RopeAttention*'),
+    'decode-rope-ring-next-slot': ('signals (query ring, value range)', 'CudaSignals.*:CudaOps.RopeAttention*:CudaEngineTwins.*'),
+    'decode-rope-ring-group-0-heads': ('signals (query ring, value range)', 'CudaSignals.*:CudaOps.RopeAttention*:CudaEngineTwins.*'),
+    'decode-rope-value-range-half-lanes': ('signals (query ring, value range)', 'CudaSignals.*:CudaOps.RopeAttention*:CudaEngineTwins.*'),
     'attention-mass-appended-slot-stale': ('signals (attention mass)', 'CudaSignals.*:CudaOps.RopeAttention*'),
     'decode-logits-kv-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
     'selection-key-odd-rows': ('selection kernel (eviction key)', 'CudaEngineTwins.*:Policies/CudaScoringPolicy.*'),

@@ -350,14 +350,14 @@ class CudaBackend final : public Backend {
   void rope_attention(const StepBatch& batch, const View& qkv, const View& q_norm, const View& k_norm,
                       float eps, const Rope& rope, const KvLayer& kv, const View& q, const View& out,
                       int n_heads, float scale) override {
-    // Fused only where the decode kernel takes the step and records no signal the rope op writes (the
-    // query ring and value ranges, read after attention); the attention mass comes from the fused
-    // kernel's own logits where they fit (run_attention). The two ops otherwise.
+    // Fused where the decode kernel takes the step: it records the rope op's signals itself (the query
+    // ring, one row per query head, and the appended slot's value range), and the attention mass comes
+    // from its own logits where they fit (run_attention). The two ops otherwise.
     const bool norms_f32 =
         (q_norm.empty() || q_norm.dtype == DType::F32) && (k_norm.empty() || k_norm.dtype == DType::F32);
     const cuda::AttentionPlan plan = cuda::attention_plan(batch, kv, properties_.multiProcessorCount);
     const bool mass_from_logits = kv.attention_mass == nullptr || mass_logits_fit(batch, kv, n_heads);
-    const bool fusable = kv.query_ring == nullptr && kv.value_range == nullptr && mass_from_logits && norms_f32 &&
+    const bool fusable = (kv.query_ring == nullptr || kv.n_heads == n_heads) && mass_from_logits && norms_f32 &&
                          qkv.dtype == DType::F32 &&
                          q.dtype == DType::BF16 && kv.dtype == DType::BF16 && kv.n_kv_heads > 0 &&
                          n_heads % kv.n_kv_heads == 0 && rope.rotary_dim % 2 == 0 &&
@@ -379,6 +379,10 @@ class CudaBackend final : public Backend {
     fused.rotary_dim = rope.rotary_dim;
     fused.positions = kv.positions;
     fused.attention_mass = kv.attention_mass;
+    fused.query_ring = kv.query_ring;
+    fused.ring_rows = kv.ring_rows;
+    fused.ring_window = kv.ring_window;
+    fused.value_range = kv.value_range;
     run_attention(batch, q, kv, out, n_heads, scale, plan, &fused);
   }
 

@@ -57,6 +57,11 @@ struct DecodeRope {
   int rotary_dim = 0;
   int32_t* positions = nullptr;
   float* attention_mass = nullptr;  // the pool's (nullptr: none): the appended slot's starts from zero
+  // The pool's window signals, recorded as qk_norm_rope_append records them (nullptr: none): each query
+  // head's rotated bf16 query into its ring row, the appended slot's value range (max - min, fp32).
+  uint16_t* query_ring = nullptr;  // [ring_rows][n_heads][ring_window][head_dim]
+  int ring_rows = 0, ring_window = 0;
+  float* value_range = nullptr;
 };
 // split_counters: [n_seqs][n_kv_heads] ints, zero (a buffer of their own: every launch leaves them zero).
 // With `rope`, the step must be one decode_attention_supports takes. With `mass_logits` (a step the

@@ -30,7 +30,8 @@
 // that op's launch leaves the critical path. Each CTA norms and rotates its own query heads from the
 // fp32 qkv row into shared memory (rope.cuh, the same arithmetic and bf16 rounding as rope_append.cu),
 // and the CTA whose split holds the appended slot writes that slot's K, V and position into the pool and,
-// when its page is one the prologue already fetched, into that page's stage too. Everything else a kRope
+// when its page is one the prologue already fetched, into that page's stage too; that CTA also records
+// the rope op's signals (its query heads' rows of the query ring, the slot's value range). Everything else a kRope
 // launch reads was written by earlier steps, so the rotation table and the prologue's page copies (all
 // but the new slot's row) are issued before the dependent wait: the KV's DRAM latency overlaps the QKV
 // GEMV's tail. (H200, batch 1, Qwen3-4B shape, 2026-12-02: RoPE inside 337.7 -> 340.6 tok/s at a
@@ -265,11 +266,25 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeArg
     __nv_bfloat16* keys = const_cast<__nv_bfloat16*>(a.keys);
     __nv_bfloat16* values = const_cast<__nv_bfloat16*>(a.values);
     const int n_items = a.group + (holds_new ? 2 : 0);
+    // The query ring's row of this sequence, written by the split that holds the new slot (one CTA of
+    // each (sequence, KV head)), where qk_norm_rope_append would write it: slot position % window.
+    const int ring_row = batch.ring_row[s], window = batch.window[s];
+    const bool ring = a.rope.query_ring != nullptr && holds_new && ring_row >= 0 &&
+                      ring_row < a.rope.ring_rows && window > 0 && window <= a.rope.ring_window;
     for (int item = warp; item < n_items; item += kWarps) {
       if (item < a.group) {
+        uint16_t* ring_slot =
+            ring ? a.rope.query_ring + ((static_cast<int64_t>(ring_row) * a.n_heads + g * a.group + item) *
+                                            a.rope.ring_window +
+                                        batch.appended[s] % window) *
+                                           HD
+                 : nullptr;
         norm_rope(src + static_cast<int64_t>(g * a.group + item) * HD, a.rope.q_norm, a.rope.eps, HD,
-                  a.rope.rotary_dim, cos_t, sin_t, norm_buffer[warp],
-                  [&](int c, float v) { q_shared[item][c] = __float2bfloat16_rn(v); });
+                  a.rope.rotary_dim, cos_t, sin_t, norm_buffer[warp], [&](int c, float v) {
+                    const __nv_bfloat16 q = __float2bfloat16_rn(v);
+                    q_shared[item][c] = q;
+                    if (ring_slot != nullptr) ring_slot[c] = __bfloat16_as_ushort(q);
+                  });
       } else if (item == a.group) {
         norm_rope(src + static_cast<int64_t>(a.n_heads + g) * HD, a.rope.k_norm, a.rope.eps, HD,
                   a.rope.rotary_dim, cos_t, sin_t, norm_buffer[warp],
@@ -280,10 +295,21 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeArg
                   });
       } else {
         const float* v = src + static_cast<int64_t>(a.n_heads + a.n_kv_heads + g) * HD;
+        float lo = INFINITY, hi = -INFINITY;  // the value range: max - min of the fp32 values
         for (int c = lane; c < HD; c += 32) {
-          const __nv_bfloat16 value = __float2bfloat16_rn(__ldcg(v + c));
+          const float x = __ldcg(v + c);
+          const __nv_bfloat16 value = __float2bfloat16_rn(x);
           values[new_index * HD + c] = value;
           if (new_in_prologue) *stage_element(true, c) = value;
+          lo = fminf(lo, x);
+          hi = fmaxf(hi, x);
+        }
+        if (a.rope.value_range != nullptr) {
+          for (int offset = 16; offset > 0; offset /= 2) {
+            lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, offset));
+            hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, offset));
+          }
+          if (lane == 0) a.rope.value_range[new_index] = hi - lo;
         }
         if (lane == 0) {
           a.rope.positions[new_index] = batch.appended[s];
