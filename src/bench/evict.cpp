@@ -341,26 +341,12 @@ class FilledPool {
   // as a prefill does.
   void fill_template(const BenchContext& ctx, model::ForwardPass& forward) {
     const std::vector<int> tokens = random_prompt(ctx.model.config().vocab, len_, ctx.options.seed, 0);
-    backend::StepStorage storage(backend_, 1, kFillRows, pages_per_seq_);
-    for (int at = 0; at < len_; at += kFillRows) {
-      const int n = std::min(kFillRows, len_ - at);
-      backend::StepBatch& b = storage.host();
-      b.n_seqs = 1;
-      b.n_rows = n;
-      b.max_rows_per_seq = n;
-      backend::SeqRow row;
-      row.tokens = std::span<const int32_t>(tokens).subspan(static_cast<size_t>(at), static_cast<size_t>(n));
-      row.length = at;
-      row.appended = at;
-      row.pages = template_pages_;
-      row.budget = budget_.budget;
-      row.window = budget_.window;
-      row.ring_row = template_ring_row_;
-      backend::write_row(b, 0, 0, row);
-      storage.upload_all();
-      forward.run(storage.device(), *pool_, /*all_positions=*/false);
-    }
-    backend_.synchronize();
+    backend::SeqRow row;
+    row.pages = template_pages_;
+    row.budget = budget_.budget;
+    row.window = budget_.window;
+    row.ring_row = template_ring_row_;
+    forward.prefill_in_chunks(*pool_, tokens, row, kFillRows);
   }
 
   // Every sequence's K/V, value ranges, attention mass and ring row as the template's.

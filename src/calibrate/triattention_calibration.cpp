@@ -4,7 +4,6 @@
 #include <cmath>
 #include <numeric>
 
-#include "backend/step_storage.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/step_row.h"
@@ -38,60 +37,53 @@ policy::TriAttentionStats collect_triattention_stats(const model::Model& model, 
                   kv::QueryRingShape{1, options.chunk, c.n_heads});
   const int ring_row = pool.allocate_ring_row();
   model::ForwardPass pass(model, backend, options.chunk, 1, 1);
-  backend::StepStorage storage(backend, 1, options.chunk, static_cast<int>(pages));
 
   // Sums in double: [layer][head][band] of Re, Im and |.| of the pre-RoPE query.
   const size_t cells = static_cast<size_t>(c.n_layers) * c.n_heads * nf;
   std::vector<double> sum_re(cells, 0.0), sum_im(cells, 0.0), sum_abs(cells, 0.0);
   const std::vector<float>& inv_freq = model.rope_inv_freq();
   int64_t counted = 0;
+  // After a chunk of n queries from position `at` (a multiple of the chunk, so ring slot r holds the
+  // query of position at + r): their bands, rotated back to position 0, into the sums.
+  auto add_chunk = [&](int at, int n) {
+    for (int layer = 0; layer < c.n_layers; ++layer) {
+      const backend::KvLayer& L = pool.layer(layer);
+      for (int r = 0; r < n; ++r) {
+        const double position = at + r;
+        for (int h = 0; h < c.n_heads; ++h) {
+          const uint16_t* q = L.query_ring + L.ring_index(ring_row, h, r);
+          const size_t base = (static_cast<size_t>(layer) * c.n_heads + h) * nf;
+          for (int f = 0; f < nf; ++f) {
+            // Inverse rotation: (a + ib) · e^{-i p ω}.
+            const double angle = position * static_cast<double>(inv_freq[f]);
+            const double cs = std::cos(angle), sn = std::sin(angle), a = bf16_to_f32(q[f]),
+                         bb = bf16_to_f32(q[f + nf]);
+            const double re = a * cs + bb * sn, im = bb * cs - a * sn;
+            sum_re[base + f] += re;
+            sum_im[base + f] += im;
+            sum_abs[base + f] += std::hypot(re, im);
+          }
+        }
+      }
+    }
+    counted += n;
+  };
   for (size_t begin = 0; begin < tokens.size(); begin += static_cast<size_t>(options.segment)) {
     const int seg_len = static_cast<int>(std::min<size_t>(options.segment, tokens.size() - begin));
     std::vector<int32_t> page_ids = pool.allocate(pages * page_slots);
     KVDICE_CHECK(!page_ids.empty(), "calibration pool has no room for a segment");
     kv::SequenceKv kv(pool, page_ids, static_cast<int>(pages * page_slots));
-    for (int at = 0; at < seg_len; at += options.chunk) {
-      const int n = std::min(options.chunk, seg_len - at);
-      backend::StepBatch& b = storage.host();
-      b.n_seqs = 1;
-      b.n_rows = n;
-      b.max_rows_per_seq = n;
-      backend::SeqRow row;
-      row.tokens = tokens.subspan(begin + static_cast<size_t>(at), static_cast<size_t>(n));
-      row.length = kv.length();
-      row.appended = kv.appended();
-      row.pages = page_ids;
-      // The ring row records queries into ring slot position % window; no eviction runs here.
-      row.budget = static_cast<int>(pages * page_slots);
-      row.window = options.chunk;
-      row.ring_row = ring_row;
-      backend::write_row(b, 0, 0, row);
-      storage.upload_all();
-      pass.run(storage.device(), pool, /*all_positions=*/false);
-      kv.commit(n);
-      // `at` is a multiple of the chunk, so ring slot r holds the query of position at + r.
-      for (int layer = 0; layer < c.n_layers; ++layer) {
-        const backend::KvLayer& L = pool.layer(layer);
-        for (int r = 0; r < n; ++r) {
-          const double position = at + r;
-          for (int h = 0; h < c.n_heads; ++h) {
-            const uint16_t* q = L.query_ring + L.ring_index(ring_row, h, r);
-            const size_t base = (static_cast<size_t>(layer) * c.n_heads + h) * nf;
-            for (int f = 0; f < nf; ++f) {
-              // Inverse rotation: (a + ib) · e^{-i p ω}.
-              const double angle = position * static_cast<double>(inv_freq[f]);
-              const double cs = std::cos(angle), sn = std::sin(angle), a = bf16_to_f32(q[f]),
-                         bb = bf16_to_f32(q[f + nf]);
-              const double re = a * cs + bb * sn, im = bb * cs - a * sn;
-              sum_re[base + f] += re;
-              sum_im[base + f] += im;
-              sum_abs[base + f] += std::hypot(re, im);
-            }
-          }
-        }
-      }
-      counted += n;
-    }
+    // The ring row records queries into ring slot position % window; no eviction runs here.
+    backend::SeqRow row;
+    row.pages = page_ids;
+    row.budget = static_cast<int>(pages * page_slots);
+    row.window = options.chunk;
+    row.ring_row = ring_row;
+    pass.prefill_in_chunks(pool, tokens.subspan(begin, static_cast<size_t>(seg_len)), row, options.chunk,
+                           [&](int at, int n) {
+                             kv.commit(n);
+                             add_chunk(at, n);
+                           });
     pool.release(page_ids);
   }
 

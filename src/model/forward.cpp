@@ -1,7 +1,9 @@
 #include "model/forward.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "backend/step_storage.h"
 #include "core/error.h"
 
 namespace kvdice::model {
@@ -230,6 +232,34 @@ backend::View ForwardPass::run(const backend::StepBatch& batch, std::span<const 
   be.rmsnorm(last, weights_.final_norm, normed, c.rms_eps);
   be.matmul(normed, weights_.lm_head, logits, /*accumulate=*/false);
   return logits;
+}
+
+void ForwardPass::prefill_in_chunks(const kv::KvPool& pool, std::span<const int32_t> tokens,
+                                    const backend::SeqRow& row, int chunk,
+                                    const std::function<void(int at, int n)>& after_chunk) {
+  KVDICE_CHECK(chunk >= 1 && chunk <= max_rows_ && row.length == row.appended,
+               "prefill in chunks of {} rows (the pass holds {}), from length {} with {} appended", chunk,
+               max_rows_, row.length, row.appended);
+  backend::StepStorage storage(backend_, 1, chunk, static_cast<int>(row.pages.size()));
+  const int n_tokens = static_cast<int>(tokens.size());
+  for (int at = 0; at < n_tokens; at += chunk) {
+    const int n = std::min(chunk, n_tokens - at);
+    backend::StepBatch& b = storage.host();
+    b.n_seqs = 1;
+    b.n_rows = n;
+    b.max_rows_per_seq = n;
+    backend::SeqRow step = row;
+    step.tokens = tokens.subspan(static_cast<size_t>(at), static_cast<size_t>(n));
+    step.length = step.appended = row.length + at;
+    backend::write_row(b, 0, 0, step);
+    storage.upload_all();
+    run(storage.device(), pool, /*all_positions=*/false);
+    if (after_chunk) {
+      backend_.synchronize();
+      after_chunk(at, n);
+    }
+  }
+  backend_.synchronize();
 }
 
 }  // namespace kvdice::model

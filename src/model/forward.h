@@ -4,10 +4,12 @@
 // allocation between ops, so the CUDA backend can capture it as a graph.
 #pragma once
 
+#include <functional>
 #include <span>
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/step_row.h"
 #include "kv/kv_pool.h"
 #include "model/model.h"
 
@@ -42,6 +44,12 @@ class ForwardPass {
   // The same over views of the pool's layers (one a layer), e.g. the pool's own with some signal arrays
   // left out, so that a step records only what the views point at.
   backend::View run(const backend::StepBatch& batch, std::span<const backend::KvLayer> layers, bool all_positions);
+  // One sequence's `tokens` as steps of at most `chunk` rows (<= max_rows), appended into `pool` with the
+  // signals `row` records: each step is `row` (pages, budget, window, ring row) with the chunk's tokens at
+  // length = appended = row.length + the tokens before it (nothing is evicted in between). `after_chunk(at,
+  // n)` runs after each step, once the backend has finished it.
+  void prefill_in_chunks(const kv::KvPool& pool, std::span<const int32_t> tokens, const backend::SeqRow& row,
+                         int chunk, const std::function<void(int at, int n)>& after_chunk = nullptr);
 
   const UploadedWeights& weights() const { return weights_; }
   int64_t activation_bytes() const { return static_cast<int64_t>(arena_.bytes()); }
