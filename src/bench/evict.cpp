@@ -134,6 +134,7 @@ class FilledPool {
             static_cast<size_t>(kv::KvPool::query_ring_bytes(shape, pool_->query_ring()) / shape.n_layers));
     }
     fill_template(ctx, forward);
+    check_template_positions();
     view_ = storage_->device(/*self_feeding=*/true);
     reset();
     check_fill();
@@ -390,6 +391,28 @@ class FilledPool {
     for (int64_t done = 1; done < batch_; done *= 2)
       backend_.copy(block + done * seq_bytes, block,
                     static_cast<size_t>(std::min<int64_t>(done, batch_ - done) * seq_bytes));
+  }
+
+  // After the template's prefill: its slot i of every KV head holds token i's position in the first and
+  // the last layer (a prefill that appended its chunks anywhere else would leave other keys to time).
+  void check_template_positions() {
+    const int page_slots = kv::KvPool::kDefaultPageSlots;
+    const std::vector<backend::KvLayer>& layers = pool_->layers();
+    std::vector<int32_t> page(static_cast<size_t>(page_slots));
+    for (const backend::KvLayer* layer : {&layers.front(), &layers.back()})
+      for (int h = 0; h < shape_.n_kv_heads; ++h)
+        for (int slot = 0; slot < len_; slot += page_slots) {
+          const int64_t page_id = template_pages_[static_cast<size_t>(slot / page_slots)];
+          const int64_t first = (page_id * shape_.n_kv_heads + h) * page_slots;
+          backend_.download(page.data(), layer->positions + first, page.size() * sizeof(int32_t));
+          for (int o = 0; o < page_slots && slot + o < len_; ++o)
+            if (page[static_cast<size_t>(o)] != slot + o) {
+              fill_problems_.push_back(fmt::format(
+                  "pool fill: the template's slot {} of KV head {} in layer {} holds position {}", slot + o, h,
+                  layer->layer, page[static_cast<size_t>(o)]));
+              return;
+            }
+        }
   }
 
   // After the first restore: the template's keys are not all zero (the prefill wrote them), and every

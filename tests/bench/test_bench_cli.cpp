@@ -189,6 +189,18 @@ TEST_F(BenchCli, EvictTimesEveryPolicyAtEachBatch) {
 // TriAttention scores every layer in one call (one keep-set per KV head for the whole model), so it has
 // no one-layer round: its per-layer figure is the model round over the layers, and says so. (Timing a
 // one-layer call failed on its statistics check: "the cache has 1" layer.)
+// The pool's template is prefilled in steps of 256 rows: T + r = 320 takes two, the second appended
+// after the first (bench evict checks that the template's slot i holds position i).
+TEST_F(BenchCli, EvictFillsATemplateLongerThanOnePrefillStep) {
+  const std::string json = path("long.json");
+  const CommandResult r = run_kvdice(cpu({"bench", "evict", "--model", kModel, "--budget", "304", "--window", "16",
+                                          "--prompt-len", "8", "--batches", "1", "--policies", "snapkv_pp",
+                                          "--repeats", "1", "--json-out", json}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json result = read_runs(json)[0]["results"][0];
+  EXPECT_TRUE(result["validation"]["ok"].get<bool>()) << result.dump();
+}
+
 // A spec's own options survive --policies' comma split: "snapkv_pp:pool=3,temperature=0.6" is one policy.
 TEST_F(BenchCli, EvictPoliciesKeepTheirOptions) {
   const std::string json = path("o.json");
