@@ -15,11 +15,20 @@ CLIENTS = 8
 SECONDS = 8.0
 
 
+# Requests keep arriving while others decode, each with its own policy: the scoring ones record their
+# signals (query ring, attention mass, value ranges) in steps that mix one request's prefill with the
+# others' decode rows.
+SCORING = ["snapkv_pp", "h2o_pp", "vase_pp", "rkv_official"]
+
+
 def test_load(start_server):
-    s = start_server("--budget", "32", "--window", "8", "--max-batch", "16", "--max-queue", "32")
+    s = start_server("--budget", "32", "--window", "8", "--max-batch", "16", "--max-queue", "32",
+                     "--signals-for", *SCORING)
     c = openai.OpenAI(base_url=s.url("/v1"), api_key="none", max_retries=0)
-    kvs = [{"policy": "random_pp", "budget": 32, "window": 8}, {"policy": "full"}]
+    kvs = [{"policy": "random_pp", "budget": 32, "window": 8}, {"policy": "full"}] + [{"policy": p} for p in SCORING]
     deadline = time.time() + SECONDS
+
+    evicted = set()  # the policies seen evicting in a request that ran past T + r
 
     def worker(k):
         done, tokens, i = 0, 0, 0
@@ -34,7 +43,12 @@ def test_load(start_server):
                 assert r.choices[0].finish_reason in ("stop", "length")
                 assert isinstance(r.choices[0].message.content, str)
                 n = r.usage.completion_tokens
-                assert r.usage.model_extra["kv"]["policy"] == kv["policy"]
+                used = r.usage.model_extra["kv"]
+                assert used["policy"] == kv["policy"]
+                # Past T + r = 40 slots (with a margin of r) every policy but full has evicted.
+                if kv["policy"] != "full" and r.usage.prompt_tokens + n >= 48:
+                    assert used["eviction_rounds"] >= 1, (kv, r.usage)
+                    evicted.add(kv["policy"])
             else:
                 chunks = list(c.completions.create(model=MODEL, prompt=f"load {k} {i}", max_tokens=max_tokens,
                                                    seed=i, stream=True, stream_options={"include_usage": True},
@@ -54,6 +68,7 @@ def test_load(start_server):
     requests = sum(r[0] for r in results)
     tokens = sum(r[1] for r in results)
     assert requests >= CLIENTS
+    assert evicted >= set(SCORING), evicted
     assert s.metric("kvdice_running_sequences") == 0 and s.metric('kvdice_kv_slots{state="reserved"}') == 0
     _, metrics = s.get("/metrics")
     assert 'status="5' not in metrics
