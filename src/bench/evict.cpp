@@ -395,24 +395,26 @@ class FilledPool {
 
   // After the template's prefill: its slot i of every KV head holds token i's position in the first and
   // the last layer (a prefill that appended its chunks anywhere else would leave other keys to time).
+  // The template's pages are consecutive (the constructor checks), so its positions are one block.
   void check_template_positions() {
     const int page_slots = kv::KvPool::kDefaultPageSlots;
-    const std::vector<backend::KvLayer>& layers = pool_->layers();
-    std::vector<int32_t> page(static_cast<size_t>(page_slots));
-    for (const backend::KvLayer* layer : {&layers.front(), &layers.back()})
-      for (int h = 0; h < shape_.n_kv_heads; ++h)
-        for (int slot = 0; slot < len_; slot += page_slots) {
-          const int64_t page_id = template_pages_[static_cast<size_t>(slot / page_slots)];
-          const int64_t first = (page_id * shape_.n_kv_heads + h) * page_slots;
-          backend_.download(page.data(), layer->positions + first, page.size() * sizeof(int32_t));
-          for (int o = 0; o < page_slots && slot + o < len_; ++o)
-            if (page[static_cast<size_t>(o)] != slot + o) {
-              fill_problems_.push_back(fmt::format(
-                  "pool fill: the template's slot {} of KV head {} in layer {} holds position {}", slot + o, h,
-                  layer->layer, page[static_cast<size_t>(o)]));
-              return;
-            }
+    const int n_kv = shape_.n_kv_heads;
+    std::vector<int32_t> block(template_pages_.size() * static_cast<size_t>(n_kv * page_slots));
+    for (const backend::KvLayer* layer : {&pool_->layers().front(), &pool_->layers().back()}) {
+      backend_.download(block.data(), layer->positions + int64_t{template_pages_[0]} * n_kv * page_slots,
+                        block.size() * sizeof(int32_t));
+      for (int slot = 0; slot < len_; ++slot)
+        for (int h = 0; h < n_kv; ++h) {
+          const int32_t held = block[static_cast<size_t>(((slot / page_slots) * n_kv + h) * page_slots +
+                                                         slot % page_slots)];
+          if (held != slot) {
+            fill_problems_.push_back(
+                fmt::format("pool fill: the template's slot {} of KV head {} in layer {} holds position {}", slot,
+                            h, layer->layer, held));
+            return;
+          }
         }
+    }
   }
 
   // After the first restore: the template's keys are not all zero (the prefill wrote them), and every
