@@ -10,8 +10,8 @@
 #   MODEL, e.g. tests/fixtures/qwen3, and small OUTPUT/N_MAX).
 #   LLAMA_SERVER, GGUF: a llama.cpp llama-server binary and the checkpoint as GGUF; when both exist,
 #   the same serve legs run against it with --url (side by side, same client).
-#   LEGS ("throughput all poisson c32 max llama"): which legs run, e.g. LEGS="all c32 llama" for the
-#   side by side alone.
+#   LEGS ("throughput all poisson c32 max scoring llama"): which legs run, e.g. LEGS="all c32 llama" for
+#   the side by side alone; SCORING ("snapkv_pp:precision=fp32 h2o_pp"): the scoring leg's policies.
 # Binaries come prebuilt in .gpu-bin/ (tools/gpu/pack.sh), or BIN.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,7 +22,7 @@ BACKEND=${BACKEND:-cuda}
 OUTPUT=${OUTPUT:-2048}
 RATE=${RATE:-16}
 N_MAX=${N_MAX:-1000}
-LEGS=" ${LEGS:-throughput all poisson c32 max llama} "
+LEGS=" ${LEGS:-throughput all poisson c32 max scoring llama} "
 LOG="$OUT/serve-load.log"
 want() { [[ "$LEGS" == *" $1 "* ]]; }
 status=0
@@ -57,8 +57,14 @@ want poisson && leg serve --model "$M" --backend "$BACKEND" "${FIXED[@]}" --num-
 want c32 && leg serve --model "$M" --backend "$BACKEND" "${FIXED[@]}" --num-requests 128 --max-concurrency 32
 # 4. Max throughput: 1000 requests of 1k in / 1k out at once, the server's defaults.
 want max && leg serve --model "$M" --backend "$BACKEND" --num-requests "$N_MAX" --input-len 1024 --output-len 1024
+# 5. The Poisson leg with scoring policies (SCORING), whose signals the server records while requests
+#    arrive and others decode.
+for policy in ${SCORING:-snapkv_pp:precision=fp32 h2o_pp}; do
+  want scoring && leg serve --model "$M" --backend "$BACKEND" --input-len 1024 --output-len "$OUTPUT" \
+    --policy "$policy" --budget 2048 --window 64 --num-requests 256 --request-rate "$RATE" --max-concurrency 128
+done
 
-# 5. llama.cpp's llama-server on the same checkpoint (GGUF), the same client, when present.
+# 6. llama.cpp's llama-server on the same checkpoint (GGUF), the same client, when present.
 if ! want llama; then
   :
 elif [ -n "${LLAMA_SERVER:-}" ] && [ -x "${LLAMA_SERVER}" ] && [ -f "${GGUF:-}" ]; then
