@@ -397,7 +397,7 @@ class FilledPool {
   // the last layer (a prefill that appended its chunks anywhere else would leave other keys to time).
   // The template's pages are consecutive (the constructor checks), so its positions are one block.
   void check_template_positions() {
-    const int page_slots = kv::KvPool::kDefaultPageSlots;
+    const int page_slots = pool_->page_slots();
     const int n_kv = shape_.n_kv_heads;
     std::vector<int32_t> block(template_pages_.size() * static_cast<size_t>(n_kv * page_slots));
     for (const backend::KvLayer* layer : {&pool_->layers().front(), &pool_->layers().back()}) {
@@ -464,7 +464,7 @@ class FilledPool {
 
   // Index of sequence s's slot `slot` of KV head h in a layer's positions.
   size_t slot_index(int s, int h, int slot) const {
-    const int page_slots = kv::KvPool::kDefaultPageSlots;
+    const int page_slots = pool_->page_slots();
     const int64_t page = pages_[static_cast<size_t>(s)][static_cast<size_t>(slot / page_slots)];
     return static_cast<size_t>((page * shape_.n_kv_heads + h) * page_slots + slot % page_slots);
   }
