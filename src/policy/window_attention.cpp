@@ -6,6 +6,8 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/vector_clones.h"
+#include "policy/dimension_order_dots.h"
 #include "policy/ranking.h"
 
 namespace kvdice::policy {
@@ -13,26 +15,57 @@ namespace {
 
 float bf16_round(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
+// The candidates' keys transposed to [head_dim][n], the columns of dimension_order_dots.
+std::vector<float> transposed_keys(const SelectionInput& input, bool round_to_bf16) {
+  const int n = input.n_candidates, d = input.head_dim;
+  std::vector<float> keys(static_cast<size_t>(d) * n);
+  for (int j = 0; j < n; ++j)
+    for (int c = 0; c < d; ++c) {
+      const float k = input.keys[int64_t{j} * d + c];
+      keys[int64_t{c} * n + j] = round_to_bf16 ? bf16_round(k) : k;
+    }
+  return keys;
+}
+
+// logits[b][j] = (Σ_c queries[b][c] · k_j[c]) · scale for b < block: the products of the bf16-valued
+// inputs are exact in fp32 and fp64, and each sum runs in dimension order (dimension_order_dots.h).
+template <typename Acc>
+[[gnu::always_inline]] inline void scaled_logits(const float* queries, const float* keys_t, int n, int d, int block,
+                                                 Acc scale, Acc* logits) {
+  dimension_order_dots<Acc>(queries, keys_t, n, d, block, logits);
+  for (int64_t e = 0; e < int64_t{block} * n; ++e) logits[e] *= scale;
+}
+
+KVDICE_VECTOR_CLONES void logits_fp64(const float* queries, const float* keys_t, int n, int d, int block,
+                                      double scale, double* logits) {
+  scaled_logits<double>(queries, keys_t, n, d, block, scale, logits);
+}
+
+KVDICE_VECTOR_CLONES void logits_fp32(const float* queries, const float* keys_t, int n, int d, int block,
+                                      float scale, float* logits) {
+  scaled_logits<float>(queries, keys_t, n, d, block, scale, logits);
+}
+
 // means[gh][j]: the mean softmax weight of candidate j over query head gh's window queries, in double.
 std::vector<double> means_fp64(const SelectionInput& input, double temperature) {
   const int n = input.n_candidates, d = input.head_dim, group = input.group, nq = input.n_queries;
   const double scale = 1.0 / (std::sqrt(static_cast<double>(d)) * temperature);
-  std::vector<double> mean(static_cast<size_t>(group) * n, 0.0), logits(static_cast<size_t>(n));
+  const std::vector<float> keys = transposed_keys(input, false);
+  std::vector<double> mean(static_cast<size_t>(group) * n, 0.0), logits(static_cast<size_t>(kDotBlockRows) * n);
   for (int gh = 0; gh < group; ++gh) {
     double* m = mean.data() + int64_t{gh} * n;
-    for (int i = 0; i < nq; ++i) {
-      const float* q = input.window_queries.data() + (int64_t{gh} * nq + i) * d;
-      double max_logit = -INFINITY;
-      for (int j = 0; j < n; ++j) {
-        const float* k = input.keys.data() + int64_t{j} * d;
-        double dot = 0.0;
-        for (int c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * k[c];
-        logits[j] = dot * scale;
-        max_logit = std::max(max_logit, logits[j]);
+    for (int i0 = 0; i0 < nq; i0 += kDotBlockRows) {
+      const int block = std::min(kDotBlockRows, nq - i0);
+      logits_fp64(input.window_queries.data() + (int64_t{gh} * nq + i0) * d, keys.data(), n, d, block, scale,
+                  logits.data());
+      for (int b = 0; b < block; ++b) {  // the queries in order: m accumulates as one at a time
+        double* l = logits.data() + int64_t{b} * n;
+        double max_logit = -INFINITY;
+        for (int j = 0; j < n; ++j) max_logit = std::max(max_logit, l[j]);
+        double denom = 0.0;
+        for (int j = 0; j < n; ++j) denom += (l[j] = std::exp(l[j] - max_logit));
+        for (int j = 0; j < n; ++j) m[j] += l[j] / denom / nq;
       }
-      double denom = 0.0;
-      for (int j = 0; j < n; ++j) denom += (logits[j] = std::exp(logits[j] - max_logit));
-      for (int j = 0; j < n; ++j) m[j] += logits[j] / denom / nq;
     }
   }
   return mean;
@@ -49,26 +82,25 @@ float exp_flushed(float x) {
 std::vector<double> means_fp32(const SelectionInput& input, double temperature) {
   const int n = input.n_candidates, d = input.head_dim, group = input.group, nq = input.n_queries;
   const float scale = window_logit_scale(d, temperature);
-  std::vector<float> keys(input.keys.size()), q(static_cast<size_t>(d)), sum(static_cast<size_t>(n)),
-      logits(static_cast<size_t>(n));
-  for (size_t i = 0; i < keys.size(); ++i) keys[i] = bf16_round(input.keys[i]);
+  const std::vector<float> keys = transposed_keys(input, true);
+  std::vector<float> queries(static_cast<size_t>(nq) * d), sum(static_cast<size_t>(n)),
+      logits(static_cast<size_t>(kDotBlockRows) * n);
   std::vector<double> mean(static_cast<size_t>(group) * n);
   for (int gh = 0; gh < group; ++gh) {
+    const float* window = input.window_queries.data() + int64_t{gh} * nq * d;
+    for (int64_t e = 0; e < int64_t{nq} * d; ++e) queries[e] = bf16_round(window[e]);
     std::fill(sum.begin(), sum.end(), 0.0f);
-    for (int i = 0; i < nq; ++i) {
-      const float* query = input.window_queries.data() + (int64_t{gh} * nq + i) * d;
-      for (int c = 0; c < d; ++c) q[c] = bf16_round(query[c]);
-      float max_logit = -INFINITY;
-      for (int j = 0; j < n; ++j) {
-        const float* k = keys.data() + int64_t{j} * d;
-        float dot = 0.0f;
-        for (int c = 0; c < d; ++c) dot += q[c] * k[c];  // bf16 x bf16: every product exact in fp32
-        logits[j] = dot * scale;
-        max_logit = std::max(max_logit, logits[j]);
+    for (int i0 = 0; i0 < nq; i0 += kDotBlockRows) {
+      const int block = std::min(kDotBlockRows, nq - i0);
+      logits_fp32(queries.data() + int64_t{i0} * d, keys.data(), n, d, block, scale, logits.data());
+      for (int b = 0; b < block; ++b) {  // the queries in order: sum accumulates as one at a time
+        float* l = logits.data() + int64_t{b} * n;
+        float max_logit = -INFINITY;
+        for (int j = 0; j < n; ++j) max_logit = std::max(max_logit, l[j]);
+        float denom = 0.0f;
+        for (int j = 0; j < n; ++j) denom += (l[j] = exp_flushed(l[j] - max_logit));
+        for (int j = 0; j < n; ++j) sum[j] += l[j] / denom;
       }
-      float denom = 0.0f;
-      for (int j = 0; j < n; ++j) denom += exp_flushed(logits[j] - max_logit);
-      for (int j = 0; j < n; ++j) sum[j] += exp_flushed(logits[j] - max_logit) / denom;
     }
     for (int j = 0; j < n; ++j) mean[int64_t{gh} * n + j] = static_cast<double>(sum[j] / static_cast<float>(nq));
   }
