@@ -12,12 +12,20 @@
 #include <cmath>
 #include <memory>
 
+#include "core/vector_clones.h"
+#include "policy/dimension_order_dots.h"
 #include "policy/key_redundancy.h"
 #include "policy/policy_options.h"
 #include "policy/ranking.h"
 
 namespace kvdice::policy {
 namespace {
+
+// dots[b][j] = q_b · k_j in fp64 (exact products, summed in dimension order) for block query rows.
+KVDICE_VECTOR_CLONES void query_dots(const float* queries, const float* keys_t, int n, int d, int block,
+                                     double* dots) {
+  dimension_order_dots<double>(queries, keys_t, n, d, block, dots);
+}
 
 class RkvOfficialPolicy final : public EvictionPolicy {
  public:
@@ -59,17 +67,21 @@ class RkvOfficialPolicy final : public EvictionPolicy {
             static_cast<int64_t>(input.window_queries.size()) == int64_t{group} * input.n_queries * d,
         "rkv_official got {} key and {} query values", input.keys.size(), input.window_queries.size());
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-    std::vector<double> mean(static_cast<size_t>(n), 0.0), logits(static_cast<size_t>(n));
+    std::vector<float> keys_t(static_cast<size_t>(d) * n), queries(static_cast<size_t>(group) * d);
+    for (int j = 0; j < n; ++j)
+      for (int c = 0; c < d; ++c) keys_t[int64_t{c} * n + j] = input.keys[int64_t{j} * d + c];
+    std::vector<double> mean(static_cast<size_t>(n), 0.0), logits(static_cast<size_t>(n)),
+        dots(static_cast<size_t>(kDotBlockRows) * n);
     for (int i = 0; i < nq; ++i) {
       std::fill(logits.begin(), logits.end(), -INFINITY);
-      for (int gh = 0; gh < group; ++gh) {
-        const float* q = input.window_queries.data() + (int64_t{gh} * input.n_queries + i) * d;
-        for (int j = 0; j < n; ++j) {
-          const float* k = input.keys.data() + int64_t{j} * d;
-          double dot = 0.0;
-          for (int c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * k[c];
-          logits[j] = std::max(logits[j], dot * scale);
-        }
+      for (int gh = 0; gh < group; ++gh)  // query i of each head of the group, side by side
+        std::copy_n(input.window_queries.data() + (int64_t{gh} * input.n_queries + i) * d, d,
+                    queries.data() + int64_t{gh} * d);
+      for (int gh0 = 0; gh0 < group; gh0 += kDotBlockRows) {
+        const int block = std::min(kDotBlockRows, group - gh0);
+        query_dots(queries.data() + int64_t{gh0} * d, keys_t.data(), n, d, block, dots.data());
+        for (int b = 0; b < block; ++b)  // the group's max, head by head in order
+          for (int j = 0; j < n; ++j) logits[j] = std::max(logits[j], dots[int64_t{b} * n + j] * scale);
       }
       const double max_logit = *std::max_element(logits.begin(), logits.end());
       double denom = 0.0;
