@@ -1,8 +1,8 @@
 // Dot products of a few rows with many columns, each summed in dimension order and rounded one product
 // and one sum at a time: bit for bit the plain loop `dot += a[c] * b[c]`, which a compiler must keep
 // scalar (it may not reorder a floating-point sum), but here vectorized across the columns. The CPU
-// twins of the windowed attention (window_attention.cpp) and of R-KV's redundancy (key_redundancy.cpp)
-// compute their logits and cosines with it.
+// twins of the windowed attention (window_attention.cpp), R-KV's redundancy (key_redundancy.cpp) and
+// rkv_official's importance compute their logits and cosines with it.
 #pragma once
 
 #include <algorithm>

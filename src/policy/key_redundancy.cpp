@@ -30,7 +30,8 @@ std::vector<double> key_redundancy(const SelectionInput& input, std::optional<do
     double norm = 0.0;
     for (int c = 0; c < d; ++c) norm += static_cast<double>(k[c]) * k[c];
     norm = std::sqrt(norm) + 1e-8;
-    for (int c = 0; c < d; ++c) unit[static_cast<size_t>(j) * d + c] = unit_t[static_cast<size_t>(c) * n + j] = k[c] / norm;
+    for (int c = 0; c < d; ++c)
+      unit[static_cast<size_t>(j) * d + c] = unit_t[static_cast<size_t>(c) * n + j] = k[c] / norm;
   }
   // rank[j]: age rank of slot j (0 = oldest), for "newest similar" and the oldest fallback.
   const std::vector<int32_t> order = chronological(input, 0);
