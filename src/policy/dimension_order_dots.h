@@ -19,8 +19,8 @@ inline constexpr int kDotTileColumns = 32;  // a full block's tile: its sums sta
 // short block go one dimension at a time through memory. Inline into a KVDICE_VECTOR_CLONES function
 // (core/vector_clones.h) of a file built without fused multiply-add.
 template <typename Acc, typename Row, typename Column>
-[[gnu::always_inline]] inline void dimension_order_dots(const Row* rows, const Column* columns_t, int n, int d,
-                                                        int block, Acc* out) {
+[[gnu::always_inline]] inline void dimension_order_dots(const Row* rows, const Column* columns_t, int n,
+                                                        int d, int block, Acc* out) {
   int j0 = 0;
   if (block == kDotBlockRows) {
     for (; j0 + kDotTileColumns <= n; j0 += kDotTileColumns) {

@@ -12,8 +12,8 @@ namespace kvdice::policy {
 namespace {
 
 // rows[b][j]: the cosines of unit keys i0 + b (b < block) with every candidate (dimension_order_dots.h).
-KVDICE_VECTOR_CLONES void cosine_rows(const double* unit, const double* unit_t, int n, int d, int i0, int block,
-                                      double* rows) {
+KVDICE_VECTOR_CLONES void cosine_rows(const double* unit, const double* unit_t, int n, int d, int i0,
+                                      int block, double* rows) {
   dimension_order_dots<double>(unit + static_cast<size_t>(i0) * d, unit_t, n, d, block, rows);
 }
 

@@ -30,8 +30,8 @@ std::vector<float> transposed_keys(const SelectionInput& input, bool round_to_bf
 // logits[b][j] = (Σ_c queries[b][c] · k_j[c]) · scale for b < block: the products of the bf16-valued
 // inputs are exact in fp32 and fp64, and each sum runs in dimension order (dimension_order_dots.h).
 template <typename Acc>
-[[gnu::always_inline]] inline void scaled_logits(const float* queries, const float* keys_t, int n, int d, int block,
-                                                 Acc scale, Acc* logits) {
+[[gnu::always_inline]] inline void scaled_logits(const float* queries, const float* keys_t, int n, int d,
+                                                 int block, Acc scale, Acc* logits) {
   dimension_order_dots<Acc>(queries, keys_t, n, d, block, logits);
   for (int64_t e = 0; e < int64_t{block} * n; ++e) logits[e] *= scale;
 }
@@ -51,7 +51,8 @@ std::vector<double> means_fp64(const SelectionInput& input, double temperature) 
   const int n = input.n_candidates, d = input.head_dim, group = input.group, nq = input.n_queries;
   const double scale = 1.0 / (std::sqrt(static_cast<double>(d)) * temperature);
   const std::vector<float> keys = transposed_keys(input, false);
-  std::vector<double> mean(static_cast<size_t>(group) * n, 0.0), logits(static_cast<size_t>(kDotBlockRows) * n);
+  std::vector<double> mean(static_cast<size_t>(group) * n, 0.0),
+      logits(static_cast<size_t>(kDotBlockRows) * n);
   for (int gh = 0; gh < group; ++gh) {
     double* m = mean.data() + int64_t{gh} * n;
     for (int i0 = 0; i0 < nq; i0 += kDotBlockRows) {

@@ -42,7 +42,8 @@ Candidates make_candidates(int n, int d, int group, int nq, float pull, uint32_t
   for (float& x : common) x = normal(rng);
   c.keys.resize(static_cast<size_t>(n) * d);
   for (int j = 0; j < n; ++j)
-    for (int k = 0; k < d; ++k) c.keys[static_cast<size_t>(j) * d + k] = bf16_round(normal(rng) + pull * common[k]);
+    for (int k = 0; k < d; ++k)
+      c.keys[static_cast<size_t>(j) * d + k] = bf16_round(normal(rng) + pull * common[k]);
   c.queries.resize(static_cast<size_t>(group) * nq * d);
   for (float& x : c.queries) x = bf16_round(3.0f * normal(rng));
   SelectionInput& in = c.input;
@@ -84,7 +85,8 @@ std::vector<double> plain_windowed_attention(const SelectionInput& input, int po
         for (int j = 0; j < n; ++j) denom += flushed(logits[j] - max_logit);
         for (int j = 0; j < n; ++j) sum[j] += flushed(logits[j] - max_logit) / denom;
       }
-      for (int j = 0; j < n; ++j) mean[int64_t{gh} * n + j] = static_cast<double>(sum[j] / static_cast<float>(nq));
+      for (int j = 0; j < n; ++j)
+        mean[int64_t{gh} * n + j] = static_cast<double>(sum[j] / static_cast<float>(nq));
     } else {
       const double scale = 1.0 / (std::sqrt(static_cast<double>(d)) * temperature);
       std::vector<double> logits(n);
@@ -135,7 +137,8 @@ std::vector<double> plain_key_redundancy(const SelectionInput& input, std::optio
     for (int j = 0; j < n; ++j) {
       double dot = 0.0;
       if (j != i)
-        for (int c = 0; c < d; ++c) dot += unit[static_cast<size_t>(i) * d + c] * unit[static_cast<size_t>(j) * d + c];
+        for (int c = 0; c < d; ++c)
+          dot += unit[static_cast<size_t>(i) * d + c] * unit[static_cast<size_t>(j) * d + c];
       row[j] = dot;
     }
     if (spare_threshold) {
@@ -193,7 +196,8 @@ TEST(DimensionOrderDots, KeyRedundancyEqualsOneCosineAtATime) {
         const std::vector<double> want = plain_key_redundancy(c.input, threshold);
         EXPECT_EQ(bit_differences(got, want), 0)
             << "n=" << s.n << " d=" << s.d << " pull=" << pull << " threshold=" << threshold.value_or(-1);
-        if (threshold && pull > 0.0f && bit_differences(want, plain_key_redundancy(c.input, std::nullopt)) > 0)
+        if (threshold && pull > 0.0f &&
+            bit_differences(want, plain_key_redundancy(c.input, std::nullopt)) > 0)
           ++spared_rows_seen;
       }
   EXPECT_GT(spared_rows_seen, 0) << "no case exercised the spare rule";
