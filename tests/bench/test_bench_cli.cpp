@@ -186,9 +186,6 @@ TEST_F(BenchCli, EvictTimesEveryPolicyAtEachBatch) {
   }
 }
 
-// TriAttention scores every layer in one call (one keep-set per KV head for the whole model), so it has
-// no one-layer round: its per-layer figure is the model round over the layers, and says so. (Timing a
-// one-layer call failed on its statistics check: "the cache has 1" layer.)
 // The pool's template is prefilled in steps of 256 rows: T + r = 320 takes two, the second appended
 // after the first (bench evict checks that the template's slot i holds position i).
 TEST_F(BenchCli, EvictFillsATemplateLongerThanOnePrefillStep) {
@@ -228,6 +225,9 @@ TEST_F(BenchCli, EvictPoliciesKeepTheirOptions) {
   }
 }
 
+// TriAttention scores every layer in one call (one keep-set per KV head for the whole model), so it has
+// no one-layer round: its per-layer figure is the model round over the layers, and says so. (Timing a
+// one-layer call failed on its statistics check: "the cache has 1" layer.)
 TEST_F(BenchCli, EvictTimesAWholeModelScorerPerModel) {
   const std::string stats = path("tri.safetensors"), text = path("text.txt"), json = path("t.json");
   std::string words;
