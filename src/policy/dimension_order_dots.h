@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <vector>
+
+#include "policy/eviction_policy.h"
 
 namespace kvdice::policy {
 
@@ -46,6 +49,15 @@ template <typename Acc, typename Row, typename Column>
       for (int j = j0; j < n; ++j) row[j] += a * static_cast<Acc>(column[j]);
     }
   }
+}
+
+// The candidates' keys transposed to [head_dim][n_candidates]: the columns of dimension_order_dots.
+inline std::vector<float> transposed_keys(const SelectionInput& input) {
+  const int n = input.n_candidates, d = input.head_dim;
+  std::vector<float> keys(static_cast<size_t>(d) * n);
+  for (int j = 0; j < n; ++j)
+    for (int c = 0; c < d; ++c) keys[static_cast<size_t>(c) * n + j] = input.keys[static_cast<size_t>(j) * d + c];
+  return keys;
 }
 
 }  // namespace kvdice::policy

@@ -67,9 +67,8 @@ class RkvOfficialPolicy final : public EvictionPolicy {
             static_cast<int64_t>(input.window_queries.size()) == int64_t{group} * input.n_queries * d,
         "rkv_official got {} key and {} query values", input.keys.size(), input.window_queries.size());
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-    std::vector<float> keys_t(static_cast<size_t>(d) * n), queries(static_cast<size_t>(group) * d);
-    for (int j = 0; j < n; ++j)
-      for (int c = 0; c < d; ++c) keys_t[int64_t{c} * n + j] = input.keys[int64_t{j} * d + c];
+    const std::vector<float> keys_t = transposed_keys(input);
+    std::vector<float> queries(static_cast<size_t>(group) * d);
     std::vector<double> mean(static_cast<size_t>(n), 0.0), logits(static_cast<size_t>(n)),
         dots(static_cast<size_t>(kDotBlockRows) * n);
     for (int i = 0; i < nq; ++i) {

@@ -15,18 +15,6 @@ namespace {
 
 float bf16_round(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
-// The candidates' keys transposed to [head_dim][n], the columns of dimension_order_dots.
-std::vector<float> transposed_keys(const SelectionInput& input, bool round_to_bf16) {
-  const int n = input.n_candidates, d = input.head_dim;
-  std::vector<float> keys(static_cast<size_t>(d) * n);
-  for (int j = 0; j < n; ++j)
-    for (int c = 0; c < d; ++c) {
-      const float k = input.keys[int64_t{j} * d + c];
-      keys[int64_t{c} * n + j] = round_to_bf16 ? bf16_round(k) : k;
-    }
-  return keys;
-}
-
 // logits[b][j] = (Σ_c queries[b][c] · k_j[c]) · scale for b < block: the products of the bf16-valued
 // inputs are exact in fp32 and fp64, and each sum runs in dimension order (dimension_order_dots.h).
 template <typename Acc>
@@ -50,7 +38,7 @@ KVDICE_VECTOR_CLONES void logits_fp32(const float* queries, const float* keys_t,
 std::vector<double> means_fp64(const SelectionInput& input, double temperature) {
   const int n = input.n_candidates, d = input.head_dim, group = input.group, nq = input.n_queries;
   const double scale = 1.0 / (std::sqrt(static_cast<double>(d)) * temperature);
-  const std::vector<float> keys = transposed_keys(input, false);
+  const std::vector<float> keys = transposed_keys(input);
   std::vector<double> mean(static_cast<size_t>(group) * n, 0.0),
       logits(static_cast<size_t>(kDotBlockRows) * n);
   for (int gh = 0; gh < group; ++gh) {
@@ -83,7 +71,8 @@ float exp_flushed(float x) {
 std::vector<double> means_fp32(const SelectionInput& input, double temperature) {
   const int n = input.n_candidates, d = input.head_dim, group = input.group, nq = input.n_queries;
   const float scale = window_logit_scale(d, temperature);
-  const std::vector<float> keys = transposed_keys(input, true);
+  std::vector<float> keys = transposed_keys(input);
+  for (float& k : keys) k = bf16_round(k);
   std::vector<float> queries(static_cast<size_t>(nq) * d), sum(static_cast<size_t>(n)),
       logits(static_cast<size_t>(kDotBlockRows) * n);
   std::vector<double> mean(static_cast<size_t>(group) * n);
