@@ -56,7 +56,8 @@ inline std::vector<float> transposed_keys(const SelectionInput& input) {
   const int n = input.n_candidates, d = input.head_dim;
   std::vector<float> keys(static_cast<size_t>(d) * n);
   for (int j = 0; j < n; ++j)
-    for (int c = 0; c < d; ++c) keys[static_cast<size_t>(c) * n + j] = input.keys[static_cast<size_t>(j) * d + c];
+    for (int c = 0; c < d; ++c)
+      keys[static_cast<size_t>(c) * n + j] = input.keys[static_cast<size_t>(j) * d + c];
   return keys;
 }
 
