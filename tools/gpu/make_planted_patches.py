@@ -99,18 +99,28 @@ plant('vase-stream-heads-4-up', "VaSE's weighted draw uses KV head % 4 as its st
 plant('vase-tree-root-stale', "VaSE's draws leave the sum tree's root (the total weight left) as it was before each pick",
       'Policies/CudaRealShape.*/vase',
       [('src/policy/cuda/vase_select.cuh',
-        '    for (int l = 0; l < kTreeLevels; ++l) tree[leaf >> l] = path[l] - weight;',
-        '    for (int l = 0; l < kTreeLevels - 1; ++l) tree[leaf >> l] = path[l] - weight;')])
+        '        for (int l = 0; l < kTreeLevels; ++l) tree[leaf >> l] = path[l] - weight;',
+        '        for (int l = 0; l < kTreeLevels - 1; ++l) tree[leaf >> l] = path[l] - weight;')])
 plant('vase-walk-run-tail', "VaSE's draws read the last entry of each run as weighing nothing (it is never picked by weight)",
       'Policies/CudaRealShape.*/vase',
       [('src/policy/cuda/vase_select.cuh',
-        '          if (j0 + e < run_end) {',
-        '          if (j0 + e < run_end - 1) {')])
+        '              const unsigned long long entry = j0 + e < run_end ? pool[j0 + e] : kTakenBit;',
+        '              const unsigned long long entry = j0 + e < run_end - 1 ? pool[j0 + e] : kTakenBit;')])
 plant('vase-zero-weight-newest', "VaSE's draws past the last weight read the taken flags from the wrong end of the pool (a taken candidate can be picked again)",
       'Policies/CudaScoringPolicy.SmallShapesKeepWhatTheCpuKeeps/* (temperature=0.001)',
       [('src/policy/cuda/vase_select.cuh',
-        '      while (oldest_left < m && w.sort[oldest_left].unused) ++oldest_left;',
-        '      while (oldest_left < m && w.sort[m - 1 - oldest_left].unused) ++oldest_left;')])
+        '          while (oldest_left < m && (pool[oldest_left] & kTakenBit)) ++oldest_left;',
+        '          while (oldest_left < m && (pool[m - 1 - oldest_left] & kTakenBit)) ++oldest_left;')])
+plant('vase-draw-words-reused', "VaSE's draws reuse the first 32 random words in every batch of 32 draws",
+      'Policies/CudaRealShape.*/vase',
+      [('src/policy/cuda/vase_select.cuh',
+        '    draw_u64[lane] = stream.draw_u64(static_cast<uint32_t>(draw0 + lane));',
+        '    draw_u64[lane] = stream.draw_u64(static_cast<uint32_t>(lane));')])
+plant('vase-keep-flags-first-lap', "VaSE's draws write the keep flags of the taken entries among the pool's first 32 only",
+      'Policies/CudaScoringPolicy.* and Policies/CudaRealShape.*/vase',
+      [('src/policy/cuda/vase_select.cuh',
+        '  for (int j = lane; j < m; j += 32)\n    if (pool[j] & kTakenBit)',
+        '  for (int j = lane; j < min(m, 32); j += 32)\n    if (pool[j] & kTakenBit)')])
 plant('mma-tile-chunks-past-8', "the tensor-core tiles (rkv_official's spare search) leave the odd 16-byte chunks past the 8th of a row uncopied (head_dim 128)",
       'Policies/CudaRealShape.Qwen3FourBKeepsWhatTheCpuKeeps/rkv_official',
       [('src/policy/cuda/mma_tile.cuh',
@@ -334,6 +344,8 @@ FILTERS = {
     'vase-stream-heads-4-up': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
     'vase-tree-root-stale': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
     'vase-zero-weight-newest': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*'),
+    'vase-draw-words-reused': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
+    'vase-keep-flags-first-lap': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
     'vase-walk-run-tail': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
     'mma-tile-chunks-past-8': ('mma_tile.cuh (spare search)',
         'Policies/CudaScoringPolicy.*:' + real('rkv_official')),

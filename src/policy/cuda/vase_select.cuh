@@ -109,99 +109,122 @@ struct VaseDevice {
   }
 };
 
-// The draws of one head: its pool (w.sort[0, m): weights, taken flags) as VaseDevice::select left it,
-// `kept` candidates kept. Each thread's run of the pool (kSelectionThreads runs, as if the selection's
-// threads held them) is a leaf of a sum tree in shared memory (node i's children 2i and 2i + 1, the root
-// tree[1] the total weight left); the warp builds it, lane 0 draws. One warp a CTA so that an SM holds
-// 32 heads' serial draws at once: in the selection's 256-thread CTAs one thread drew while the others
-// idled, at 11 % occupancy (ncu, vase_pp at batch 128, table9, H100, 2026-12-06).
+// The draws of one head: its pool (w.sort[0, m): weights) as VaseDevice::select left it, `kept`
+// candidates kept. The pool's weights are copied into `pool` (shared memory where the launch gave it
+// room, else the head's w.b, free once the attention is in the weights), a taken entry marked by
+// kTakenBit (a weight is below 2^41). Each of kSelectionThreads runs of the pool is a leaf of a sum tree
+// in shared memory (node i's children 2i and 2i + 1, the root tree[1] the total weight left); the warp
+// builds it, lane 0 draws, and the warp writes the keep flags of the taken entries at the end. One warp
+// a CTA so that an SM holds many heads' serial draws at once: in the selection's 256-thread CTAs one
+// thread drew while the others idled, at 11 % occupancy (ncu, vase_pp at batch 128, table9, H100,
+// 2026-12-06).
+inline constexpr unsigned long long kTakenBit = 1ull << 63;
+inline constexpr int kDrawPoolSharedMax = 16 << 10;  // bytes of pool a draw CTA may keep in shared memory
+
 __device__ inline void vase_draws(const CudaSelectionArgs& args, const HeadSelect& h, HeadScratch& w, int m,
-                                  int kept, uint8_t* keep) {
+                                  int kept, unsigned long long* pool, uint8_t* keep) {
   __shared__ unsigned long long tree[2 * kSelectionThreads];
+  __shared__ unsigned long long draw_u64[32];  // the next 32 draws' random words, a lane each
+  __shared__ int failed;
+  const int lane = static_cast<int>(threadIdx.x);
+  for (int j = lane; j < m; j += 32) pool[j] = w.sort[j].key;
+  if (lane == 0) failed = 0;
+  __syncwarp();
   const int per_thread = (m + kSelectionThreads - 1) / kSelectionThreads;
   auto run_begin = [&](int t) { return min(m, t * per_thread); };
-  for (int t = threadIdx.x; t < kSelectionThreads; t += blockDim.x) {
+  for (int t = lane; t < kSelectionThreads; t += 32) {
     unsigned long long local = 0;
-    for (int j = run_begin(t); j < run_begin(t + 1); ++j) local += w.sort[j].key;
+    for (int j = run_begin(t); j < run_begin(t + 1); ++j) local += pool[j];
     tree[kSelectionThreads + t] = local;
   }
   __syncwarp();
   for (int size = kSelectionThreads / 2; size >= 1; size /= 2) {
-    for (int t = threadIdx.x; t < size; t += blockDim.x)
-      tree[size + t] = tree[2 * (size + t)] + tree[2 * (size + t) + 1];
+    for (int t = lane; t < size; t += 32) tree[size + t] = tree[2 * (size + t)] + tree[2 * (size + t) + 1];
     __syncwarp();
   }
-  // The draws, by one thread: each descends the tree to the run holding the target (the left
-  // subtree's sum when the target is below it, else the right with the target less that sum), walks
-  // the run to the first remaining candidate whose running weight exceeds what is left of the target,
-  // and takes the pick's weight off the run's path to the root. Integer sums: the same pick as
-  // vase.cpp's walk over the whole pool. (With a block scan and four barriers a draw, vase_pp took
-  // 3.25 ms a batch-128 layer call and 0.565 at batch 1; the tree with a level-by-level update 2.35
-  // and 0.606 (H200), with the path read whole 2.16 and 0.534 (H100, 2026-12-06).)
-  if (threadIdx.x != 0) return;
+  // The draws, 32 at a time: the warp computes their Philox words (off the serial path), then lane 0
+  // draws them. Each draw descends the tree to the run holding the target (the left subtree's sum when
+  // the target is below it, else the right with the target less that sum), walks the run to the first
+  // remaining entry whose running weight exceeds what is left of the target, and takes the pick's weight
+  // off the run's path to the root. Integer sums: the same pick as vase.cpp's walk over the whole pool.
+  // (With a block scan and four barriers a draw, vase_pp took 3.25 ms a batch-128 layer call and 0.565
+  // at batch 1; the tree with a level-by-level update 2.35 and 0.606 (H200), with the path read whole
+  // 2.16 and 0.534 (H100, 2026-12-06).)
   const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer), static_cast<uint32_t>(h.kv_head)};
-  int oldest_left = 0;  // no candidate before it remains
-  for (int draw = 0; kept < h.keep; ++draw, ++kept) {
-    int pick = -1;
-    const unsigned long long total = tree[1];
-    if (total == 0) {
-      // No weight left: the oldest remaining (the lowest untaken index).
-      while (oldest_left < m && w.sort[oldest_left].unused) ++oldest_left;
-      if (oldest_left < m) pick = oldest_left;
-    } else {
-      unsigned long long target = mul_hi_u64(stream.draw_u64(static_cast<uint32_t>(draw)), total);
-      int node = 1;
-      while (node < kSelectionThreads) {
-        const unsigned long long left = tree[2 * node];
-        if (target < left) {
-          node = 2 * node;
+  int oldest_left = 0;  // no entry before it remains
+  for (int draw0 = 0; kept < h.keep; draw0 += 32) {
+    draw_u64[lane] = stream.draw_u64(static_cast<uint32_t>(draw0 + lane));
+    __syncwarp();
+    const int n_draws = min(32, h.keep - kept);
+    if (lane == 0) {
+      for (int d = 0; d < n_draws; ++d) {
+        int pick = -1;
+        const unsigned long long total = tree[1];
+        if (total == 0) {
+          // No weight left: the oldest remaining (the lowest untaken index).
+          while (oldest_left < m && (pool[oldest_left] & kTakenBit)) ++oldest_left;
+          if (oldest_left < m) pick = oldest_left;
         } else {
-          target -= left;
-          node = 2 * node + 1;
-        }
-      }
-      const int run = node - kSelectionThreads, run_end = run_begin(run + 1);
-      // The run kWalkBatch entries at a time: their reads in flight together, then the running sum
-      // (a taken entry weighs 0, so it is never the one that passes the target).
-      unsigned long long running = 0;
-      for (int j0 = run_begin(run); j0 < run_end && pick < 0; j0 += kWalkBatch) {
-        unsigned long long weight_of[kWalkBatch];
+          unsigned long long target = mul_hi_u64(draw_u64[d], total);
+          int node = 1;
+          while (node < kSelectionThreads) {
+            const unsigned long long left = tree[2 * node];
+            if (target < left) {
+              node = 2 * node;
+            } else {
+              target -= left;
+              node = 2 * node + 1;
+            }
+          }
+          const int run = node - kSelectionThreads, run_end = run_begin(run + 1);
+          // The run kWalkBatch entries at a time: their reads in flight together, then the running sum
+          // (a taken entry weighs 0, so it is never the one that passes the target).
+          unsigned long long running = 0;
+          for (int j0 = run_begin(run); j0 < run_end && pick < 0; j0 += kWalkBatch) {
+            unsigned long long weight_of[kWalkBatch];
 #pragma unroll
-        for (int e = 0; e < kWalkBatch; ++e) {
-          weight_of[e] = 0;
-          if (j0 + e < run_end) {
-            const SortPair entry = w.sort[j0 + e];
-            weight_of[e] = entry.unused ? 0 : entry.key;
+            for (int e = 0; e < kWalkBatch; ++e) {
+              const unsigned long long entry = j0 + e < run_end ? pool[j0 + e] : kTakenBit;
+              weight_of[e] = (entry & kTakenBit) ? 0 : entry;
+            }
+#pragma unroll
+            for (int e = 0; e < kWalkBatch; ++e) {
+              running += weight_of[e];
+              if (pick < 0 && running > target) pick = j0 + e;
+            }
           }
         }
-#pragma unroll
-        for (int e = 0; e < kWalkBatch; ++e) {
-          running += weight_of[e];
-          if (pick < 0 && running > target) pick = j0 + e;
+        if (pick < 0) {  // cannot happen with consistent sums; flag rather than loop on
+          atomicExch(args.error, 1);
+          failed = 1;
+          break;
         }
+        // The pick's path to the root, read whole and then written: shared-memory stores may alias the
+        // next level's read, so a read-modify-write a level would wait on each level in turn.
+        const unsigned long long weight = pool[pick];
+        const int leaf = kSelectionThreads + pick / per_thread;
+        unsigned long long path[kTreeLevels];
+#pragma unroll
+        for (int l = 0; l < kTreeLevels; ++l) path[l] = tree[leaf >> l];
+#pragma unroll
+        for (int l = 0; l < kTreeLevels; ++l) tree[leaf >> l] = path[l] - weight;
+        pool[pick] = weight | kTakenBit;
       }
     }
-    if (pick < 0) {  // cannot happen with consistent sums; flag rather than loop on
-      atomicExch(args.error, 1);
-      return;
-    }
-    // The pick's path to the root, read whole and then written: shared-memory stores may alias the
-    // next level's read, so a read-modify-write a level would wait on each level in turn.
-    const uint64_t weight = w.sort[pick].key;
-    const int leaf = kSelectionThreads + pick / per_thread;
-    unsigned long long path[kTreeLevels];
-#pragma unroll
-    for (int l = 0; l < kTreeLevels; ++l) path[l] = tree[leaf >> l];
-#pragma unroll
-    for (int l = 0; l < kTreeLevels; ++l) tree[leaf >> l] = path[l] - weight;
-    w.sort[pick].unused = 1;
-    keep[w.slot_of_age[w.sort[pick].index]] = 1;
+    __syncwarp();
+    if (failed) return;
+    kept += n_draws;
   }
+  for (int j = lane; j < m; j += 32)
+    if (pool[j] & kTakenBit) keep[w.slot_of_age[w.sort[j].index]] = 1;
 }
 
 // One warp per (row, layer of the launch, KV head), after the selection launch with the same arguments
-// (the same rows, scratch and keep flags).
+// (the same rows, scratch and keep flags); kPoolInShared: the launch's dynamic shared memory holds the
+// pool's args.capacity weights (a template argument so that the pool's reads are shared-memory loads).
+template <bool kPoolInShared>
 __global__ void __launch_bounds__(32) vase_draw_kernel(CudaSelectionArgs args) {
+  extern __shared__ unsigned long long shared_pool[];
   const int s = args.row_begin + static_cast<int>(blockIdx.y);
   const int local_layer = static_cast<int>(blockIdx.x) / args.n_kv_heads;
   const int head = static_cast<int>(blockIdx.x) % args.n_kv_heads;
@@ -213,13 +236,18 @@ __global__ void __launch_bounds__(32) vase_draw_kernel(CudaSelectionArgs args) {
       (static_cast<int64_t>(s - args.row_begin) * args.n_layers + local_layer) * args.n_kv_heads + head;
   HeadScratch w(args.scratch + group_item * args.head_scratch, args.capacity);
   const int* header = reinterpret_cast<const int*>(w.a);
-  vase_draws(args, h, w, header[0], header[1], args.keep + item * static_cast<int64_t>(args.capacity));
+  unsigned long long* pool = kPoolInShared ? shared_pool : reinterpret_cast<unsigned long long*>(w.b);
+  vase_draws(args, h, w, header[0], header[1], pool, args.keep + item * static_cast<int64_t>(args.capacity));
 }
 
 inline void launch_vase_draws(const CudaSelectionArgs& args, void* stream) {
   if (args.n_rows == 0 || args.n_layers == 0 || args.n_kv_heads == 0) return;
   const dim3 grid(static_cast<unsigned>(args.n_layers * args.n_kv_heads), static_cast<unsigned>(args.n_rows));
-  vase_draw_kernel<<<grid, 32, 0, static_cast<cudaStream_t>(stream)>>>(args);
+  const size_t pool_bytes = sizeof(unsigned long long) * static_cast<size_t>(args.capacity);
+  if (pool_bytes <= kDrawPoolSharedMax)
+    vase_draw_kernel<true><<<grid, 32, pool_bytes, static_cast<cudaStream_t>(stream)>>>(args);
+  else
+    vase_draw_kernel<false><<<grid, 32, 0, static_cast<cudaStream_t>(stream)>>>(args);
   CUDA_CHECK_LAUNCH("vase_draw_kernel");
 }
 
