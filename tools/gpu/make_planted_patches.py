@@ -114,8 +114,8 @@ plant('vase-zero-weight-newest', "VaSE's draws past the last weight read the tak
 plant('vase-draw-words-reused', "VaSE's draws reuse the first 32 random words in every batch of 32 draws",
       'Policies/CudaRealShape.*/vase',
       [('src/policy/cuda/vase_select.cuh',
-        '    draw_u64[lane] = stream.draw_u64(static_cast<uint32_t>(draw0 + lane));',
-        '    draw_u64[lane] = stream.draw_u64(static_cast<uint32_t>(lane));')])
+        '    words[lane] = stream.draw_u64(static_cast<uint32_t>(draw0 + lane));',
+        '    words[lane] = stream.draw_u64(static_cast<uint32_t>(lane));')])
 plant('vase-keep-flags-first-lap', "VaSE's draws write the keep flags of the taken entries among the pool's first 32 only",
       'Policies/CudaScoringPolicy.* and Policies/CudaRealShape.*/vase',
       [('src/policy/cuda/vase_select.cuh',

@@ -124,7 +124,7 @@ inline constexpr int kDrawPoolSharedMax = 16 << 10;  // bytes of pool a draw CTA
 __device__ inline void vase_draws(const CudaSelectionArgs& args, const HeadSelect& h, HeadScratch& w, int m,
                                   int kept, unsigned long long* pool, uint8_t* keep) {
   __shared__ unsigned long long tree[2 * kSelectionThreads];
-  __shared__ unsigned long long draw_u64[32];  // the next 32 draws' random words, a lane each
+  __shared__ unsigned long long words[32];  // the next 32 draws' Philox words, a lane each
   __shared__ int failed;
   const int lane = static_cast<int>(threadIdx.x);
   for (int j = lane; j < m; j += 32) pool[j] = w.sort[j].key;
@@ -153,7 +153,7 @@ __device__ inline void vase_draws(const CudaSelectionArgs& args, const HeadSelec
   const PhiloxStream stream{h.key, h.round, static_cast<uint32_t>(h.layer), static_cast<uint32_t>(h.kv_head)};
   int oldest_left = 0;  // no entry before it remains
   for (int draw0 = 0; kept < h.keep; draw0 += 32) {
-    draw_u64[lane] = stream.draw_u64(static_cast<uint32_t>(draw0 + lane));
+    words[lane] = stream.draw_u64(static_cast<uint32_t>(draw0 + lane));
     __syncwarp();
     const int n_draws = min(32, h.keep - kept);
     if (lane == 0) {
@@ -165,7 +165,7 @@ __device__ inline void vase_draws(const CudaSelectionArgs& args, const HeadSelec
           while (oldest_left < m && (pool[oldest_left] & kTakenBit)) ++oldest_left;
           if (oldest_left < m) pick = oldest_left;
         } else {
-          unsigned long long target = mul_hi_u64(draw_u64[d], total);
+          unsigned long long target = mul_hi_u64(words[d], total);
           int node = 1;
           while (node < kSelectionThreads) {
             const unsigned long long left = tree[2 * node];
