@@ -116,6 +116,11 @@ plant('vase-draw-words-reused', "VaSE's draws reuse the first 32 random words in
       [('src/policy/cuda/vase_select.cuh',
         '    words[lane] = stream.draw_u64(static_cast<uint32_t>(draw0 + lane));',
         '    words[lane] = stream.draw_u64(static_cast<uint32_t>(lane));')])
+plant('vase-descent-right-grandchild', "VaSE's draws read the wrong grandchild's sum where the descent goes right",
+      'Policies/CudaScoringPolicy.* and Policies/CudaRealShape.*/vase',
+      [('src/policy/cuda/vase_select.cuh',
+        '                                     right_left = tree[4 * node + 2];',
+        '                                     right_left = tree[4 * node + 1];')])
 plant('vase-keep-flags-first-lap', "VaSE's draws write the keep flags of the taken entries among the pool's first 32 only",
       'Policies/CudaScoringPolicy.* and Policies/CudaRealShape.*/vase',
       [('src/policy/cuda/vase_select.cuh',
@@ -345,6 +350,7 @@ FILTERS = {
     'vase-tree-root-stale': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
     'vase-zero-weight-newest': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*'),
     'vase-draw-words-reused': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
+    'vase-descent-right-grandchild': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
     'vase-keep-flags-first-lap': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
     'vase-walk-run-tail': ('vase_select.cuh', 'Policies/CudaScoringPolicy.*:' + real('vase') + ':' + real('vase_pp')),
     'mma-tile-chunks-past-8': ('mma_tile.cuh (spare search)',

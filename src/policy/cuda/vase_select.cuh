@@ -7,10 +7,10 @@
 // (the oldest remaining when no weight is left).
 //
 // The draws are sequential (each removes its pick), in a launch of their own with one warp a head
-// (vase_draw_kernel): one lane descends a sum tree over 256 runs of the age-ordered pool and walks the
-// run it lands in. The fp64 attention
-// differs from the CPU's by ~1e-16 relative, so a weight can differ by one unit in 2^40 in rare cases;
-// a pick changes only if a target lands within that of a boundary.
+// (vase_draw_kernel): one lane descends a sum tree over 256 runs of the age-ordered pool, held in shared
+// memory with the pool's weights, and walks the run it lands in. The fp64 attention differs from the
+// CPU's by ~1e-16 relative, so a weight can differ by one unit in 2^40 in rare cases; a pick changes only
+// if a target lands within that of a boundary.
 #pragma once
 
 #include <cub/block/block_scan.cuh>
@@ -32,6 +32,7 @@ struct VaseParams {
 // draw reads at a time.
 inline constexpr int kTreeLevels = 9, kWalkBatch = 8;
 static_assert((kSelectionThreads >> (kTreeLevels - 1)) == 1, "kTreeLevels: a leaf's path to the root");
+static_assert((kTreeLevels - 1) % 2 == 0, "the draws descend the tree two levels a step");
 
 struct VaseDevice {
   __device__ static void select(const CudaSelectionArgs& args, const HeadSelect& h, int s, char* scratch,
@@ -166,14 +167,18 @@ __device__ inline void vase_draws(const CudaSelectionArgs& args, const HeadSelec
           if (oldest_left < m) pick = oldest_left;
         } else {
           unsigned long long target = mul_hi_u64(words[d], total);
+          // Two levels a step: the left child's sum and both grandchildren's left sums read together.
           int node = 1;
           while (node < kSelectionThreads) {
-            const unsigned long long left = tree[2 * node];
+            const unsigned long long left = tree[2 * node], left_left = tree[4 * node],
+                                     right_left = tree[4 * node + 2];
             if (target < left) {
-              node = 2 * node;
+              node = target < left_left ? 4 * node : 4 * node + 1;
+              if (target >= left_left) target -= left_left;
             } else {
               target -= left;
-              node = 2 * node + 1;
+              node = target < right_left ? 4 * node + 2 : 4 * node + 3;
+              if (target >= right_left) target -= right_left;
             }
           }
           const int run = node - kSelectionThreads, run_end = run_begin(run + 1);
