@@ -1,7 +1,9 @@
 // The CPU backend's attention op against the plain one-query-head loop it must equal bit for bit: per
 // head, scores summed over the head dimension in order (a multiply then an add each), softmax with a
 // double denominator, values accumulated slot by slot. The op runs a KV head's query heads side by
-// side; no head, slot or page may change its numbers.
+// side; no head, slot or page may change its numbers. H2O's attention mass too: every weight added to
+// its slot's sum, rows in order, then heads, then slots (decode rows inside the attention's own task,
+// prefill rows in a second pass).
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -15,14 +17,17 @@ namespace kvdice::backend {
 namespace {
 
 // The reference: one query head at a time, written as the loop it replaces.
+// weights: [n_heads][visible], each head's softmax weights.
 void reference_attention(const std::vector<float>& q, const KvLayer& kv, const std::vector<int32_t>& pages,
-                         int visible, int n_heads, float scale, std::vector<float>& out) {
+                         int visible, int n_heads, float scale, std::vector<float>& out,
+                         std::vector<float>& weights) {
   const int hd = kv.head_dim, group = n_heads / kv.n_kv_heads;
   out.assign(static_cast<size_t>(n_heads) * hd, 0.0f);
+  weights.assign(static_cast<size_t>(n_heads) * visible, 0.0f);
   for (int head = 0; head < n_heads; ++head) {
     const int g = head / group;
     const float* qi = q.data() + int64_t{head} * hd;
-    std::vector<float> w(static_cast<size_t>(visible));
+    float* w = weights.data() + static_cast<size_t>(head) * visible;
     float max_score = -INFINITY;
     for (int j = 0; j < visible; ++j) {
       const float* kj = static_cast<const float*>(kv.keys) +
@@ -93,6 +98,10 @@ TEST(CpuAttention, EqualsTheOneHeadLoopBitForBit) {
       std::vector<float> q(static_cast<size_t>(3 * q_cols)), out(q.size(), -1.0f);
       for (size_t i = 0; i < q.size(); ++i) q[i] = value(i + 104729);
       const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+      // Mass left by earlier steps in every slot (the op adds onto it).
+      std::vector<float> mass(static_cast<size_t>(slots)), want_mass(mass.size());
+      for (size_t i = 0; i < mass.size(); ++i) mass[i] = want_mass[i] = 0.25f * (2.0f + value(i + 31));
+      kv.attention_mass = mass.data();
       make_cpu_backend(threads, CpuMath::Exact)
           ->attention(batch, View{q.data(), DType::F32, 3, q_cols, q_cols}, kv,
                       View{out.data(), DType::F32, 3, q_cols, q_cols}, shape.n_heads, scale);
@@ -101,14 +110,23 @@ TEST(CpuAttention, EqualsTheOneHeadLoopBitForBit) {
         const int visible = length[s] + (r - seq_row_begin[s]) + 1;
         const std::vector<int32_t> pages(page_table.begin() + 3 * s, page_table.begin() + 3 * s + 3);
         const std::vector<float> qr(q.begin() + r * q_cols, q.begin() + (r + 1) * q_cols);
-        std::vector<float> want;
-        reference_attention(qr, kv, pages, visible, shape.n_heads, scale, want);
+        std::vector<float> want, weights;
+        reference_attention(qr, kv, pages, visible, shape.n_heads, scale, want, weights);
+        const int group = shape.n_heads / shape.n_kv_heads;
+        for (int head = 0; head < shape.n_heads; ++head)
+          for (int j = 0; j < visible; ++j)
+            want_mass[static_cast<size_t>(
+                kv.slot_index(pages[j / page_slots], head / group, j % page_slots))] +=
+                weights[static_cast<size_t>(head) * visible + j];
         for (int i = 0; i < q_cols; ++i)
           ASSERT_EQ(std::bit_cast<uint32_t>(out[static_cast<size_t>(r * q_cols + i)]),
                     std::bit_cast<uint32_t>(want[static_cast<size_t>(i)]))
               << "row " << r << " head " << i / hd << " [" << i % hd
               << "]: " << out[static_cast<size_t>(r * q_cols + i)] << " vs " << want[static_cast<size_t>(i)];
       }
+      for (size_t i = 0; i < mass.size(); ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(mass[i]), std::bit_cast<uint32_t>(want_mass[i]))
+            << "attention mass of pool slot " << i << ": " << mass[i] << " vs " << want_mass[i];
     }
   }
 }

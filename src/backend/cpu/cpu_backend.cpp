@@ -393,6 +393,10 @@ class CpuBackend final : public Backend {
       thread_local std::vector<float> weights;  // [group][visible]
       group_attention_weights(kv, pages, g, row(q, r) + int64_t{g} * group * hd, group, visible, scale,
                               weights);
+      // H2O's signal of a sequence with one row in the step (a decode row): this task is the only one
+      // adding into its head's slots, so it adds the weights it has, in accumulate_attention's order.
+      if (kv.attention_mass && batch.seq_row_begin[s + 1] - batch.seq_row_begin[s] == 1)
+        add_attention_mass(kv, pages, g, group, visible, weights);
       float* o = row(out, r) + int64_t{g} * group * hd;
       std::fill_n(o, int64_t{group} * hd, 0.0f);
       for (int j = 0; j < visible; ++j) {
@@ -408,10 +412,10 @@ class CpuBackend final : public Backend {
     if (kv.attention_mass) accumulate_attention(batch, q, kv, n_heads, scale);
   }
 
-  // attention_weights for the `group` consecutive query heads at `q` that share KV head g, into
-  // weights[h * visible + j]: the same numbers, bit for bit (each head's dot products are summed over
-  // the head dimension in order, a multiply then an add per element, as the one-head loop does), with
-  // the heads in vector lanes so the sums run side by side and each key is read once.
+  // Softmax weights of the `group` consecutive query heads at `q` that share KV head g over its slots
+  // [0, visible), into weights[h * visible + j]: each head's dot products summed over the head dimension
+  // in order, a multiply then an add per element, with the heads in vector lanes so the sums run side by
+  // side and each key is read once.
   static void group_attention_weights(const KvLayer& kv, const int32_t* pages, int g, const float* q,
                                       int group, int visible, float scale, std::vector<float>& weights) {
     using v4 = float __attribute__((vector_size(16)));
@@ -457,24 +461,11 @@ class CpuBackend final : public Backend {
     for (int j = 0; j < n; ++j) w[j] *= inv;
   }
 
-  // Softmax weights of query `qi` over slots [0, visible) of KV head g.
-  static void attention_weights(const KvLayer& kv, const int32_t* pages, int g, const float* qi, int visible,
-                                float scale, std::vector<float>& weights) {
-    const int hd = kv.head_dim;
-    weights.resize(static_cast<size_t>(visible));
-    for (int j = 0; j < visible; ++j) {
-      const float* kj = static_cast<const float*>(kv.keys) +
-                        kv.slot_index(pages[j / kv.page_slots], g, j % kv.page_slots) * hd;
-      float dot = 0.0f;
-      for (int c = 0; c < hd; ++c) dot += qi[c] * kj[c];
-      weights[j] = dot * scale;
-    }
-    softmax_in_place(weights.data(), visible);
-  }
-
   // H2O's signal: every slot's attention_mass grows by the weight each query of the step gives it,
-  // summed over the query heads of its KV head. A second pass, one task per (sequence, KV head) adding
-  // in a fixed order, so the sums (and H2O's keep-sets) are the same on every run and thread count.
+  // summed over the query heads of its KV head, in a fixed order (rows, then heads, then slots), so the
+  // sums (and H2O's keep-sets) are the same on every run and thread count. attention() adds a decode
+  // row's weights itself; the sequences with several rows take a second pass, one task per (sequence,
+  // KV head).
   void accumulate_attention(const StepBatch& batch, const View& q, const KvLayer& kv, int n_heads,
                             float scale) {
     const int hd = kv.head_dim, group = n_heads / kv.n_kv_heads;
@@ -482,17 +473,27 @@ class CpuBackend final : public Backend {
     for_each(n_tasks, [&](int64_t task_index) {
       const int task = static_cast<int>(task_index);
       const int s = task / kv.n_kv_heads, g = task % kv.n_kv_heads;
+      const int begin = batch.seq_row_begin[s], end = batch.seq_row_begin[s + 1];
+      if (end - begin <= 1) return;  // none, or a decode row attention() has added
       const int32_t* pages = batch.page_table + int64_t{s} * batch.max_pages;
-      std::vector<float> weights;
-      for (int r = batch.seq_row_begin[s]; r < batch.seq_row_begin[s + 1]; ++r) {
-        const int visible = batch.length[s] + (r - batch.seq_row_begin[s]) + 1;
-        for (int head = g * group; head < (g + 1) * group; ++head) {
-          attention_weights(kv, pages, g, row(q, r) + int64_t{head} * hd, visible, scale, weights);
-          for (int j = 0; j < visible; ++j)
-            kv.attention_mass[kv.slot_index(pages[j / kv.page_slots], g, j % kv.page_slots)] += weights[j];
-        }
+      thread_local std::vector<float> weights;  // [group][visible]
+      for (int r = begin; r < end; ++r) {
+        const int visible = batch.length[s] + (r - begin) + 1;
+        group_attention_weights(kv, pages, g, row(q, r) + int64_t{g} * group * hd, group, visible, scale,
+                                weights);
+        add_attention_mass(kv, pages, g, group, visible, weights);
       }
     });
+  }
+
+  // One row's group weights (group_attention_weights) added into KV head g's attention_mass, head by
+  // head, each over the slots in order.
+  static void add_attention_mass(const KvLayer& kv, const int32_t* pages, int g, int group, int visible,
+                                 const std::vector<float>& weights) {
+    for (int h = 0; h < group; ++h)
+      for (int j = 0; j < visible; ++j)
+        kv.attention_mass[kv.slot_index(pages[j / kv.page_slots], g, j % kv.page_slots)] +=
+            weights[static_cast<size_t>(h) * visible + j];
   }
 
   void silu_mul(const View& gate_up, const View& out) override {
