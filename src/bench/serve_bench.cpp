@@ -168,10 +168,12 @@ class Connection {
   // 1 when ready (or in error: the next call says which), 0 when the deadline passed.
   int wait(short events) {
     while (true) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
-      if (left <= 0) return 0;
+      // Milliseconds rounded up, so a wait never ends before its deadline.
+      const auto left_us =
+          std::chrono::duration_cast<std::chrono::microseconds>(deadline_ - Clock::now()).count();
+      if (left_us <= 0) return 0;
       pollfd p{fd_, events, 0};
-      const int rc = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+      const int rc = ::poll(&p, 1, static_cast<int>(std::min<int64_t>((left_us + 999) / 1000, 1000)));
       if (rc > 0) return 1;
       if (rc < 0 && errno != EINTR) return 1;
     }
@@ -271,6 +273,8 @@ struct ClientConfig {
   float top_p = 1.0f;
   uint64_t seed = 0;
   double timeout_s = 600.0;
+  double max_duration_s = 0.0;                                 // the load's limit (0: none)
+  Clock::time_point load_deadline = Clock::time_point::max();  // origin + max_duration_s, set by run_load
 };
 
 std::string request_text(const ClientConfig& c, const RequestPlan& plan) {
@@ -313,8 +317,19 @@ void run_request(const ClientConfig& c, const RequestPlan& plan, Clock::time_poi
   const std::string request = request_text(c, plan);  // built before the clock starts, as vLLM's payload
   const Clock::time_point start = Clock::now();
   rec.sent = seconds_between(origin, start);
-  const auto deadline = start + std::chrono::microseconds(static_cast<int64_t>(c.timeout_s * 1e6));
+  const auto deadline =
+      std::min(start + std::chrono::microseconds(static_cast<int64_t>(c.timeout_s * 1e6)), c.load_deadline);
+  // A wait that ends at the load's limit rather than the request's own timeout says so.
+  auto timed_out = [&](std::string what) {
+    if (deadline == c.load_deadline)
+      return Failure{"max_duration",
+                     fmt::format("{} when the load's --max-duration of {} s ended", what, c.max_duration_s)};
+    return Failure{"timeout", fmt::format("{} for the rest of the {} s timeout", what, c.timeout_s)};
+  };
   auto failed = [&](Failure f) {
+    if ((f.kind == "connect_timeout" || f.kind == "timeout") && deadline == c.load_deadline &&
+        Clock::now() >= deadline)
+      f = timed_out(f.detail);
     rec.ok = false;
     rec.error = std::move(f.kind);
     rec.error_detail = std::move(f.detail);
@@ -338,7 +353,7 @@ void run_request(const ClientConfig& c, const RequestPlan& plan, Clock::time_poi
   while (!done) {
     const ssize_t n = conn.receive(raw);
     const Clock::time_point now = Clock::now();
-    if (n == -1) return failed({"timeout", fmt::format("no byte for the rest of the {} s timeout", c.timeout_s)});
+    if (n == -1) return failed(timed_out("no byte"));
     if (n == -2) {
       if (send_failure && !reader.headers_done()) return failed(*send_failure);
       const int e = conn.last_errno();
@@ -468,7 +483,9 @@ std::string first_served_model(const Target& target, const std::string& api_key,
 
 // Open loop: requests are released at their arrival times, whatever is still running; a client
 // thread takes each (with --max-concurrency, that many threads: a request then waits for a free one).
-std::vector<RequestRecord> run_load(const ClientConfig& client, const std::vector<RequestPlan>& plans,
+// With a --max-duration, nothing is released or started after origin + max_duration_s and the requests
+// running then end at it (error kind max_duration); the ones never sent keep an empty record.
+std::vector<RequestRecord> run_load(const ClientConfig& load_client, const std::vector<RequestPlan>& plans,
                                     int threads, Clock::time_point& origin, double& duration) {
   std::vector<RequestRecord> records(plans.size());
   std::mutex mutex;
@@ -476,6 +493,11 @@ std::vector<RequestRecord> run_load(const ClientConfig& client, const std::vecto
   std::deque<size_t> ready;
   bool closed = false;
   origin = Clock::now();
+  std::vector<char> started(plans.size(), 0);
+  ClientConfig client = load_client;
+  if (client.max_duration_s > 0)
+    client.load_deadline =
+        origin + std::chrono::microseconds(static_cast<int64_t>(client.max_duration_s * 1e6));
   std::vector<std::thread> pool;
   pool.reserve(static_cast<size_t>(threads));
   for (int t = 0; t < threads; ++t) {
@@ -489,13 +511,17 @@ std::vector<RequestRecord> run_load(const ClientConfig& client, const std::vecto
           i = ready.front();
           ready.pop_front();
         }
+        if (Clock::now() >= client.load_deadline) continue;  // released, but its turn came too late
+        started[i] = 1;
         run_request(client, plans[i], origin, records[i]);
       }
     });
   }
   for (size_t i = 0; i < plans.size(); ++i) {
-    std::this_thread::sleep_until(origin +
-                                  std::chrono::microseconds(static_cast<int64_t>(plans[i].scheduled * 1e6)));
+    const Clock::time_point at =
+        origin + std::chrono::microseconds(static_cast<int64_t>(plans[i].scheduled * 1e6));
+    if (at >= client.load_deadline) break;
+    std::this_thread::sleep_until(at);
     {
       std::lock_guard lock(mutex);
       ready.push_back(i);
@@ -509,6 +535,17 @@ std::vector<RequestRecord> run_load(const ClientConfig& client, const std::vecto
   cv.notify_all();
   for (auto& t : pool) t.join();
   duration = seconds_between(origin, Clock::now());
+  for (size_t i = 0; i < plans.size(); ++i) {
+    if (started[i]) continue;
+    RequestRecord& r = records[i];
+    r.index = plans[i].index;
+    r.prompt_len = plans[i].prompt_len;
+    r.output_len = plans[i].output_len;
+    r.scheduled = plans[i].scheduled;
+    r.error = "not_sent";
+    r.error_detail =
+        fmt::format("the load's --max-duration of {} s ended before its turn", client.max_duration_s);
+  }
   return records;
 }
 
@@ -650,6 +687,7 @@ Json run_serve_bench(const BenchOptions& o, const ServeBenchOptions& s) {
   client.top_p = o.top_p;
   client.seed = o.seed;
   client.timeout_s = s.timeout_s;
+  client.max_duration_s = s.max_duration_s;
   int vocab = s.prompt_vocab;
   std::unique_ptr<InProcessServer> local;
   Json server_json;
@@ -765,6 +803,7 @@ Json run_serve_bench(const BenchOptions& o, const ServeBenchOptions& s) {
                   {"stream", true},
                   {"endpoint", "/v1/completions"},
                   {"timeout_s", s.timeout_s},
+                  {"max_duration_s", s.max_duration_s > 0 ? Json(s.max_duration_s) : Json(nullptr)},
                   {"warmup_tokens", o.warmup_tokens},
                   {"server", server_json}};
   Json metrics = serve_metrics(records, duration);
@@ -774,7 +813,7 @@ Json run_serve_bench(const BenchOptions& o, const ServeBenchOptions& s) {
   for (const RequestRecord& r : records) {
     lag_max = std::max(lag_max, r.sent - r.scheduled);
     last_scheduled = std::max(last_scheduled, r.scheduled);
-    sent += r.ok || !r.error.empty() ? 1 : 0;  // each request ends done or with an error kind
+    sent += r.ok || (!r.error.empty() && r.error != "not_sent") ? 1 : 0;  // done or ended with an error
   }
   metrics["arrivals"] = Json{{"sent", sent},
                              {"scheduled_span_s", last_scheduled},
@@ -785,6 +824,14 @@ Json run_serve_bench(const BenchOptions& o, const ServeBenchOptions& s) {
   Json validation = serve_validation(records);
   if (sent != s.num_requests) {
     validation["problems"].push_back(fmt::format("{} of {} requests were sent", sent, s.num_requests));
+    validation["ok"] = false;
+  }
+  const bool stopped = std::any_of(records.begin(), records.end(), [](const RequestRecord& r) {
+    return r.error == "not_sent" || r.error == "max_duration";
+  });
+  if (stopped) {
+    validation["problems"].push_back(
+        fmt::format("the load stopped at its --max-duration of {} s", s.max_duration_s));
     validation["ok"] = false;
   }
   if (!warmup.is_null()) run["warmup"] = warmup;

@@ -27,6 +27,8 @@ struct ServeBenchOptions {
   double range_ratio = 0.0;  // lengths uniform in [len (1 - ratio), len (1 + ratio)]
   int prompt_vocab = 0;      // prompt ids uniform in [0, vocab); 0: the model's (in process), 1000 (URL)
   double timeout_s = 600.0;  // per request, connect to the last byte
+  double max_duration_s = 0.0;  // the load's limit from its first send (0: none): no send after it, and
+                                // requests still running are cut; the record keeps what finished
   bool save_detailed = false;  // every request's record in the run ("requests")
   // The in-process server (ignored with --url).
   int max_batch = 0;  // 0: kvdice serve's default for the backend

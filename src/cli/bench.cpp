@@ -61,10 +61,11 @@ void join_policy_options(std::vector<std::string>& policies) {
 
 // Flags that only `serve` reads, and flags of the other protocols that `serve` does not read: either
 // given to the wrong protocol is an error, never silently ignored.
-const char* const kServeOnlyFlags[] = {"--url",         "--api-key",          "--served-model",
-                                       "--num-requests", "--request-rate",     "--max-concurrency",
-                                       "--range-ratio",  "--prompt-vocab",     "--timeout",
-                                       "--max-batch",    "--max-queue",        "--save-detailed"};
+const char* const kServeOnlyFlags[] = {"--url",          "--api-key",      "--served-model",
+                                       "--num-requests", "--request-rate", "--max-concurrency",
+                                       "--range-ratio",  "--prompt-vocab", "--timeout",
+                                       "--max-duration", "--max-batch",    "--max-queue",
+                                       "--save-detailed"};
 const char* const kNotServeFlags[] = {"--requests", "--no-graphs",
                                       "--memory-gib",     "--batches",       "--policies",
                                       "--repeats",     "--short-context",  "--long-context",  "--bandwidth-mib",
@@ -263,6 +264,9 @@ void add_bench_command(CLI::App& app) {
   add_int_option(cmd, "--prompt-vocab", s.prompt_vocab, 1, 1 << 24,
                  "serve: prompt ids uniform in [0, N) (default: the model's vocabulary; 1000 with --url)");
   add_number_option(cmd, "--timeout", s.timeout_s, 0.001, 86400, "serve: seconds a request may take (default 600)");
+  add_number_option(cmd, "--max-duration", s.max_duration_s, 0.001, 864000,
+                    "serve: seconds the load may run from its first send; then no request is sent and those "
+                    "running end, and the record keeps what finished (marked not valid)");
   add_int_option(cmd, "--max-batch", s.max_batch, 1, kMaxBatch,
                  "serve: the started server's --max-batch (default kvdice serve's)");
   add_int_option(cmd, "--max-queue", s.max_queue, 1, 1 << 20,

@@ -172,6 +172,7 @@ def test_a_body_over_the_servers_limit_is_counted_as_its_413_not_a_reset(tmp_pat
     (["--max-concurrency", "-1"], "--max-concurrency"),
     (["--range-ratio", "1.5"], "--range-ratio"),
     (["--timeout", "nan"], "--timeout"),
+    (["--max-duration", "0"], "--max-duration"),
     (["--input-len", "0"], "--prompt-len"),  # the alias's first name
     (["--url", "https://127.0.0.1:1"], "https"),
     (["--url", "http://127.0.0.1:70000"], "port"),
@@ -205,6 +206,39 @@ def test_timeouts_are_counted(tmp_path):
     m = run["results"][0]["metrics"]
     assert m["errors"].get("timeout", 0) >= 3, m["errors"]
     assert "failed with timeout" in proc.stderr
+
+
+def test_max_duration_stops_the_load_and_keeps_what_finished(tmp_path):
+    # 20 Poisson arrivals at 4/s span about 5 s; the load stops at 1.5 s: what was scheduled later is
+    # never sent, what finished is in the record, and the run is written but not valid.
+    proc, run = bench(tmp_path, "--model", FIXTURE, "--backend", "cpu", "--threads", "1",
+                      "--num-requests", "20", "--request-rate", "4", "--input-len", "8", "--output-len", "8",
+                      "--max-duration", "1.5", "--warmup-tokens", "0", "--save-detailed", timeout=60)
+    assert proc.returncode != 0
+    assert run is not None and run["parameters"]["max_duration_s"] == 1.5
+    m = run["results"][0]["metrics"]
+    not_sent, cut = m["errors"].get("not_sent", 0), m["errors"].get("max_duration", 0)
+    assert m["completed"] >= 1 and not_sent >= 5, m
+    assert m["completed"] + not_sent + cut == 20 and set(m["errors"]) <= {"not_sent", "max_duration"}, m["errors"]
+    assert m["arrivals"]["sent"] == 20 - not_sent
+    assert m["duration_s"] < 1.5 + 2.0
+    scheduled = sorted(r["scheduled_s"] for r in run["requests"] if r["error"] == "not_sent")
+    assert scheduled[0] >= 1.5 - 0.3  # only a request at the very edge may miss its turn
+    problems = run["results"][0]["validation"]["problems"]
+    assert "the load stopped at its --max-duration of 1.5 s" in problems, problems
+    assert "--max-duration" in proc.stderr
+
+
+def test_max_duration_cuts_the_running_request_and_sends_no_queued_one(tmp_path):
+    # One client thread, all 20 released at once: the request streaming at 0.6 s is cut there, the ones
+    # still queued are never sent (none fails with a connect timeout or another kind).
+    proc, run = bench(tmp_path, "--model", FIXTURE, "--backend", "cpu", "--threads", "1",
+                      "--num-requests", "20", "--max-concurrency", "1", "--input-len", "8", "--output-len", "2000",
+                      "--max-duration", "0.6", "--warmup-tokens", "0", timeout=60)
+    assert proc.returncode != 0
+    errors = run["results"][0]["metrics"]["errors"]
+    assert set(errors) == {"not_sent", "max_duration"} and errors["max_duration"] == 1, errors
+    assert "failed with max_duration (e.g. no byte when the load's --max-duration of 0.6 s ended)" in proc.stderr
 
 
 def test_a_server_killed_mid_stream_gives_truncated_streams(tmp_path):
