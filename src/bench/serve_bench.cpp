@@ -484,7 +484,7 @@ std::string first_served_model(const Target& target, const std::string& api_key,
 // Open loop: requests are released at their arrival times, whatever is still running; a client
 // thread takes each (with --max-concurrency, that many threads: a request then waits for a free one).
 // With a --max-duration, nothing is released or started after origin + max_duration_s and the requests
-// running then end at it (error kind max_duration); the ones never sent keep an empty record.
+// running then end at it (error kind max_duration); the ones never sent are recorded as not_sent.
 std::vector<RequestRecord> run_load(const ClientConfig& load_client, const std::vector<RequestPlan>& plans,
                                     int threads, Clock::time_point& origin, double& duration) {
   std::vector<RequestRecord> records(plans.size());
