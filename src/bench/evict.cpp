@@ -3,7 +3,10 @@
 // layer) and per whole model (every layer in one call), at each batch size, for each policy; and its
 // share of decode time: round / (r x step + round), the step time measured by decode steps (forward,
 // sample, advance) over the same filled pool at the cycle's mean resident length (T + r/2 slots), with
-// the policy's signals recorded as in a real run. The pool holds the model's own K/V: one template
+// the policy's signals recorded as in a real run; and the prefill of a prompt (--prompt-len tokens into an
+// empty sequence beside the pool, in steps of at most the engine's prefill chunk, eager as the engine
+// runs it), with and without the signals, since a signal a prefill step records is paid by every prompt
+// that arrives while others decode. The pool holds the model's own K/V: one template
 // sequence is prefilled with T + r pseudo-random tokens (drawn from --seed) and copied into every
 // sequence before each timed round and step (a round compacts the pool; the copy puts it back), so the
 // scores a policy computes have the spread real keys give, not the ties of an empty pool.
@@ -26,6 +29,7 @@
 #include "bench/protocols.h"
 #include "core/error.h"
 #include "core/step_row.h"
+#include "engine/engine.h"
 #include "kv/kv_pool.h"
 #include "model/forward.h"
 #include "policy/cuda_selection.h"
@@ -52,6 +56,8 @@ struct RoundTiming {
 
 // Rows of one prefill step of the template sequence (the decode forward's arena holds at least these).
 constexpr int kFillRows = 256;
+// Rows of one prefill step of the timed prompt: the engine's prefill chunk.
+const int kPromptChunk = engine::EngineConfig{}.prefill_chunk;
 
 // A pool of `batch` sequences at T + r slots each, and the decode batch that points at them.
 class FilledPool {
@@ -64,11 +70,12 @@ class FilledPool {
     len_ = budget.budget + budget.window;
     pages_per_seq_ = (len_ + page_slots - 1) / page_slots;
     const int pages_per_seq = pages_per_seq_;
-    // The batch's sequences and the template. The query ring (window queries) holds one row of r
-    // queries per sequence, as in the engine.
-    pool_ = std::make_unique<kv::KvPool>(backend_, ctx.model.kv_shape(), int64_t{batch + 1} * pages_per_seq,
-                                         page_slots, policy.needs(),
-                                         kv::QueryRingShape{batch + 1, budget.window, mc.n_heads});
+    // The batch's sequences, the template and the timed prompt. The query ring (window queries) holds
+    // one row of r queries per sequence, as in the engine.
+    const int prompt_pages = (prompt_len + page_slots - 1) / page_slots;
+    pool_ = std::make_unique<kv::KvPool>(backend_, ctx.model.kv_shape(),
+                                         int64_t{batch + 1} * pages_per_seq + prompt_pages, page_slots,
+                                         policy.needs(), kv::QueryRingShape{batch + 2, budget.window, mc.n_heads});
     storage_ = std::make_unique<backend::StepStorage>(backend_, batch, batch, pages_per_seq);
     backend::StepBatch& b = storage_->host();
     b.n_seqs = b.n_rows = batch;
@@ -94,6 +101,14 @@ class FilledPool {
     template_pages_ = pool_->allocate(len_);
     KVDICE_CHECK(!template_pages_.empty(), "evict bench: the pool is sized for the template");
     template_ring_row_ = policy.needs().window_queries ? pool_->allocate_ring_row() : -1;
+    prompt_pages_ = pool_->allocate(prompt_len);
+    KVDICE_CHECK(!prompt_pages_.empty(), "evict bench: the pool is sized for the prompt");
+    prompt_.pages = prompt_pages_;
+    prompt_.budget = budget.budget;
+    prompt_.window = budget.window;
+    prompt_.n_protected = rows_[0].n_protected;
+    prompt_.ring_row = policy.needs().window_queries ? pool_->allocate_ring_row() : -1;
+    prompt_tokens_ = random_prompt(mc.vocab, prompt_len, ctx.options.seed, 1);
     // A fresh pool hands pages and ring rows out as runs in order: the sequences' one block in sequence
     // order, the template's after it, which restore() copies as whole blocks.
     for (int s = 0; s < batch; ++s) {
@@ -232,24 +247,115 @@ class FilledPool {
 
   // Sequence 0's signals in the first layer, as bytes: its pages' attention mass and value ranges and
   // its ring row (empty for a pool that records none).
-  std::vector<unsigned char> first_signals() {
+  std::vector<unsigned char> first_signals() { return signals(pages_[0], rows_[0].ring_row); }
+
+  // The signals in the first layer of a sequence's pages and ring row, as bytes; with `zero`, set to
+  // zero instead (and nothing returned).
+  std::vector<unsigned char> signals(std::span<const int32_t> pages, int ring_row, bool zero = false) {
     const backend::KvLayer& layer = pool_->layers().front();
     const int64_t signal_page = signal_page_bytes();
     std::vector<unsigned char> out;
-    auto append = [&](const void* base, int64_t offset, int64_t bytes) {
+    auto append = [&](void* base, int64_t offset, int64_t bytes) {
+      unsigned char* at_base = static_cast<unsigned char*>(base) + offset;
+      if (zero) return backend_.fill_zero(at_base, static_cast<size_t>(bytes));
       const size_t at = out.size();
       out.resize(at + static_cast<size_t>(bytes));
-      backend_.download(out.data() + at, static_cast<const unsigned char*>(base) + offset, static_cast<size_t>(bytes));
+      backend_.download(out.data() + at, at_base, static_cast<size_t>(bytes));
     };
-    for (const float* signal : {layer.attention_mass, layer.value_range})
+    for (float* signal : {layer.attention_mass, layer.value_range})
       if (signal != nullptr)
-        for (int32_t page : pages_[0]) append(signal, int64_t{page} * signal_page, signal_page);
-    if (layer.query_ring != nullptr && rows_[0].ring_row >= 0) {
+        for (int32_t page : pages) append(signal, int64_t{page} * signal_page, signal_page);
+    if (layer.query_ring != nullptr && ring_row >= 0) {
       const int64_t row_elements = layer.ring_index(1, 0, 0) - layer.ring_index(0, 0, 0);
-      append(layer.query_ring, layer.ring_index(rows_[0].ring_row, 0, 0) * kv::KvPool::kQueryRingElementBytes,
+      append(layer.query_ring, layer.ring_index(ring_row, 0, 0) * kv::KvPool::kQueryRingElementBytes,
              row_elements * kv::KvPool::kQueryRingElementBytes);
     }
     return out;
+  }
+
+  // The prompt's positions in the first layer: with `clear`, every one set to -1 (returns -1); else the
+  // first slot of the prompt that does not hold its own position (-1: none), every KV head's.
+  int prompt_positions(bool clear) {
+    const backend::KvLayer& layer = pool_->layers().front();
+    const int page_slots = pool_->page_slots(), n_kv = shape_.n_kv_heads;
+    std::vector<int32_t> page(static_cast<size_t>(n_kv * page_slots), -1);
+    const int n_tokens = static_cast<int>(prompt_tokens_.size());
+    for (size_t j = 0; j < prompt_pages_.size(); ++j) {
+      int32_t* at = layer.positions + int64_t{prompt_pages_[j]} * n_kv * page_slots;
+      if (clear) {
+        backend_.upload(at, page.data(), page.size() * sizeof(int32_t));
+        continue;
+      }
+      backend_.download(page.data(), at, page.size() * sizeof(int32_t));
+      for (int o = 0; o < page_slots; ++o) {
+        const int slot = static_cast<int>(j) * page_slots + o;
+        for (int h = 0; h < n_kv && slot < n_tokens; ++h)
+          if (page[static_cast<size_t>(h * page_slots + o)] != slot) return slot;
+      }
+    }
+    return -1;
+  }
+
+  // Mean time of the prompt's prefill: its tokens from an empty sequence, in steps of at most the
+  // engine's prefill chunk, eager (as the engine runs prefill steps). With `without_signals`, each
+  // repeat also times it over views of the pool that leave out the signal arrays, right after the one
+  // that records them. Checks after each variant's last run, from zeroed signals, that the one records
+  // the policy's signals and the other none.
+  StepTimes prefill_ms(model::ForwardPass& forward, int repeats, bool without_signals,
+                       std::vector<std::string>& problems) {
+    std::vector<backend::KvLayer> plain = pool_->layers();
+    for (backend::KvLayer& layer : plain) {
+      layer.query_ring = nullptr;
+      layer.value_range = nullptr;
+      layer.attention_mass = nullptr;
+    }
+    std::vector<std::span<const backend::KvLayer>> variants = {pool_->layers()};
+    if (without_signals) variants.emplace_back(plain);
+    const int n_tokens = static_cast<int>(prompt_tokens_.size());
+    backend::StepStorage storage(backend_, 1, std::min(n_tokens, kPromptChunk), static_cast<int>(prompt_.pages.size()));
+    auto prefill = [&](std::span<const backend::KvLayer> layers) {
+      for (int at = 0; at < n_tokens; at += kPromptChunk) {
+        const int n = std::min(kPromptChunk, n_tokens - at);
+        backend::StepBatch& b = storage.host();
+        b.n_seqs = 1;
+        b.n_rows = b.max_rows_per_seq = n;
+        backend::SeqRow step = prompt_;
+        step.tokens = std::span<const int32_t>(prompt_tokens_).subspan(static_cast<size_t>(at), static_cast<size_t>(n));
+        step.length = step.appended = at;
+        backend::write_row(b, 0, 0, step);
+        storage.upload_all();
+        forward.run(storage.device(), layers, /*all_positions=*/false);
+      }
+      backend_.synchronize();
+    };
+    for (const auto& layers : variants) prefill(layers);  // scratch grows outside the timed runs
+    std::vector<double> total(variants.size(), 0.0);
+    for (int i = 0; i < repeats; ++i) {
+      for (size_t v = 0; v < variants.size(); ++v) {
+        const bool last = i + 1 == repeats;
+        if (last) {
+          signals(prompt_.pages, prompt_.ring_row, /*zero=*/true);
+          prompt_positions(/*clear=*/true);
+        }
+        const auto start = Clock::now();
+        prefill(variants[v]);
+        total[v] += 1e3 * std::chrono::duration<double>(Clock::now() - start).count();
+        if (!last) continue;
+        const int first_wrong = prompt_positions(/*clear=*/false);
+        if (first_wrong >= 0)
+          problems.push_back(fmt::format("prefill: the prompt's slot {} in layer 0 does not hold its position after "
+                                         "a prefill of {} tokens",
+                                         first_wrong, n_tokens));
+        const std::vector<unsigned char> after = signals(prompt_.pages, prompt_.ring_row);
+        const bool recorded = std::any_of(after.begin(), after.end(), [](unsigned char c) { return c != 0; });
+        if (recorded != (v == 0 && !after.empty()))
+          problems.push_back(fmt::format("prefill {}: the prompt's signals in layer 0 {}",
+                                         v == 0 ? "with signals" : "without signals",
+                                         v == 0 ? "were not recorded" : "were recorded"));
+      }
+    }
+    const double n = static_cast<double>(repeats);
+    return {total.front() / n, total.back() / n};
   }
 
   // After a step from `length` slots every sequence holds one more.
@@ -485,6 +591,8 @@ class FilledPool {
   kv::KvShape shape_;
   std::vector<int32_t> positions_;     // every layer's positions as filled (slot i of a sequence = token i)
   std::vector<backend::SeqRow> rows_;  // each sequence's row (reset() rewrites length and round)
+  backend::SeqRow prompt_;             // the timed prompt's sequence (prefill_ms), beside the batch
+  std::vector<int32_t> prompt_pages_, prompt_tokens_;
 };
 
 }  // namespace
@@ -528,7 +636,9 @@ Json run_evict(const BenchContext& ctx) {
   const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
   // The weights once, for the pools' template prefills and the decode steps that give each round its
   // share.
-  model::ForwardPass forward(ctx.model, ctx.backend, std::max(max_batch, kFillRows), max_batch, max_batch);
+  model::ForwardPass forward(ctx.model, ctx.backend,
+                             std::max({max_batch, kFillRows, std::min(o.prompt_len, kPromptChunk)}), max_batch,
+                             max_batch);
   Json out;
   out["results"] = Json::array();
   for (size_t bi = 0; bi < o.batches.size(); ++bi) {
@@ -556,6 +666,7 @@ Json run_evict(const BenchContext& ctx) {
                                             : pool.time(*policy, one_layer, repeats, key_base);
       const auto steps = pool.decode_step_ms(forward, std::min(repeats, 10), key_base | 2, records, step_problems);
       const double step_ms = steps.ms, step_without_signals = steps.without_signals_ms;
+      const auto prefill = pool.prefill_ms(forward, std::min(repeats, 10), records, step_problems);
       const double r = o.window;
       Validation validation;
       validation.sequences = batch;
@@ -581,7 +692,10 @@ Json run_evict(const BenchContext& ctx) {
           {"signals", signal_names(needs)},
           {"decode_step_ms_without_signals", step_without_signals},
           {"decode_share_with_signals",
-           (model.mean_ms + r * (step_ms - step_without_signals)) / (r * step_ms + model.mean_ms)}};
+           (model.mean_ms + r * (step_ms - step_without_signals)) / (r * step_ms + model.mean_ms)},
+          {"prefill_tokens", o.prompt_len},
+          {"prefill_ms", prefill.ms},
+          {"prefill_ms_without_signals", prefill.without_signals_ms}};
       out["results"].push_back(Json{{"label", fmt::format("{} batch {}", name, batch)},
                                     {"metrics", metrics},
                                     {"validation", validation.to_json()}});
@@ -601,6 +715,11 @@ Json run_evict(const BenchContext& ctx) {
       {"step_time_from",
        "decode steps (forward, sample, advance) over the filled pool at T + r/2 resident slots, same "
        "batch, the policy's signals recorded"},
+      {"prefill_time_from",
+       fmt::format("the prompt (prompt_len pseudo-random tokens) prefilled into an empty sequence beside the pool "
+                   "in steps of at most {} rows (the engine's prefill chunk), eager, the policy's signals "
+                   "recorded; without them in turn for a policy that records some",
+                   kPromptChunk)},
       {"decode_share_rule", "round_model / (r * step + round_model)"},
       {"decode_share_with_signals_rule",
        "(round_model + r * (step - step_without_signals)) / (r * step + round_model): the round and the "

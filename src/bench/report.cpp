@@ -95,6 +95,12 @@ std::vector<std::pair<std::string, std::string>> headline(const Json& run) {
                             fmt_number(m["decode_step_ms"], 3), m["signals"].get<std::string>(),
                             fmt_number(m["decode_step_ms_without_signals"], 3),
                             fmt_number(Json(100.0 * m.value("decode_share_with_signals", 0.0)), 3));
+      if (m.contains("prefill_ms")) {
+        text += fmt::format("; prefill of {} tokens {} ms", fmt_number(m["prefill_tokens"]),
+                            fmt_number(m["prefill_ms"], 3));
+        if (m.value("signals", std::string("none")) != "none")
+          text += fmt::format(" with its signals, {} ms without", fmt_number(m["prefill_ms_without_signals"], 3));
+      }
       out.emplace_back(label, text);
     }
   }

@@ -183,7 +183,36 @@ TEST_F(BenchCli, EvictTimesEveryPolicyAtEachBatch) {
       EXPECT_EQ(m["decode_step_ms_without_signals"].get<double>(), m["decode_step_ms"].get<double>());
       EXPECT_DOUBLE_EQ(m["decode_share_with_signals"].get<double>(), m["decode_share"].get<double>());
     }
+    // The prompt's prefill, with the signals and (timed apart) without them; the validation checks
+    // that the one recorded them and the other did not.
+    EXPECT_EQ(m["prefill_tokens"], 8);
+    EXPECT_GT(m["prefill_ms"].get<double>(), 0.0);
+    if (records) {
+      EXPECT_NE(m["prefill_ms_without_signals"].get<double>(), m["prefill_ms"].get<double>());
+    } else {
+      EXPECT_EQ(m["prefill_ms_without_signals"].get<double>(), m["prefill_ms"].get<double>());
+    }
   }
+}
+
+// The timed prefill runs the prompt as the engine does: steps of at most 2,048 rows (the engine's
+// prefill chunk), so 2,100 tokens take two, the second from where the first ended, on a forward whose
+// arena holds the longer step (the template's fill takes 256 rows a step). The validation checks every
+// slot of the prompt holds its own position after the last run, and that H2O's prefill recorded its
+// attention mass and the run without signals none.
+TEST_F(BenchCli, EvictTimesAPromptLongerThanOnePrefillChunk) {
+  const std::string json = path("p.json");
+  const CommandResult r = run_kvdice(cpu({"bench", "evict", "--model", kModel, "--budget", "2208", "--window", "16",
+                                          "--prompt-len", "2100", "--batches", "1", "--policies", "h2o_pp,random_pp",
+                                          "--repeats", "1", "--json-out", json}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json results = read_runs(json)[0]["results"];
+  ASSERT_EQ(results.size(), 2u);
+  for (const Json& result : results) {
+    EXPECT_TRUE(result["validation"]["ok"].get<bool>()) << result["validation"].dump();
+    EXPECT_EQ(result["metrics"]["prefill_tokens"], 2100);
+  }
+  EXPECT_NE(r.out.find("prefill of 2100 tokens"), std::string::npos) << r.out;
 }
 
 // The pool's template is prefilled in steps of 256 rows: T + r = 320 takes two, the second appended
