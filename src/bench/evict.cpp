@@ -73,9 +73,9 @@ class FilledPool {
     // The batch's sequences, the template and the timed prompt. The query ring (window queries) holds
     // one row of r queries per sequence, as in the engine.
     const int prompt_pages = (prompt_len + page_slots - 1) / page_slots;
-    pool_ = std::make_unique<kv::KvPool>(backend_, ctx.model.kv_shape(),
-                                         int64_t{batch + 1} * pages_per_seq + prompt_pages, page_slots,
-                                         policy.needs(), kv::QueryRingShape{batch + 2, budget.window, mc.n_heads});
+    pool_ = std::make_unique<kv::KvPool>(
+        backend_, ctx.model.kv_shape(), int64_t{batch + 1} * pages_per_seq + prompt_pages, page_slots,
+        policy.needs(), kv::QueryRingShape{batch + 2, budget.window, mc.n_heads});
     storage_ = std::make_unique<backend::StepStorage>(backend_, batch, batch, pages_per_seq);
     backend::StepBatch& b = storage_->host();
     b.n_seqs = b.n_rows = batch;
@@ -312,7 +312,8 @@ class FilledPool {
     std::vector<std::span<const backend::KvLayer>> variants = {pool_->layers()};
     if (without_signals) variants.emplace_back(plain);
     const int n_tokens = static_cast<int>(prompt_tokens_.size());
-    backend::StepStorage storage(backend_, 1, std::min(n_tokens, kPromptChunk), static_cast<int>(prompt_.pages.size()));
+    backend::StepStorage storage(backend_, 1, std::min(n_tokens, kPromptChunk),
+                                 static_cast<int>(prompt_.pages.size()));
     auto prefill = [&](std::span<const backend::KvLayer> layers) {
       for (int at = 0; at < n_tokens; at += kPromptChunk) {
         const int n = std::min(kPromptChunk, n_tokens - at);
@@ -320,7 +321,8 @@ class FilledPool {
         b.n_seqs = 1;
         b.n_rows = b.max_rows_per_seq = n;
         backend::SeqRow step = prompt_;
-        step.tokens = std::span<const int32_t>(prompt_tokens_).subspan(static_cast<size_t>(at), static_cast<size_t>(n));
+        step.tokens =
+            std::span<const int32_t>(prompt_tokens_).subspan(static_cast<size_t>(at), static_cast<size_t>(n));
         step.length = step.appended = at;
         backend::write_row(b, 0, 0, step);
         storage.upload_all();
@@ -343,9 +345,10 @@ class FilledPool {
         if (!last) continue;
         const int first_wrong = prompt_positions(/*clear=*/false);
         if (first_wrong >= 0)
-          problems.push_back(fmt::format("prefill: the prompt's slot {} in layer 0 does not hold its position after "
-                                         "a prefill of {} tokens",
-                                         first_wrong, n_tokens));
+          problems.push_back(
+              fmt::format("prefill: the prompt's slot {} in layer 0 does not hold its position after "
+                          "a prefill of {} tokens",
+                          first_wrong, n_tokens));
         const std::vector<unsigned char> after = signals(prompt_.pages, prompt_.ring_row);
         const bool recorded = std::any_of(after.begin(), after.end(), [](unsigned char c) { return c != 0; });
         if (recorded != (v == 0 && !after.empty()))
@@ -637,8 +640,8 @@ Json run_evict(const BenchContext& ctx) {
   // The weights once, for the pools' template prefills and the decode steps that give each round its
   // share.
   model::ForwardPass forward(ctx.model, ctx.backend,
-                             std::max({max_batch, kFillRows, std::min(o.prompt_len, kPromptChunk)}), max_batch,
-                             max_batch);
+                             std::max({max_batch, kFillRows, std::min(o.prompt_len, kPromptChunk)}),
+                             max_batch, max_batch);
   Json out;
   out["results"] = Json::array();
   for (size_t bi = 0; bi < o.batches.size(); ++bi) {
@@ -716,14 +719,16 @@ Json run_evict(const BenchContext& ctx) {
        "decode steps (forward, sample, advance) over the filled pool at T + r/2 resident slots, same "
        "batch, the policy's signals recorded"},
       {"prefill_time_from",
-       fmt::format("the prompt (prompt_len pseudo-random tokens) prefilled into an empty sequence beside the pool "
-                   "in steps of at most {} rows (the engine's prefill chunk), eager, the policy's signals "
-                   "recorded; without them in turn for a policy that records some",
-                   kPromptChunk)},
+       fmt::format(
+           "the prompt (prompt_len pseudo-random tokens) prefilled into an empty sequence beside the pool "
+           "in steps of at most {} rows (the engine's prefill chunk), eager, the policy's signals "
+           "recorded; without them in turn for a policy that records some",
+           kPromptChunk)},
       {"decode_share_rule", "round_model / (r * step + round_model)"},
       {"decode_share_with_signals_rule",
        "(round_model + r * (step - step_without_signals)) / (r * step + round_model): the round and the "
-       "signals' extra step time; the step without signals is the same pool's with its signal arrays left out, "
+       "signals' extra step time; the step without signals is the same pool's with its signal arrays left "
+       "out, "
        "timed in turn with the step that records them"}};
   return out;
 }

@@ -99,7 +99,8 @@ std::vector<std::pair<std::string, std::string>> headline(const Json& run) {
         text += fmt::format("; prefill of {} tokens {} ms", fmt_number(m["prefill_tokens"]),
                             fmt_number(m["prefill_ms"], 3));
         if (m.value("signals", std::string("none")) != "none")
-          text += fmt::format(" with its signals, {} ms without", fmt_number(m["prefill_ms_without_signals"], 3));
+          text +=
+              fmt::format(" with its signals, {} ms without", fmt_number(m["prefill_ms_without_signals"], 3));
       }
       out.emplace_back(label, text);
     }

@@ -202,9 +202,9 @@ TEST_F(BenchCli, EvictTimesEveryPolicyAtEachBatch) {
 // attention mass and the run without signals none.
 TEST_F(BenchCli, EvictTimesAPromptLongerThanOnePrefillChunk) {
   const std::string json = path("p.json");
-  const CommandResult r = run_kvdice(cpu({"bench", "evict", "--model", kModel, "--budget", "2208", "--window", "16",
-                                          "--prompt-len", "2100", "--batches", "1", "--policies", "h2o_pp,random_pp",
-                                          "--repeats", "1", "--json-out", json}));
+  const CommandResult r = run_kvdice(
+      cpu({"bench", "evict", "--model", kModel, "--budget", "2208", "--window", "16", "--prompt-len", "2100",
+           "--batches", "1", "--policies", "h2o_pp,random_pp", "--repeats", "1", "--json-out", json}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json results = read_runs(json)[0]["results"];
   ASSERT_EQ(results.size(), 2u);
