@@ -512,8 +512,8 @@ TEST(CudaSignals, QueryRingAndValueRangeMatchTheCpu) {
 
 // H2O's signal: the attention op adds each slot's softmax weight (summed over its GQA group's query
 // heads) into the pool's attention_mass on both backends (CUDA: attention_mass.cu after the attention
-// kernels; CPU: accumulate_attention). Decode rows, prefill chunks (each row sees the slots before it)
-// and mass already there (the sums accumulate).
+// kernels; CPU: accumulate_attention). Decode rows, prefill chunks (each row sees the slots before it;
+// several tiles of the prefill launches) and mass already there (the sums accumulate).
 TEST(CudaSignals, AttentionMassMatchesTheCpu) {
   BackendPair pair = make_pair();
   KVDICE_REQUIRE_GPU(pair);
@@ -529,6 +529,12 @@ TEST(CudaSignals, AttentionMassMatchesTheCpu) {
       {"decode hd64 g7", 14, 2, 64, {1, 1}, {1000, 50}},
       {"prefill qwen3-4b", 32, 8, 128, {37, 5}, {0, 100}},
       {"prefill mixed hd16 mha", 4, 4, 16, {20, 1}, {3, 50}},
+      // Prefill chunks over several 64 x 64 tiles of (row, group head) pairs and slots: a prompt's first
+      // chunk, a decode row beside it, a later chunk; rows whose pairs straddle tiles (groups of 7);
+      // head_dim 256 (eight staged chunks).
+      {"prefill qwen3-4b tiles", 32, 8, 128, {300, 1, 130}, {0, 900, 70}},
+      {"prefill hd64 g7 tiles", 14, 2, 64, {100, 3}, {20, 0}},
+      {"prefill hd256 g2", 4, 2, 256, {70}, {5}},
   };
   // Enough (sequence, KV head) pairs to fill every SM (48 x 8 = 384 > 132): the narrow launch of the
   // logits' mass kernel, where the cases above take the wide one.

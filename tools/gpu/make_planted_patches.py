@@ -299,8 +299,23 @@ plant('decode-mass-shared-rows-past-2', "the decode attention's own mass reads q
 plant('attention-mass-rows-heads-4-up', 'the attention mass of KV heads 4 and up is added to head - 4\'s slots (several rows of a sequence)',
       'CudaSignals.AttentionMassMatchesTheCpu',
       [('src/backend/cuda/attention_mass.cu',
-        '      add_slot_weights(a, slot_index(a, pages, g, j), qs, stat_m, stat_inv);',
-        '      add_slot_weights(a, slot_index(a, pages, g >= 4 ? g - 4 : g, j), qs, stat_m, stat_inv);')])
+        '    const int64_t index = slot_index(a, t.pages, t.g, j);',
+        '    const int64_t index = slot_index(a, t.pages, t.g >= 4 ? t.g - 4 : t.g, j);')])
+plant('attention-mass-prefill-sees-next-slot', 'the prefill attention mass lets each row of a chunk see the slot after its own',
+      'CudaSignals.AttentionMassMatchesTheCpu',
+      [('src/backend/cuda/attention_mass.cu',
+        '  return p < t.n_pairs && j < t.length + p / a.group + 1;',
+        '  return p < t.n_pairs && j < t.length + p / a.group + 2;')])
+plant('attention-mass-prefill-pair-tiles-late', "the prefill attention mass's slot tiles start one pair tile after the first row that sees them",
+      'CudaSignals.AttentionMassMatchesTheCpu',
+      [('src/backend/cuda/attention_mass.cu',
+        '  for (int p0 = first_row * a.group / kTile * kTile; p0 < t.n_pairs; p0 += kTile) {',
+        '  for (int p0 = (first_row * a.group / kTile + 1) * kTile; p0 < t.n_pairs; p0 += kTile) {')])
+plant('attention-mass-prefill-stats-first-slot-tile', "the prefill attention mass's softmax statistics cover only the first 64 slots",
+      'CudaSignals.AttentionMassMatchesTheCpu',
+      [('src/backend/cuda/attention_mass.cu',
+        '  for (int j0 = 0; j0 < n_slots; j0 += kTile) {',
+        '  for (int j0 = 0; j0 < (n_slots < kTile ? n_slots : kTile); j0 += kTile) {')])
 
 plant('selection-key-odd-rows', "the selections' eviction key mixes in the batch row's parity (a request on an odd row draws another stream than its twin)",
       'CudaEngineTwins.EveryScoringPolicyKeepsTheSameForTwinsInOneBatch (vase, vase_pp)',
@@ -383,6 +398,9 @@ FILTERS = {
     'sample-vocab-tail-past-131072': ('sampling', 'CudaOps.Sample*:CudaEngine.*'),
     'attention-mass-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
     'attention-mass-rows-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
+    'attention-mass-prefill-sees-next-slot': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
+    'attention-mass-prefill-pair-tiles-late': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
+    'attention-mass-prefill-stats-first-slot-tile': ('signals (attention mass)', 'CudaSignals.*:' + real('h2o')),
     'decode-mass-kv-heads-4-up': ('signals (attention mass)', 'CudaSignals.*:CudaOps.RopeAttention*'),
     'decode-mass-shared-rows-past-2': ('signals (attention mass)', 'CudaSignals.*:CudaOps.RopeAttention*'),
     'decode-mass-last-head': ('signals (attention mass)', 'CudaSignals.*:CudaOps.RopeAttention*'),

@@ -93,8 +93,9 @@ bool launch_decode_attention(const StepBatch& batch, const void* q, int64_t q_ld
 // Head dims (a multiple of 8, at most 256) and GQA groups (at most 16) the mass kernel takes.
 bool attention_mass_supports(int head_dim, int group);
 // kv.attention_mass[slot] += the softmax weight every row of the step gives the slot, summed over the
-// query heads of its KV head (after launch_attention, on the same q and pool). A decode step needs
-// attention_mass_scratch_bytes of scratch (the tiles' statistics); other steps none.
+// query heads of its KV head (after launch_attention, on the same q and pool), with
+// attention_mass_scratch_bytes of scratch (a decode step's tile statistics, a prefill step's per row and
+// query head).
 size_t attention_mass_scratch_bytes(const StepBatch& batch, const KvLayer& kv, int n_heads);
 void launch_attention_mass(const StepBatch& batch, const View& q, const KvLayer& kv, int n_heads, float scale,
                            void* scratch, cudaStream_t stream);
