@@ -38,6 +38,7 @@ struct BenchOptions {
   std::vector<int> batches{1, 128};   // evict
   std::vector<std::string> policies;  // evict: empty = every evicting policy the backend runs
   int repeats = 20;                   // evict: timed rounds per measurement
+  int max_context = 0;                // evict: page tables as wide as this many slots (0: T + r)
   int short_context = 128;            // latency: prompt lengths
   int long_context = 16384;
 

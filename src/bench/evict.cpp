@@ -70,13 +70,16 @@ class FilledPool {
     len_ = budget.budget + budget.window;
     pages_per_seq_ = (len_ + page_slots - 1) / page_slots;
     const int pages_per_seq = pages_per_seq_;
+    // The decode batch's page tables: T + r, or as wide as the engine builds them for --max-context
+    // (kernels size grids and scratch by the table's width, not by the sequences' lengths).
+    const int table_pages = std::max(pages_per_seq, (ctx.options.max_context + page_slots - 1) / page_slots);
     // The batch's sequences, the template and the timed prompt. The query ring (window queries) holds
     // one row of r queries per sequence, as in the engine.
     const int prompt_pages = (prompt_len + page_slots - 1) / page_slots;
     pool_ = std::make_unique<kv::KvPool>(
         backend_, ctx.model.kv_shape(), int64_t{batch + 1} * pages_per_seq + prompt_pages, page_slots,
         policy.needs(), kv::QueryRingShape{batch + 2, budget.window, mc.n_heads});
-    storage_ = std::make_unique<backend::StepStorage>(backend_, batch, batch, pages_per_seq);
+    storage_ = std::make_unique<backend::StepStorage>(backend_, batch, batch, table_pages);
     backend::StepBatch& b = storage_->host();
     b.n_seqs = b.n_rows = batch;
     b.max_rows_per_seq = 1;
@@ -444,6 +447,8 @@ class FilledPool {
   }
 
   const std::vector<backend::KvLayer>& layers() const { return pool_->layers(); }
+  // Slots a row of the decode batch's page table covers (--max-context, at least T + r).
+  int page_table_slots() const { return view_.max_pages * pool_->page_slots(); }
 
  private:
   // The template sequence's K/V and signals: a forward over T + r pseudo-random tokens in steps of
@@ -625,7 +630,11 @@ std::vector<std::string> check_evict_options(const BenchOptions& o, const backen
     const std::unique_ptr<policy::EvictionPolicy> policy = policy::make_policy(name, "--policies");
     if (!policy->evicts()) fail("evict: policy '{}' never evicts; there is no round to time", name);
     backend.check_policy(*policy);  // names the policy when this backend has no selection for it
-    load_spec(o, name);             // validates the budget and the prompt against it
+    const LoadSpec spec = load_spec(o, name);  // validates the budget and the prompt against it
+    const int resident = spec.budget.engine.budget + spec.budget.engine.window;
+    if (o.max_context > 0 && o.max_context < resident)
+      fail("--max-context {} is shorter than the T + r = {} slots a sequence of '{}' holds at its round",
+           o.max_context, resident, name);
   }
   for (const int batch : o.batches)
     if (batch < 1 || batch > 4096) fail("--batches: {} is outside [1, 4096]", batch);
@@ -696,6 +705,7 @@ Json run_evict(const BenchContext& ctx) {
           {"decode_step_ms_without_signals", step_without_signals},
           {"decode_share_with_signals",
            (model.mean_ms + r * (step_ms - step_without_signals)) / (r * step_ms + model.mean_ms)},
+          {"page_table_slots", pool.page_table_slots()},
           {"prefill_tokens", o.prompt_len},
           {"prefill_ms", prefill.ms},
           {"prefill_ms_without_signals", prefill.without_signals_ms}};
@@ -709,6 +719,7 @@ Json run_evict(const BenchContext& ctx) {
       {"window", o.window},
       {"budget_convention", o.convention},
       {"prompt_len", o.prompt_len},
+      {"max_context", o.max_context},
       {"batches", o.batches},
       {"policies", policies},
       {"repeats", repeats},

@@ -75,6 +75,8 @@ void check_protocol_flags(const std::string& protocol, const CLI::App& cmd) {
   const bool serve = protocol == "serve";
   for (const char* flag : kServeOnlyFlags)
     if (!serve && given(&cmd, flag)) fail("{} is a flag of bench serve, not of bench {}", flag, protocol);
+  if (protocol != "evict" && given(&cmd, "--max-context"))
+    fail("--max-context is a flag of bench evict, not of bench {}", protocol);
   if (serve)
     for (const char* flag : kNotServeFlags)
       if (given(&cmd, flag))
@@ -241,6 +243,10 @@ void add_bench_command(CLI::App& app) {
                   "evict: policies to time, name[:key=value,...] each (default: every one the backend runs)")
       ->delimiter(',');
   add_int_option(cmd, "--repeats", o.repeats, 1, 100000, "evict: timed rounds per measurement");
+  add_int_option(
+      cmd, "--max-context", o.max_context, 0, kMaxTokens,
+      "evict: the decode batch's page tables as wide as a context of N slots, as the engine builds "
+      "them (kvdice serve: the model's maximum position); 0: T + r, the pool's own");
   cmd->add_option("--preset", f->preset,
                   "evict: table9 = the paper's eviction-cost protocol (batch 1, T=1024, r=64, 256-token prompt, "
                   "the reference's timing settings for snapkv_pp, rkv_pp, vase_pp beside random_pp)")

@@ -429,4 +429,33 @@ TEST_F(BenchCli, EvictTable9PresetTimesThePapersPolicies) {
 }
 
 }  // namespace
+// The engine's decode batch has page tables as wide as its context (kvdice serve: the model's maximum
+// position), and kernels size grids and scratch by that width: --max-context times the pool through such
+// tables (default: T + r). A width below T + r, or the flag on another protocol, is refused.
+TEST_F(BenchCli, EvictPageTablesAsWideAsTheEnginesContext) {
+  const std::string json = path("mc.json");
+  for (const char* max_context : {"0", "4096"}) {
+    const CommandResult r =
+        run_kvdice(cpu({"bench",     "evict",         "--model",    kModel,          "--budget",
+                        "64",        "--window",      "16",         "--prompt-len",  "8",
+                        "--batches", "1,3",           "--policies", "random_pp,h2o", "--repeats",
+                        "1",         "--max-context", max_context,  "--json-out",    json}));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  const Json runs = read_runs(json);
+  ASSERT_EQ(runs.size(), 2u);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    EXPECT_EQ(runs[i]["parameters"]["max_context"], i == 0 ? 0 : 4096);
+    for (const Json& result : runs[i]["results"]) {
+      EXPECT_TRUE(result["validation"]["ok"].get<bool>()) << result.dump();
+      EXPECT_EQ(result["metrics"]["page_table_slots"], i == 0 ? 80 : 4096) << result.dump();
+    }
+  }
+  expect_failure(cpu({"bench", "evict", "--model", kModel, "--budget", "64", "--window", "16", "--prompt-len",
+                      "8", "--max-context", "50"}),
+                 "--max-context 50 is shorter than the T + r = 80 slots");
+  expect_failure(cpu({"bench", "throughput", "--model", kModel, "--max-context", "500"}),
+                 "--max-context is a flag of bench evict, not of bench throughput");
+}
+
 }  // namespace kvdice::testing

@@ -7,7 +7,8 @@
 # Results: $OUT/table9_<i>_<rep>.md and .json (i: the binary's place in BINS), the log beside them, and
 # one line a policy and batch on stdout.
 #   POLICIES: the specs (default: the table's seven); BATCHES ("1 128"); REPEATS (3); SHAPE (qwen3-4b);
-#   LIMIT: seconds a bench may take (300); BACKEND (cuda).
+#   LIMIT: seconds a bench may take (300); BACKEND (cuda); MAX_CONTEXT: page tables as wide as the engine
+#   builds them for this context (40960: kvdice serve's for Qwen3-4B; unset: T + r).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/kvdice-out}; mkdir -p "$OUT"
@@ -34,7 +35,8 @@ for rep in $(seq 1 "${REPS:-1}"); do
     run=$OUT/table9_${i}_$rep
     timeout "${LIMIT:-300}" "${BIN_LIST[$i]}" bench evict --random-weights --config "$SHAPE" \
       --backend "${BACKEND:-cuda}" --preset table9 --batches "${BATCH_LIST[@]}" --repeats "${REPEATS:-3}" \
-      --policies "${POLICY_LIST[@]}" --markdown-out "$run.md" --json-out "$run.json" > "$run.log" 2>&1
+      --policies "${POLICY_LIST[@]}" ${MAX_CONTEXT:+--max-context "$MAX_CONTEXT"} --markdown-out "$run.md" \
+      --json-out "$run.json" > "$run.log" 2>&1
     rc=$?
     echo "== ${BIN_LIST[$i]} (run $rep): exit $rc"
     [ $rc = 0 ] || status=1
