@@ -192,12 +192,7 @@ class FilledPool {
   StepTimes decode_step_ms(model::ForwardPass& forward, int repeats, uint64_t graph_key, bool without_signals,
                            std::vector<std::string>& problems) {
     const int length = budget_.budget + budget_.window / 2 - 1;
-    std::vector<backend::KvLayer> plain = pool_->layers();
-    for (backend::KvLayer& layer : plain) {
-      layer.query_ring = nullptr;
-      layer.value_range = nullptr;
-      layer.attention_mass = nullptr;
-    }
+    const std::vector<backend::KvLayer> plain = layers_without_signals();
     struct Variant {
       std::span<const backend::KvLayer> layers;
       uint64_t key;
@@ -248,32 +243,55 @@ class FilledPool {
     return {variants[0].total_ms / n, variants.back().total_ms / n};
   }
 
+  // The pool's layers with their signal arrays left out: a step over them records no signal.
+  std::vector<backend::KvLayer> layers_without_signals() const {
+    std::vector<backend::KvLayer> plain = pool_->layers();
+    for (backend::KvLayer& layer : plain) {
+      layer.query_ring = nullptr;
+      layer.value_range = nullptr;
+      layer.attention_mass = nullptr;
+    }
+    return plain;
+  }
+
   // Sequence 0's signals in the first layer, as bytes: its pages' attention mass and value ranges and
   // its ring row (empty for a pool that records none).
   std::vector<unsigned char> first_signals() { return signals(pages_[0], rows_[0].ring_row); }
 
-  // The signals in the first layer of a sequence's pages and ring row, as bytes; with `zero`, set to
-  // zero instead (and nothing returned).
-  std::vector<unsigned char> signals(std::span<const int32_t> pages, int ring_row, bool zero = false) {
+  // f(bytes, size) for each region of the first layer holding a sequence's signals: its pages' attention
+  // mass and value ranges, its ring row.
+  template <class F>
+  void for_each_signal_region(std::span<const int32_t> pages, int ring_row, F&& f) {
     const backend::KvLayer& layer = pool_->layers().front();
     const int64_t signal_page = signal_page_bytes();
-    std::vector<unsigned char> out;
-    auto append = [&](void* base, int64_t offset, int64_t bytes) {
-      unsigned char* at_base = static_cast<unsigned char*>(base) + offset;
-      if (zero) return backend_.fill_zero(at_base, static_cast<size_t>(bytes));
-      const size_t at = out.size();
-      out.resize(at + static_cast<size_t>(bytes));
-      backend_.download(out.data() + at, at_base, static_cast<size_t>(bytes));
-    };
     for (float* signal : {layer.attention_mass, layer.value_range})
       if (signal != nullptr)
-        for (int32_t page : pages) append(signal, int64_t{page} * signal_page, signal_page);
+        for (int32_t page : pages)
+          f(reinterpret_cast<unsigned char*>(signal) + int64_t{page} * signal_page, signal_page);
     if (layer.query_ring != nullptr && ring_row >= 0) {
-      const int64_t row_elements = layer.ring_index(1, 0, 0) - layer.ring_index(0, 0, 0);
-      append(layer.query_ring, layer.ring_index(ring_row, 0, 0) * kv::KvPool::kQueryRingElementBytes,
-             row_elements * kv::KvPool::kQueryRingElementBytes);
+      const int64_t row_bytes =
+          (layer.ring_index(1, 0, 0) - layer.ring_index(0, 0, 0)) * kv::KvPool::kQueryRingElementBytes;
+      f(reinterpret_cast<unsigned char*>(layer.query_ring) +
+            layer.ring_index(ring_row, 0, 0) * kv::KvPool::kQueryRingElementBytes,
+        row_bytes);
     }
+  }
+
+  // A sequence's signals in the first layer, as bytes (empty for a pool that records none).
+  std::vector<unsigned char> signals(std::span<const int32_t> pages, int ring_row) {
+    std::vector<unsigned char> out;
+    for_each_signal_region(pages, ring_row, [&](unsigned char* at, int64_t bytes) {
+      const size_t end = out.size();
+      out.resize(end + static_cast<size_t>(bytes));
+      backend_.download(out.data() + end, at, static_cast<size_t>(bytes));
+    });
     return out;
+  }
+
+  void zero_signals(std::span<const int32_t> pages, int ring_row) {
+    for_each_signal_region(pages, ring_row, [&](unsigned char* at, int64_t bytes) {
+      backend_.fill_zero(at, static_cast<size_t>(bytes));
+    });
   }
 
   // The prompt's positions in the first layer: with `clear`, every one set to -1 (returns -1); else the
@@ -306,12 +324,7 @@ class FilledPool {
   // the policy's signals and the other none.
   StepTimes prefill_ms(model::ForwardPass& forward, int repeats, bool without_signals,
                        std::vector<std::string>& problems) {
-    std::vector<backend::KvLayer> plain = pool_->layers();
-    for (backend::KvLayer& layer : plain) {
-      layer.query_ring = nullptr;
-      layer.value_range = nullptr;
-      layer.attention_mass = nullptr;
-    }
+    const std::vector<backend::KvLayer> plain = layers_without_signals();
     std::vector<std::span<const backend::KvLayer>> variants = {pool_->layers()};
     if (without_signals) variants.emplace_back(plain);
     const int n_tokens = static_cast<int>(prompt_tokens_.size());
@@ -339,7 +352,7 @@ class FilledPool {
       for (size_t v = 0; v < variants.size(); ++v) {
         const bool last = i + 1 == repeats;
         if (last) {
-          signals(prompt_.pages, prompt_.ring_row, /*zero=*/true);
+          zero_signals(prompt_.pages, prompt_.ring_row);
           prompt_positions(/*clear=*/true);
         }
         const auto start = Clock::now();
